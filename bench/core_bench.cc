@@ -1,0 +1,445 @@
+// Microbenchmarks of kvtier's core bookkeeping: the slot allocator, prefix hashing, prefix
+// matching and the page table, with plain XXH3 beside our chained hashing so its overhead reads
+// as a ratio (STYLE rule 10: comparisons run side by side in one binary).
+//
+// After the usual table, main() prints a "ratios" section: chained vs plain hashing, SHA-256 vs
+// XXH3, and the performance targets as PASS/MISS lines. They inform; a MISS never fails the run
+// (a shared machine is too noisy for that). A benchmark that could not run (SkipWithError) does
+// make the exit status non-zero, so the ctest smoke test catches a broken setup.
+//
+// Workload: Llama-3.1-8B (32 layers, 8 KV heads, head_dim 128, bf16) in 16-token blocks, with
+// pseudo-random token ids below Llama 3's vocabulary size, fixed seed.
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
+#include "benchmark/benchmark.h"
+#include "kvtier/block_allocator.h"
+#include "kvtier/block_index.h"
+#include "kvtier/block_key.h"
+#include "kvtier/cache_namespace.h"
+#include "kvtier/ids.h"
+#include "kvtier/kv_geometry.h"
+#include "kvtier/page_table.h"
+#include "kvtier/prefix_hasher.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+namespace kvtier {
+namespace {
+
+constexpr int kTokensPerBlock = 16;
+constexpr int32_t kLlama3VocabSize = 128256;
+
+// Reports `status` as the reason this benchmark could not run. The caller must leave the loop.
+void Skip(benchmark::State& state, const char* what, const absl::Status& status) {
+  state.SkipWithError(absl::StrCat(what, ": ", status.ToString()).c_str());
+}
+
+// The same token ids on every call, so each benchmark hashes and matches identical input.
+std::vector<int32_t> MakeTokens(int64_t num_tokens) {
+  std::mt19937 rng(20240723);
+  std::uniform_int_distribution<int32_t> token(0, kLlama3VocabSize - 1);
+  std::vector<int32_t> tokens(static_cast<size_t>(num_tokens));
+  for (int32_t& t : tokens) t = token(rng);
+  return tokens;
+}
+
+absl::StatusOr<PrefixHasher> MakeLlamaHasher(HashAlgorithm algorithm) {
+  KvGeometryOptions geometry_options;
+  geometry_options.attention = AttentionKind::kMha;
+  geometry_options.num_layers = 32;
+  geometry_options.num_kv_heads = 8;
+  geometry_options.head_dim = 128;
+  geometry_options.dtype = KvDtype::kBf16;
+  geometry_options.tokens_per_block = kTokensPerBlock;
+  absl::StatusOr<KvGeometry> geometry = KvGeometry::Create(geometry_options);
+  if (!geometry.ok()) return geometry.status();
+
+  CacheNamespaceOptions ns_options;
+  ns_options.model_id = "meta-llama/Llama-3.1-8B-Instruct";
+  ns_options.weights_fingerprint = "kvtier-core-bench";
+  absl::StatusOr<CacheNamespace> ns = CacheNamespace::Create(*geometry, ns_options);
+  if (!ns.ok()) return ns.status();
+  return PrefixHasher::Create(*ns, algorithm);
+}
+
+// ---- BlockAllocator ----
+
+// The O(1) free-list fast path: Allocate (kFree -> kWritable) then Release (-> kFree). LIFO reuse
+// means the same slot comes back every time, so this is the cache-hot best case.
+void BM_BlockAllocator_AllocateFree(benchmark::State& state) {
+  absl::StatusOr<std::unique_ptr<BlockAllocator>> allocator =
+      BlockAllocator::Create(Tier::kHbm, int64_t{1} << 16);
+  if (!allocator.ok()) return Skip(state, "BlockAllocator::Create", allocator.status());
+  for (auto _ : state) {
+    absl::StatusOr<SlotId> slot = (*allocator)->Allocate();
+    if (!slot.ok()) {
+      Skip(state, "Allocate", slot.status());
+      break;
+    }
+    const absl::Status released = (*allocator)->Release(*slot);
+    if (!released.ok()) {
+      Skip(state, "Release", released);
+      break;
+    }
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_BlockAllocator_AllocateFree);
+
+// ---- Prefix hashing ----
+
+// The keys of every block of a prompt of state.range(0) tokens, from position 0, no extras.
+void BM_PrefixHasher(benchmark::State& state, HashAlgorithm algorithm) {
+  absl::StatusOr<PrefixHasher> hasher = MakeLlamaHasher(algorithm);
+  if (!hasher.ok()) return Skip(state, "MakeLlamaHasher", hasher.status());
+  const std::vector<int32_t> tokens = MakeTokens(state.range(0));
+  for (auto _ : state) {
+    absl::StatusOr<std::vector<BlockKey>> keys = hasher->BlockKeys(tokens);
+    if (!keys.ok()) {
+      Skip(state, "BlockKeys", keys.status());
+      break;
+    }
+    benchmark::DoNotOptimize(keys->data());
+  }
+  // Token-id bytes, not KV bytes: comparable with the plain XXH3 references below.
+  state.SetBytesProcessed(state.iterations() * state.range(0) *
+                          static_cast<int64_t>(sizeof(int32_t)));
+}
+void BM_PrefixHasher_Xxh3(benchmark::State& state) {
+  BM_PrefixHasher(state, HashAlgorithm::kXxh3_128);
+}
+void BM_PrefixHasher_Sha256(benchmark::State& state) {
+  BM_PrefixHasher(state, HashAlgorithm::kSha256);
+}
+BENCHMARK(BM_PrefixHasher_Xxh3)->Arg(16384)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_PrefixHasher_Sha256)->Arg(16384)->Unit(benchmark::kMicrosecond);
+
+// Reference: XXH3-128 over all token ids in one call, the fastest way to hash these bytes.
+void BM_PlainXxh3_128(benchmark::State& state) {
+  const std::vector<int32_t> tokens = MakeTokens(state.range(0));
+  const size_t bytes = tokens.size() * sizeof(int32_t);
+  for (auto _ : state) {
+    XXH128_hash_t h = XXH3_128bits(tokens.data(), bytes);
+    benchmark::DoNotOptimize(h);
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes));
+}
+BENCHMARK(BM_PlainXxh3_128)->Arg(16384)->Unit(benchmark::kMicrosecond);
+
+// Reference: one independent XXH3-128 per 16-token (64-byte) block, not chained. Against this,
+// our ratio shows the cost of the key message (namespace, parent, tag) and the chaining alone.
+void BM_PlainXxh3_128_PerBlock(benchmark::State& state) {
+  const std::vector<int32_t> tokens = MakeTokens(state.range(0));
+  const size_t block_bytes = kTokensPerBlock * sizeof(int32_t);
+  const size_t num_blocks = tokens.size() / kTokensPerBlock;
+  for (auto _ : state) {
+    for (size_t i = 0; i < num_blocks; ++i) {
+      XXH128_hash_t h = XXH3_128bits(tokens.data() + i * kTokensPerBlock, block_bytes);
+      benchmark::DoNotOptimize(h);
+    }
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(num_blocks * block_bytes));
+}
+BENCHMARK(BM_PlainXxh3_128_PerBlock)->Arg(16384)->Unit(benchmark::kMicrosecond);
+
+// ---- BlockIndex ----
+
+// A full hit: every block of a state.range(0)-token prompt is ready in HBM, so Match walks all of
+// them (the longest lookup a prompt of that length can cost). Keys are real chained keys.
+void BM_BlockIndex_Match(benchmark::State& state) {
+  const int64_t num_tokens = state.range(0);
+  absl::StatusOr<PrefixHasher> hasher = MakeLlamaHasher(HashAlgorithm::kXxh3_128);
+  if (!hasher.ok()) return Skip(state, "MakeLlamaHasher", hasher.status());
+  absl::StatusOr<std::vector<BlockKey>> keys = hasher->BlockKeys(MakeTokens(num_tokens));
+  if (!keys.ok()) return Skip(state, "BlockKeys", keys.status());
+  absl::StatusOr<std::unique_ptr<BlockIndex>> index = BlockIndex::Create(kTokensPerBlock);
+  if (!index.ok()) return Skip(state, "BlockIndex::Create", index.status());
+  for (size_t i = 0; i < keys->size(); ++i) {
+    const absl::Status added = (*index)->AddCopy(
+        (*keys)[i], Tier::kHbm, SlotId(static_cast<uint32_t>(i)), CopyState::kReady, /*now_ns=*/0);
+    if (!added.ok()) return Skip(state, "AddCopy", added);
+  }
+  // A match shorter than the prompt would mean we timed a different (shorter) walk.
+  absl::StatusOr<PrefixMatch> check = (*index)->Match(*keys, num_tokens);
+  if (!check.ok()) return Skip(state, "Match", check.status());
+  if (check->matched_blocks != static_cast<int64_t>(keys->size())) {
+    return Skip(state, "Match",
+                absl::InternalError(absl::StrCat("matched ", check->matched_blocks, " of ",
+                                                 keys->size(), " blocks")));
+  }
+
+  for (auto _ : state) {
+    absl::StatusOr<PrefixMatch> match = (*index)->Match(*keys, num_tokens);
+    if (!match.ok()) {
+      Skip(state, "Match", match.status());
+      break;
+    }
+    benchmark::DoNotOptimize(match->matched_blocks);
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(keys->size()));  // blocks
+}
+BENCHMARK(BM_BlockIndex_Match)->Arg(131072)->Unit(benchmark::kMicrosecond);
+
+// ---- PageTable ----
+
+// Decode: one token appended per iteration. Of every 16 appends the first allocates the block's
+// slot, the last seals it and the 14 between only store the token, so the figure is the amortized
+// per-token cost, including the table's own vector growth. A table grows to kTableTokens (a
+// 128K-token context, 8192 blocks); then, with the timer paused, it is released and a fresh
+// allocator and table replace it (release turns the sealed blocks kCached, which would otherwise
+// exhaust the allocator). That pause happens once per 131072 timed appends, so its own overhead is
+// negligible.
+void BM_PageTable_Append(benchmark::State& state) {
+  constexpr int64_t kTableTokens = 131072;
+  constexpr int64_t kTableBlocks = kTableTokens / kTokensPerBlock;
+  const std::vector<int32_t> tokens = MakeTokens(kTableTokens);
+
+  std::unique_ptr<BlockAllocator> allocator;
+  std::unique_ptr<PageTable> table;
+  uint64_t next_sequence = 0;
+  // Table first: its destructor releases its slots into the allocator.
+  auto reset = [&]() -> absl::Status {
+    table.reset();
+    absl::StatusOr<std::unique_ptr<BlockAllocator>> a =
+        BlockAllocator::Create(Tier::kHbm, kTableBlocks);
+    if (!a.ok()) return a.status();
+    allocator = std::move(*a);
+    absl::StatusOr<std::unique_ptr<PageTable>> t =
+        PageTable::Create(SequenceId(next_sequence++), allocator.get(), kTokensPerBlock);
+    if (!t.ok()) return t.status();
+    table = std::move(*t);
+    return absl::OkStatus();
+  };
+  if (absl::Status s = reset(); !s.ok()) return Skip(state, "setup", s);
+
+  for (auto _ : state) {
+    if (table->num_tokens() == kTableTokens) {
+      state.PauseTiming();
+      const absl::Status s = reset();
+      state.ResumeTiming();
+      if (!s.ok()) {
+        Skip(state, "reset", s);
+        break;
+      }
+    }
+    const size_t position = static_cast<size_t>(table->num_tokens());
+    absl::StatusOr<AppendResult> result = table->Append(absl::MakeConstSpan(&tokens[position], 1));
+    if (!result.ok()) {
+      Skip(state, "Append", result.status());
+      break;
+    }
+    benchmark::DoNotOptimize(result->num_sealed_blocks);
+  }
+  state.SetItemsProcessed(state.iterations());  // tokens
+}
+BENCHMARK(BM_PageTable_Append);
+
+// ---- Reporting ----
+
+// What the ratios need of one benchmark.
+struct Result {
+  double real_ns = 0;  // wall time per iteration
+  std::optional<double> bytes_per_second;
+  std::optional<double> items_per_second;
+};
+
+double NsPerUnit(benchmark::TimeUnit unit) {
+  switch (unit) {
+    case benchmark::kNanosecond:
+      return 1;
+    case benchmark::kMicrosecond:
+      return 1e3;
+    case benchmark::kMillisecond:
+      return 1e6;
+    case benchmark::kSecond:
+      return 1e9;
+  }
+  return 1;
+}
+
+// A reporter (console or JSON, as --benchmark_format asks) that also keeps each benchmark's
+// figures. With repetitions the median stands for the benchmark, else its last run.
+template <typename Base>
+class CapturingReporter : public Base {
+ public:
+  using Base::Base;
+
+  void ReportRuns(const std::vector<benchmark::BenchmarkReporter::Run>& runs) override {
+    Base::ReportRuns(runs);
+    for (const benchmark::BenchmarkReporter::Run& run : runs) {
+      if (run.error_occurred) {
+        any_error_ = true;
+        continue;
+      }
+      const bool aggregate = run.run_type == benchmark::BenchmarkReporter::Run::RT_Aggregate;
+      if (aggregate && run.aggregate_name != "median") continue;  // mean, stddev, cv, BigO
+      const std::string name = run.run_name.str();
+      if (!aggregate && medians_.contains(name)) continue;
+      Result result;
+      result.real_ns = run.GetAdjustedRealTime() * NsPerUnit(run.time_unit);
+      if (auto it = run.counters.find("bytes_per_second"); it != run.counters.end()) {
+        result.bytes_per_second = it->second.value;
+      }
+      if (auto it = run.counters.find("items_per_second"); it != run.counters.end()) {
+        result.items_per_second = it->second.value;
+      }
+      results_[name] = result;
+      if (aggregate) medians_.insert(name);
+    }
+  }
+
+  const std::map<std::string, Result>& results() const { return results_; }
+  bool any_error() const { return any_error_; }
+
+ private:
+  std::map<std::string, Result> results_;
+  std::set<std::string> medians_;
+  bool any_error_ = false;
+};
+
+const Result* Find(const std::map<std::string, Result>& results, const std::string& name) {
+  auto it = results.find(name);
+  return it == results.end() ? nullptr : &it->second;
+}
+
+std::string Check(const char* what, double value, const char* unit, double target,
+                  bool higher_is_better) {
+  const bool pass = higher_is_better ? value >= target : value <= target;
+  char line[160];
+  std::snprintf(line, sizeof(line), "  %-46s %10.3f %-5s (target %s %g %s)  %s\n", what, value,
+                unit, higher_is_better ? ">=" : "<=", target, unit, pass ? "PASS" : "MISS");
+  return line;
+}
+
+std::string Ratio(const char* what, double ratio) {
+  char line[120];
+  std::snprintf(line, sizeof(line), "  %-46s %10.3f\n", what, ratio);
+  return line;
+}
+
+// Ratios and target checks over whatever ran: a line appears only when every run it needs was
+// part of this invocation (--benchmark_filter may have left some out).
+void PrintRatios(std::FILE* out, const std::map<std::string, Result>& results) {
+  const Result* ours = Find(results, "BM_PrefixHasher_Xxh3/16384");
+  const Result* sha = Find(results, "BM_PrefixHasher_Sha256/16384");
+  const Result* plain = Find(results, "BM_PlainXxh3_128/16384");
+  const Result* per_block = Find(results, "BM_PlainXxh3_128_PerBlock/16384");
+  const Result* alloc = Find(results, "BM_BlockAllocator_AllocateFree");
+  const Result* match = Find(results, "BM_BlockIndex_Match/131072");
+  auto bps = [](const Result* r) { return r != nullptr && r->bytes_per_second.has_value(); };
+
+  // Throughput over throughput (token-id bytes/s, the same 64 KiB): 1.0 would be no overhead.
+  std::string ratios;
+  if (bps(ours) && bps(plain)) {
+    ratios += Ratio("xxh3 chained / plain XXH3-128 one-shot",
+                    *ours->bytes_per_second / *plain->bytes_per_second);
+  }
+  if (bps(ours) && bps(per_block)) {
+    ratios += Ratio("xxh3 chained / plain XXH3-128 per 64 B block",
+                    *ours->bytes_per_second / *per_block->bytes_per_second);
+  }
+  if (bps(sha) && bps(ours)) {
+    ratios +=
+        Ratio("sha256 chained / xxh3 chained", *sha->bytes_per_second / *ours->bytes_per_second);
+  }
+  std::string checks;
+  if (alloc != nullptr) {
+    checks += Check("allocate+free pair (real time)", alloc->real_ns, "ns", 10, false);
+  }
+  if (bps(ours)) {
+    checks += Check("xxh3 chained keys, token bytes (1 GB = 1e9 B)", *ours->bytes_per_second / 1e9,
+                    "GB/s", 1, true);
+  }
+  if (match != nullptr) {
+    checks +=
+        Check("match 131072 tokens, all hit (real time)", match->real_ns / 1e3, "us", 300, false);
+  }
+
+  std::fprintf(out, "\n---- ratios (throughput over throughput, same token ids; 1 = equal) ----\n");
+  std::fputs(
+      ratios.empty() ? "  (none: a run each ratio needs was filtered out)\n" : ratios.c_str(), out);
+  std::fprintf(out, "---- targets (informational: a MISS does not fail the run) ----\n");
+  std::fputs(checks.empty() ? "  (none: the runs they check were filtered out)\n" : checks.c_str(),
+             out);
+}
+
+// The value of `--name=value` in argv, or nullopt. Read before benchmark::Initialize, which
+// consumes the flags; 1.7.1 does not expose its parsed flag values.
+std::optional<std::string_view> FlagValue(int argc, char** argv, std::string_view name) {
+  std::optional<std::string_view> value;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg(argv[i]);
+    if (arg.size() > name.size() + 1 && arg.starts_with(name) && arg[name.size()] == '=') {
+      value = arg.substr(name.size() + 1);  // the last occurrence wins, as in the library
+    }
+  }
+  return value;
+}
+
+// The console reporter's options as the library's default one would choose them: colour only on
+// a terminal unless --benchmark_color says otherwise, so a piped log holds no escape codes.
+benchmark::ConsoleReporter::OutputOptions ConsoleOptions(int argc, char** argv) {
+  const std::string_view color = FlagValue(argc, argv, "--benchmark_color").value_or("auto");
+  bool use_color = isatty(STDOUT_FILENO) != 0;
+  if (color == "true" || color == "yes" || color == "1") use_color = true;
+  if (color == "false" || color == "no" || color == "0") use_color = false;
+  int options = benchmark::ConsoleReporter::OO_None;
+  if (use_color) options |= benchmark::ConsoleReporter::OO_Color;
+  if (FlagValue(argc, argv, "--benchmark_counters_tabular").value_or("false") == "true") {
+    options |= benchmark::ConsoleReporter::OO_Tabular;
+  }
+  return static_cast<benchmark::ConsoleReporter::OutputOptions>(options);
+}
+
+}  // namespace
+}  // namespace kvtier
+
+int main(int argc, char** argv) {
+  using kvtier::CapturingReporter;
+  const std::string format(kvtier::FlagValue(argc, argv, "--benchmark_format").value_or("console"));
+  const benchmark::ConsoleReporter::OutputOptions console_options =
+      kvtier::ConsoleOptions(argc, argv);
+
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+
+  bool any_error = false;
+  if (format == "console") {
+    CapturingReporter<benchmark::ConsoleReporter> reporter(console_options);
+    benchmark::RunSpecifiedBenchmarks(&reporter);
+    kvtier::PrintRatios(stdout, reporter.results());
+    any_error = reporter.any_error();
+  } else if (format == "json") {
+    // stdout stays valid JSON; the ratios go to stderr.
+    CapturingReporter<benchmark::JSONReporter> reporter;
+    benchmark::RunSpecifiedBenchmarks(&reporter);
+    std::fflush(stdout);
+    kvtier::PrintRatios(stderr, reporter.results());
+    any_error = reporter.any_error();
+  } else {
+    // csv (deprecated in the library) and anything else: the library's own reporter, no ratios.
+    benchmark::RunSpecifiedBenchmarks();
+  }
+  benchmark::Shutdown();
+  // Misses are information; a benchmark that could not run at all is a broken setup.
+  return any_error ? 1 : 0;
+}

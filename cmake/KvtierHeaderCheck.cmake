@@ -1,0 +1,22 @@
+# kvtier_add_header_check(target): an object library with one translation unit per public header
+# that includes only that header (twice, to check its guard). A header that relies on something
+# it does not include fails to build (Seastar's cmake/CheckHeaders.cmake does the same).
+function(kvtier_add_header_check target)
+  file(GLOB headers RELATIVE ${PROJECT_SOURCE_DIR}/include CONFIGURE_DEPENDS
+       ${PROJECT_SOURCE_DIR}/include/kvtier/*.h)
+  set(sources)
+  foreach(header IN LISTS headers)
+    string(MAKE_C_IDENTIFIER ${header} stem)
+    set(source ${CMAKE_CURRENT_BINARY_DIR}/header_check/${stem}.cc)
+    file(CONFIGURE OUTPUT ${source}
+         CONTENT "#include \"${header}\"\n#include \"${header}\"\n")
+    list(APPEND sources ${source})
+  endforeach()
+  add_library(${target} OBJECT ${sources})
+  # Only the public interface: abseil and the include directory, nothing private of kvtier.
+  target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR}/include)
+  target_link_libraries(${target} PRIVATE absl::status absl::statusor absl::span
+                        absl::flat_hash_map absl::strings)
+  target_compile_features(${target} PRIVATE cxx_std_20)
+  kvtier_set_warnings(${target})
+endfunction()

@@ -1,0 +1,109 @@
+// BlockIndex: block key -> where copies of that block live, and what is known of its use. The
+// index is how a new request finds its cached prefix: Match() walks the request's chained keys
+// and stops at the first block no tier holds (DESIGN section 4: a gap ends the match, because a
+// block without its parent can never be used).
+//
+// The index knows nothing of bytes; tiers know nothing of keys. A copy is kPending while its
+// bytes are being written (it cannot be matched yet) and kReady once they are complete.
+//
+// Thread-safety: thread-compatible. Const methods (Match, Lookup) may run concurrently with
+// each other; anything else needs external synchronization.
+#ifndef KVTIER_BLOCK_INDEX_H_
+#define KVTIER_BLOCK_INDEX_H_
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "kvtier/block_key.h"
+#include "kvtier/ids.h"
+
+namespace kvtier {
+
+enum class CopyState : uint8_t {
+  kAbsent = 0,   // no copy in this tier
+  kPending = 1,  // a slot is reserved and being written; not matchable yet
+  kReady = 2,    // the bytes are complete and valid
+};
+
+// What the index knows of one block. 48 bytes.
+struct BlockRecord {
+  std::array<SlotId, kNumTiers> slots;  // per tier (TierIndex), invalid where absent
+  int64_t last_use_ns = 0;              // caller's clock, ns, at the last hit or insertion
+  uint32_t hit_count = 0;               // RecordHit calls since the block entered the index
+  uint8_t pending_tiers = 0;            // bit TierIndex(t): a kPending copy in tier t
+  uint8_t ready_tiers = 0;              // bit TierIndex(t): a kReady copy in tier t
+
+  CopyState state(Tier tier) const;
+  // The fastest tier (smallest Tier value) with a kReady copy, if any.
+  std::optional<Tier> fastest_ready_tier() const;
+};
+
+// A ready copy of one matched block.
+struct BlockLocation {
+  Tier tier = Tier::kHbm;
+  SlotId slot;
+};
+
+// The longest cached prefix of a query.
+struct PrefixMatch {
+  int64_t matched_blocks = 0;
+  int64_t matched_tokens = 0;  // matched_blocks * tokens_per_block
+  // How many matched blocks have their fastest ready copy in each tier (index TierIndex).
+  std::array<int64_t, kNumTiers> blocks_by_tier{};
+};
+
+class BlockIndex {
+ public:
+  // Errors: kInvalidArgument if tokens_per_block is outside [1, 65536].
+  static absl::StatusOr<std::unique_ptr<BlockIndex>> Create(int tokens_per_block);
+
+  // Records a copy of `key` in `tier` at `slot`, in `state` kPending or kReady, and sets the
+  // block's last use to now_ns if the block is new to the index.
+  // Errors: kInvalidArgument for an invalid slot, an out-of-range tier, or state kAbsent;
+  // kAlreadyExists if `tier` already has a copy of `key` (a tier holds at most one).
+  absl::Status AddCopy(const BlockKey& key, Tier tier, SlotId slot, CopyState state,
+                       int64_t now_ns);
+  // kPending -> kReady for the copy in `tier`.
+  // Errors: kNotFound if `tier` has no copy of `key`; kFailedPrecondition if it is already ready.
+  absl::Status MarkReady(const BlockKey& key, Tier tier);
+  // Forgets the copy in `tier`; a block with no copy left leaves the index.
+  // Errors: kNotFound if `tier` has no copy of `key`.
+  absl::Status RemoveCopy(const BlockKey& key, Tier tier);
+  // A hit: last use = now_ns and one more hit. Errors: kNotFound if `key` is not indexed.
+  absl::Status RecordHit(const BlockKey& key, int64_t now_ns);
+
+  // A copy of the record of `key`, or nullopt if no tier holds it.
+  std::optional<BlockRecord> Lookup(const BlockKey& key) const;
+
+  // The longest run keys[0..n) with a ready copy in some tier, clamped to the full blocks of the
+  // query: n <= min(keys.size(), query_tokens / tokens_per_block). A partial block never counts
+  // (case TR-1). No side effects: routers and schedulers may call it freely.
+  // If `locations` is not null it is replaced by the fastest ready copy of each matched block.
+  // Errors: kInvalidArgument if query_tokens < 0.
+  absl::StatusOr<PrefixMatch> Match(absl::Span<const BlockKey> keys, int64_t query_tokens,
+                                    std::vector<BlockLocation>* locations = nullptr) const;
+
+  int tokens_per_block() const { return tokens_per_block_; }
+  // Blocks with at least one copy.
+  int64_t size() const { return static_cast<int64_t>(records_.size()); }
+  // Copies in `tier`, pending and ready.
+  int64_t copies_in(Tier tier) const { return copies_[TierIndex(tier)]; }
+
+ private:
+  explicit BlockIndex(int tokens_per_block) : tokens_per_block_(tokens_per_block) {}
+
+  int tokens_per_block_;
+  absl::flat_hash_map<BlockKey, BlockRecord> records_;
+  std::array<int64_t, kNumTiers> copies_{};
+};
+
+}  // namespace kvtier
+
+#endif  // KVTIER_BLOCK_INDEX_H_

@@ -1,0 +1,148 @@
+#include "kvtier/block_index.h"
+
+#include <algorithm>
+#include <bit>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "internal/strings.h"
+
+namespace kvtier {
+namespace {
+
+using internal::ToAbsl;
+
+bool ValidTier(Tier tier) { return TierIndex(tier) >= 0 && TierIndex(tier) < kNumTiers; }
+
+uint8_t Bit(Tier tier) { return static_cast<uint8_t>(1u << TierIndex(tier)); }
+
+absl::Status NoCopy(const BlockKey& key, Tier tier) {
+  return absl::NotFoundError(absl::StrCat("BlockIndex: no copy of block ", key.ToHex(), " in ",
+                                          ToAbsl(TierName(tier))));
+}
+
+}  // namespace
+
+CopyState BlockRecord::state(Tier tier) const {
+  if (ready_tiers & Bit(tier)) return CopyState::kReady;
+  if (pending_tiers & Bit(tier)) return CopyState::kPending;
+  return CopyState::kAbsent;
+}
+
+std::optional<Tier> BlockRecord::fastest_ready_tier() const {
+  if (ready_tiers == 0) return std::nullopt;
+  // Lowest set bit = smallest Tier value = fastest tier.
+  return static_cast<Tier>(std::countr_zero(ready_tiers));
+}
+
+absl::StatusOr<std::unique_ptr<BlockIndex>> BlockIndex::Create(int tokens_per_block) {
+  if (tokens_per_block < 1 || tokens_per_block > 65536) {
+    return absl::InvalidArgumentError(absl::StrCat("BlockIndex: tokens_per_block = ",
+                                                   tokens_per_block, " is outside [1, 65536]"));
+  }
+  return std::unique_ptr<BlockIndex>(new BlockIndex(tokens_per_block));
+}
+
+absl::Status BlockIndex::AddCopy(const BlockKey& key, Tier tier, SlotId slot, CopyState state,
+                                 int64_t now_ns) {
+  if (!ValidTier(tier)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("BlockIndex: tier ", static_cast<int>(tier), " does not exist"));
+  }
+  if (!slot.valid()) return absl::InvalidArgumentError("BlockIndex: slot is invalid");
+  if (state != CopyState::kPending && state != CopyState::kReady) {
+    return absl::InvalidArgumentError(absl::StrCat("BlockIndex: a new copy of block ", key.ToHex(),
+                                                   " must be pending or ready"));
+  }
+  auto [it, inserted] = records_.try_emplace(key);
+  BlockRecord& r = it->second;
+  if (inserted) {
+    r.last_use_ns = now_ns;
+  } else if (r.state(tier) != CopyState::kAbsent) {
+    return absl::AlreadyExistsError(absl::StrCat("BlockIndex: block ", key.ToHex(),
+                                                 " already has a copy in ",
+                                                 ToAbsl(TierName(tier)), " at slot ",
+                                                 r.slots[TierIndex(tier)].value()));
+  }
+  r.slots[TierIndex(tier)] = slot;
+  (state == CopyState::kReady ? r.ready_tiers : r.pending_tiers) |= Bit(tier);
+  ++copies_[TierIndex(tier)];
+  return absl::OkStatus();
+}
+
+absl::Status BlockIndex::MarkReady(const BlockKey& key, Tier tier) {
+  auto it = records_.find(key);
+  if (!ValidTier(tier) || it == records_.end()) return NoCopy(key, tier);
+  BlockRecord& r = it->second;
+  switch (r.state(tier)) {
+    case CopyState::kAbsent:
+      return NoCopy(key, tier);
+    case CopyState::kReady:
+      return absl::FailedPreconditionError(absl::StrCat(
+          "BlockIndex: the copy of block ", key.ToHex(), " in ", ToAbsl(TierName(tier)),
+          " is already ready"));
+    case CopyState::kPending:
+      r.pending_tiers &= static_cast<uint8_t>(~Bit(tier));
+      r.ready_tiers |= Bit(tier);
+      return absl::OkStatus();
+  }
+  return NoCopy(key, tier);
+}
+
+absl::Status BlockIndex::RemoveCopy(const BlockKey& key, Tier tier) {
+  auto it = records_.find(key);
+  if (!ValidTier(tier) || it == records_.end() || it->second.state(tier) == CopyState::kAbsent) {
+    return NoCopy(key, tier);
+  }
+  BlockRecord& r = it->second;
+  r.pending_tiers &= static_cast<uint8_t>(~Bit(tier));
+  r.ready_tiers &= static_cast<uint8_t>(~Bit(tier));
+  r.slots[TierIndex(tier)] = SlotId();
+  --copies_[TierIndex(tier)];
+  if ((r.pending_tiers | r.ready_tiers) == 0) records_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::Status BlockIndex::RecordHit(const BlockKey& key, int64_t now_ns) {
+  auto it = records_.find(key);
+  if (it == records_.end()) {
+    return absl::NotFoundError(absl::StrCat("BlockIndex: block ", key.ToHex(), " is not indexed"));
+  }
+  it->second.last_use_ns = now_ns;
+  ++it->second.hit_count;
+  return absl::OkStatus();
+}
+
+std::optional<BlockRecord> BlockIndex::Lookup(const BlockKey& key) const {
+  auto it = records_.find(key);
+  if (it == records_.end()) return std::nullopt;
+  return it->second;
+}
+
+absl::StatusOr<PrefixMatch> BlockIndex::Match(absl::Span<const BlockKey> keys,
+                                              int64_t query_tokens,
+                                              std::vector<BlockLocation>* locations) const {
+  if (query_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("BlockIndex: query_tokens = ", query_tokens, " is negative"));
+  }
+  const int64_t limit =
+      std::min(static_cast<int64_t>(keys.size()), query_tokens / tokens_per_block_);
+  if (locations != nullptr) locations->clear();
+  PrefixMatch match;
+  for (int64_t i = 0; i < limit; ++i) {
+    auto it = records_.find(keys[i]);
+    if (it == records_.end()) break;
+    const std::optional<Tier> tier = it->second.fastest_ready_tier();
+    if (!tier.has_value()) break;  // only pending copies: not usable yet
+    ++match.blocks_by_tier[TierIndex(*tier)];
+    if (locations != nullptr) {
+      locations->push_back(BlockLocation{*tier, it->second.slots[TierIndex(*tier)]});
+    }
+    ++match.matched_blocks;
+  }
+  match.matched_tokens = match.matched_blocks * tokens_per_block_;
+  return match;
+}
+
+}  // namespace kvtier

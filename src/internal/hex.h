@@ -1,0 +1,24 @@
+// Lower-case hex encoding of raw bytes, for keys and digests in messages and golden tests.
+#ifndef KVTIER_INTERNAL_HEX_H_
+#define KVTIER_INTERNAL_HEX_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace kvtier::internal {
+
+inline std::string HexEncode(const uint8_t* data, size_t size) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * size);
+  for (size_t i = 0; i < size; ++i) {
+    out.push_back(kDigits[data[i] >> 4]);
+    out.push_back(kDigits[data[i] & 0xf]);
+  }
+  return out;
+}
+
+}  // namespace kvtier::internal
+
+#endif  // KVTIER_INTERNAL_HEX_H_

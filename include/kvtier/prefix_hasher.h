@@ -75,13 +75,14 @@ class PrefixHasher {
   // Appends to `*keys` the key of every full block of `tokens` (floor(tokens.size() / B) keys,
   // B = tokens_per_block). tokens[0] is at absolute position `first_position`, a multiple of B;
   // `parent` is the key of the block before it: kRootBlockKey exactly when first_position == 0.
+  // It is taken by value, so `keys->back()` may be passed while `*keys` grows.
   // This continues a chain without rehashing its start (e.g. while decode fills blocks).
   // Errors (nothing is appended on error): kInvalidArgument for a null `keys`, a negative or
   // unaligned first_position, a parent inconsistent with first_position, or invalid extras (an
   // empty or over-long adapter id or salt, an item with start < 0, num_tokens < 1, a digest of
   // 0 or more than kMaxDigestBytes bytes, items unsorted or overlapping); kInternal if SHA-256
   // fails inside OpenSSL.
-  absl::Status AppendBlockKeys(const BlockKey& parent, int64_t first_position,
+  absl::Status AppendBlockKeys(BlockKey parent, int64_t first_position,
                                absl::Span<const int32_t> tokens, const BlockExtras& extras,
                                std::vector<BlockKey>* keys) const;
 

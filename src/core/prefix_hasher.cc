@@ -101,7 +101,7 @@ absl::StatusOr<PrefixHasher> PrefixHasher::Create(const CacheNamespace& ns,
   return PrefixHasher(ns.digest(), ns.geometry().tokens_per_block(), algorithm);
 }
 
-absl::Status PrefixHasher::AppendBlockKeys(const BlockKey& parent, int64_t first_position,
+absl::Status PrefixHasher::AppendBlockKeys(BlockKey parent, int64_t first_position,
                                            absl::Span<const int32_t> tokens,
                                            const BlockExtras& extras,
                                            std::vector<BlockKey>* keys) const {

@@ -105,12 +105,16 @@ int main() {
       OrDie(index->Match(keys, static_cast<int64_t>(conversation.size()), &where));
   auto turn2 = OrDie(PageTable::Create(SequenceId(2), hbm.get(), geometry.tokens_per_block()));
   const absl::Span<const int32_t> all(conversation);
-  for (size_t i = 0; i < where.size(); ++i) {  // pin every hit first, then allocate the rest
-    OrDie(turn2->AppendCachedBlock(where[i].slot, all.subspan(i * 16, 16)));
+  // Pin every hit first, then allocate the rest. Only HBM copies can be adopted as they are;
+  // with a single tier every hit is in HBM (lower tiers onboard first, once they exist).
+  size_t adopted = 0;
+  while (adopted < where.size() && where[adopted].tier == Tier::kHbm) {
+    OrDie(turn2->AppendCachedBlock(Tier::kHbm, where[adopted].slot, all.subspan(adopted * 16, 16)));
+    ++adopted;
   }
-  OrDie(turn2->Append(all.subspan(where.size() * 16)).status());
+  OrDie(turn2->Append(all.subspan(adopted * 16)).status());
   Publish(hasher, *index, *turn2);
-  const int64_t prefill = static_cast<int64_t>(conversation.size()) - hit.matched_tokens;
+  const int64_t prefill = static_cast<int64_t>(conversation.size()) - static_cast<int64_t>(adopted) * 16;
   std::printf("turn 2: %lld prompt tokens, %lld cached in HBM (%.1f MiB of KV reused), "
               "%lld to prefill\n",
               static_cast<long long>(conversation.size()),

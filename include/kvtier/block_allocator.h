@@ -18,7 +18,8 @@
 // its holders (refs >= 1). kCached holds KV nobody references (refs == 0): evictable.
 // kInFlight is the destination of a transfer; it cannot be freed or reused until the transfer is
 // complete or known dead, and kQuarantined is one whose transfer failed or timed out and might
-// still land. The accounting invariant, checked by the tests after every operation:
+// still land. A transfer that *reads* a slot (the source of an offload) pins it with Acquire for
+// its duration, so the source cannot be evicted mid-copy; held() counts such pins. The accounting invariant, checked by the tests after every operation:
 //
 //   free + used + quarantined == capacity,  used = writable + sealed + cached + in_flight
 //
@@ -78,7 +79,8 @@ class BlockAllocator {
   static constexpr uint32_t kMaxRefCount = (uint32_t{1} << 24) - 1;
 
   // An allocator for `capacity_blocks` slots of `tier`, all kFree. Uses 8 bytes per slot.
-  // Errors: kInvalidArgument if capacity_blocks < 1 or > kMaxCapacityBlocks.
+  // Errors: kInvalidArgument for a tier that does not exist or capacity_blocks < 1 or >
+  // kMaxCapacityBlocks.
   static absl::StatusOr<std::unique_ptr<BlockAllocator>> Create(Tier tier,
                                                                 int64_t capacity_blocks);
 

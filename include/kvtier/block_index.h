@@ -32,7 +32,7 @@ enum class CopyState : uint8_t {
   kReady = 2,    // the bytes are complete and valid
 };
 
-// What the index knows of one block. 48 bytes.
+// What the index knows of one block: 32 bytes (48 with its key).
 struct BlockRecord {
   std::array<SlotId, kNumTiers> slots;  // per tier (TierIndex), invalid where absent
   int64_t last_use_ns = 0;              // caller's clock, ns, at the last hit or insertion
@@ -40,6 +40,7 @@ struct BlockRecord {
   uint8_t pending_tiers = 0;            // bit TierIndex(t): a kPending copy in tier t
   uint8_t ready_tiers = 0;              // bit TierIndex(t): a kReady copy in tier t
 
+  // kAbsent also for a tier value that does not exist.
   CopyState state(Tier tier) const;
   // The fastest tier (smallest Tier value) with a kReady copy, if any.
   std::optional<Tier> fastest_ready_tier() const;
@@ -71,10 +72,11 @@ class BlockIndex {
   absl::Status AddCopy(const BlockKey& key, Tier tier, SlotId slot, CopyState state,
                        int64_t now_ns);
   // kPending -> kReady for the copy in `tier`.
-  // Errors: kNotFound if `tier` has no copy of `key`; kFailedPrecondition if it is already ready.
+  // Errors: kInvalidArgument for an out-of-range tier; kNotFound if `tier` has no copy of `key`;
+  // kFailedPrecondition if it is already ready.
   absl::Status MarkReady(const BlockKey& key, Tier tier);
   // Forgets the copy in `tier`; a block with no copy left leaves the index.
-  // Errors: kNotFound if `tier` has no copy of `key`.
+  // Errors: kInvalidArgument for an out-of-range tier; kNotFound if `tier` has no copy of `key`.
   absl::Status RemoveCopy(const BlockKey& key, Tier tier);
   // A hit: last use = now_ns and one more hit. Errors: kNotFound if `key` is not indexed.
   absl::Status RecordHit(const BlockKey& key, int64_t now_ns);
@@ -93,8 +95,8 @@ class BlockIndex {
   int tokens_per_block() const { return tokens_per_block_; }
   // Blocks with at least one copy.
   int64_t size() const { return static_cast<int64_t>(records_.size()); }
-  // Copies in `tier`, pending and ready.
-  int64_t copies_in(Tier tier) const { return copies_[TierIndex(tier)]; }
+  // Copies in `tier`, pending and ready; 0 for a tier that does not exist.
+  int64_t copies_in(Tier tier) const;
 
  private:
   explicit BlockIndex(int tokens_per_block) : tokens_per_block_(tokens_per_block) {}

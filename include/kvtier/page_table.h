@@ -59,7 +59,8 @@ struct ForkResult {
 class PageTable {
  public:
   // An empty table for `sequence`, allocating from `allocator` (not owned; must outlive it).
-  // Errors: kInvalidArgument for a null allocator or tokens_per_block outside [1, 65536].
+  // Errors: kInvalidArgument for a null allocator, an invalid sequence id or tokens_per_block
+  // outside [1, 65536].
   static absl::StatusOr<std::unique_ptr<PageTable>> Create(SequenceId sequence,
                                                           BlockAllocator* allocator,
                                                           int tokens_per_block);
@@ -75,23 +76,29 @@ class PageTable {
   // free slots than the new blocks need (nothing changes; the caller evicts and retries).
   absl::StatusOr<AppendResult> Append(absl::Span<const int32_t> tokens);
 
-  // Appends one full block that is already cached in `slot` (a prefix hit): takes a reference on
-  // it (kCached -> kSealed or one more holder of a kSealed slot).
+  // Appends one full block that is already cached in `slot` of `tier` (a prefix hit, e.g. a
+  // BlockLocation from BlockIndex::Match): takes a reference on it (kCached -> kSealed or one more
+  // holder of a kSealed slot). The caller guarantees `tokens` are the block's tokens (its key).
   // Errors: kFailedPrecondition after Release() or while the last block is partial;
-  // kInvalidArgument if tokens.size() != tokens_per_block; the allocator's errors for `slot`
-  // (kInvalidArgument out of range, kFailedPrecondition if not kSealed or kCached).
-  absl::Status AppendCachedBlock(SlotId slot, absl::Span<const int32_t> tokens);
+  // kInvalidArgument if `tier` is not the allocator's tier (a block cached in a lower tier must
+  // be onboarded first) or tokens.size() != tokens_per_block; the allocator's errors for `slot`
+  // (kInvalidArgument out of range, kFailedPrecondition if not kSealed or kCached,
+  // kResourceExhausted at BlockAllocator::kMaxRefCount holders). On error nothing changes.
+  absl::Status AppendCachedBlock(Tier tier, SlotId slot, absl::Span<const int32_t> tokens);
 
   // A new table `child` holding this table's first `num_tokens` tokens. Full blocks are shared
   // (one more reference each); a partial last block gets a fresh writable slot and a BlockCopy
   // (copy-on-write: appends to either table never change the other's blocks).
   // Errors: kFailedPrecondition after Release(); kOutOfRange if num_tokens < 0 or >
-  // num_tokens(); kResourceExhausted if no slot is free for the copy (nothing changes).
+  // num_tokens(); kResourceExhausted if no slot is free for the copy or a shared block is at
+  // BlockAllocator::kMaxRefCount holders (nothing changes).
   absl::StatusOr<ForkResult> Fork(SequenceId child, int64_t num_tokens);
 
   // Drops every token from position `num_tokens` on. Blocks wholly past it are released. If the
   // new last block is partial and was sealed (shared, immutable), it is replaced by a fresh
   // writable slot and the returned BlockCopy; the sealed block stays with its other holders.
+  // The copy reuses the table's own partial last block when that block is dropped, so a
+  // truncate needs a free slot only when it ends inside the (sealed) last block.
   // Errors: kFailedPrecondition after Release(); kOutOfRange if num_tokens < 0 or >
   // num_tokens(); kResourceExhausted if the copy needs a slot and none is free (nothing changes).
   absl::StatusOr<std::optional<BlockCopy>> Truncate(int64_t num_tokens);
@@ -122,6 +129,8 @@ class PageTable {
       : sequence_(sequence), allocator_(allocator), tokens_per_block_(tokens_per_block) {}
 
   absl::Status CheckLive() const;
+  // True if `tokens` points into tokens_ (which an append may reallocate).
+  bool AliasesTokens(absl::Span<const int32_t> tokens) const;
   // Releases slots_[from..] (last first) and removes them from the table.
   void ReleaseBlocksFrom(int64_t from);
 

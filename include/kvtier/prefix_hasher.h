@@ -67,6 +67,8 @@ class PrefixHasher {
  public:
   static constexpr size_t kMaxExtraBytes = 1024;
   static constexpr size_t kMaxDigestBytes = 64;
+  // Token positions are below 2^48: far beyond any context, and block arithmetic cannot overflow.
+  static constexpr int64_t kMaxPosition = int64_t{1} << 48;
 
   // Errors: kInvalidArgument for an unknown algorithm; kInternal if OpenSSL lacks SHA-256.
   static absl::StatusOr<PrefixHasher> Create(const CacheNamespace& ns,
@@ -78,10 +80,11 @@ class PrefixHasher {
   // It is taken by value, so `keys->back()` may be passed while `*keys` grows.
   // This continues a chain without rehashing its start (e.g. while decode fills blocks).
   // Errors (nothing is appended on error): kInvalidArgument for a null `keys`, a negative or
-  // unaligned first_position, a parent inconsistent with first_position, or invalid extras (an
-  // empty or over-long adapter id or salt, an item with start < 0, num_tokens < 1, a digest of
-  // 0 or more than kMaxDigestBytes bytes, items unsorted or overlapping); kInternal if SHA-256
-  // fails inside OpenSSL.
+  // unaligned first_position, first_position + tokens.size() > kMaxPosition, a parent
+  // inconsistent with first_position, or invalid extras (an empty or over-long adapter id, an
+  // over-long salt, an item with start < 0, num_tokens < 1, a digest of 0 or more than
+  // kMaxDigestBytes bytes, items unsorted or overlapping); kInternal if SHA-256 fails inside
+  // OpenSSL.
   absl::Status AppendBlockKeys(BlockKey parent, int64_t first_position,
                                absl::Span<const int32_t> tokens, const BlockExtras& extras,
                                std::vector<BlockKey>* keys) const;

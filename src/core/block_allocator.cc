@@ -29,6 +29,10 @@ std::string_view SlotStateName(SlotState state) {
 
 absl::StatusOr<std::unique_ptr<BlockAllocator>> BlockAllocator::Create(Tier tier,
                                                                        int64_t capacity_blocks) {
+  if (TierIndex(tier) < 0 || TierIndex(tier) >= kNumTiers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("BlockAllocator: tier ", static_cast<int>(tier), " does not exist"));
+  }
   if (capacity_blocks < 1 || capacity_blocks > kMaxCapacityBlocks) {
     return absl::InvalidArgumentError(absl::StrCat("BlockAllocator(", ToAbsl(TierName(tier)),
                                                    "): capacity_blocks = ", capacity_blocks,

@@ -14,7 +14,13 @@ using internal::ToAbsl;
 
 bool ValidTier(Tier tier) { return TierIndex(tier) >= 0 && TierIndex(tier) < kNumTiers; }
 
-uint8_t Bit(Tier tier) { return static_cast<uint8_t>(1u << TierIndex(tier)); }
+// The bit of `tier` in a tier mask; 0 for a tier that does not exist.
+uint8_t Bit(Tier tier) { return ValidTier(tier) ? static_cast<uint8_t>(1u << TierIndex(tier)) : 0; }
+
+absl::Status NoSuchTier(Tier tier) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("BlockIndex: tier ", static_cast<int>(tier), " does not exist"));
+}
 
 absl::Status NoCopy(const BlockKey& key, Tier tier) {
   return absl::NotFoundError(absl::StrCat("BlockIndex: no copy of block ", key.ToHex(), " in ",
@@ -45,14 +51,16 @@ absl::StatusOr<std::unique_ptr<BlockIndex>> BlockIndex::Create(int tokens_per_bl
 
 absl::Status BlockIndex::AddCopy(const BlockKey& key, Tier tier, SlotId slot, CopyState state,
                                  int64_t now_ns) {
-  if (!ValidTier(tier)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("BlockIndex: tier ", static_cast<int>(tier), " does not exist"));
+  if (!ValidTier(tier)) return NoSuchTier(tier);
+  if (!slot.valid()) {
+    return absl::InvalidArgumentError(absl::StrCat("BlockIndex: the slot of block ", key.ToHex(),
+                                                   " in ", ToAbsl(TierName(tier)),
+                                                   " is invalid"));
   }
-  if (!slot.valid()) return absl::InvalidArgumentError("BlockIndex: slot is invalid");
   if (state != CopyState::kPending && state != CopyState::kReady) {
     return absl::InvalidArgumentError(absl::StrCat("BlockIndex: a new copy of block ", key.ToHex(),
-                                                   " must be pending or ready"));
+                                                   " must be pending or ready, not state ",
+                                                   static_cast<int>(state)));
   }
   auto [it, inserted] = records_.try_emplace(key);
   BlockRecord& r = it->second;
@@ -71,8 +79,9 @@ absl::Status BlockIndex::AddCopy(const BlockKey& key, Tier tier, SlotId slot, Co
 }
 
 absl::Status BlockIndex::MarkReady(const BlockKey& key, Tier tier) {
+  if (!ValidTier(tier)) return NoSuchTier(tier);
   auto it = records_.find(key);
-  if (!ValidTier(tier) || it == records_.end()) return NoCopy(key, tier);
+  if (it == records_.end()) return NoCopy(key, tier);
   BlockRecord& r = it->second;
   switch (r.state(tier)) {
     case CopyState::kAbsent:
@@ -90,8 +99,9 @@ absl::Status BlockIndex::MarkReady(const BlockKey& key, Tier tier) {
 }
 
 absl::Status BlockIndex::RemoveCopy(const BlockKey& key, Tier tier) {
+  if (!ValidTier(tier)) return NoSuchTier(tier);
   auto it = records_.find(key);
-  if (!ValidTier(tier) || it == records_.end() || it->second.state(tier) == CopyState::kAbsent) {
+  if (it == records_.end() || it->second.state(tier) == CopyState::kAbsent) {
     return NoCopy(key, tier);
   }
   BlockRecord& r = it->second;
@@ -117,6 +127,10 @@ std::optional<BlockRecord> BlockIndex::Lookup(const BlockKey& key) const {
   auto it = records_.find(key);
   if (it == records_.end()) return std::nullopt;
   return it->second;
+}
+
+int64_t BlockIndex::copies_in(Tier tier) const {
+  return ValidTier(tier) ? copies_[TierIndex(tier)] : 0;
 }
 
 absl::StatusOr<PrefixMatch> BlockIndex::Match(absl::Span<const BlockKey> keys,

@@ -1,17 +1,22 @@
 #include "kvtier/page_table.h"
 
+#include <functional>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "internal/status_macros.h"
+#include "internal/strings.h"
 
 namespace kvtier {
+
+using internal::ToAbsl;
 
 absl::StatusOr<std::unique_ptr<PageTable>> PageTable::Create(SequenceId sequence,
                                                             BlockAllocator* allocator,
                                                             int tokens_per_block) {
   if (allocator == nullptr) return absl::InvalidArgumentError("PageTable: allocator is null");
+  if (!sequence.valid()) return absl::InvalidArgumentError("PageTable: the sequence id is invalid");
   if (tokens_per_block < 1 || tokens_per_block > 65536) {
     return absl::InvalidArgumentError(absl::StrCat("PageTable: tokens_per_block = ",
                                                    tokens_per_block, " is outside [1, 65536]"));
@@ -31,6 +36,13 @@ absl::Status PageTable::CheckLive() const {
   return absl::OkStatus();
 }
 
+bool PageTable::AliasesTokens(absl::Span<const int32_t> tokens) const {
+  const int32_t* begin = tokens_.data();
+  const int32_t* end = begin + tokens_.size();
+  return !tokens.empty() && std::less_equal<>()(begin, tokens.data()) &&
+         std::less<>()(tokens.data(), end);
+}
+
 int PageTable::tokens_in_last_block() const {
   if (tokens_.empty()) return 0;
   const int r = static_cast<int>(num_tokens() % tokens_per_block_);
@@ -39,6 +51,10 @@ int PageTable::tokens_in_last_block() const {
 
 absl::StatusOr<AppendResult> PageTable::Append(absl::Span<const int32_t> tokens) {
   KVTIER_RETURN_IF_ERROR(CheckLive());
+  if (AliasesTokens(tokens)) {  // e.g. Append(tokens()): copy before tokens_ may reallocate
+    const std::vector<int32_t> copy(tokens.begin(), tokens.end());
+    return Append(copy);
+  }
   AppendResult result;
   result.first_sealed_block = num_full_blocks();
   if (tokens.empty()) return result;
@@ -70,8 +86,19 @@ absl::StatusOr<AppendResult> PageTable::Append(absl::Span<const int32_t> tokens)
   return result;
 }
 
-absl::Status PageTable::AppendCachedBlock(SlotId slot, absl::Span<const int32_t> tokens) {
+absl::Status PageTable::AppendCachedBlock(Tier tier, SlotId slot,
+                                         absl::Span<const int32_t> tokens) {
   KVTIER_RETURN_IF_ERROR(CheckLive());
+  if (tier != allocator_->tier()) {
+    // Slot ids are tier-local: slot 7 of DRAM is not slot 7 of this table's tier.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PageTable: sequence ", sequence_.value(), " maps ", ToAbsl(TierName(allocator_->tier())),
+        " slots; a block cached in ", ToAbsl(TierName(tier)), " must be onboarded first"));
+  }
+  if (AliasesTokens(tokens)) {
+    const std::vector<int32_t> copy(tokens.begin(), tokens.end());
+    return AppendCachedBlock(tier, slot, copy);
+  }
   if (num_tokens() % tokens_per_block_ != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "PageTable: sequence ", sequence_.value(), " ends in a partial block (", num_tokens(),
@@ -136,8 +163,17 @@ absl::StatusOr<std::optional<BlockCopy>> PageTable::Truncate(int64_t num_tokens)
     const SlotId last = slots_[keep_blocks - 1];
     KVTIER_ASSIGN_OR_RETURN(const SlotState state, allocator_->state(last));
     if (state == SlotState::kSealed) {
-      // A sealed block is immutable: the shortened block continues in a private copy.
-      KVTIER_ASSIGN_OR_RETURN(const SlotId dst, allocator_->Allocate());
+      // A sealed block is immutable: the shortened block continues in a private copy. The
+      // table's own writable tail, if it is being dropped, serves as the copy's slot, so a
+      // truncate never needs more slots than it frees.
+      SlotId dst;
+      if (num_blocks() > keep_blocks &&
+          allocator_->state(slots_.back()).value_or(SlotState::kFree) == SlotState::kWritable) {
+        dst = slots_.back();
+        slots_.pop_back();
+      } else {
+        KVTIER_ASSIGN_OR_RETURN(dst, allocator_->Allocate());
+      }
       copy = BlockCopy{.src = last, .dst = dst, .num_tokens = partial};
       ReleaseBlocksFrom(keep_blocks - 1);
       slots_.push_back(dst);

@@ -112,6 +112,11 @@ absl::Status PrefixHasher::AppendBlockKeys(BlockKey parent, int64_t first_positi
                                                    first_position,
                                                    " is not a non-negative multiple of ", b));
   }
+  if (first_position > kMaxPosition - static_cast<int64_t>(tokens.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PrefixHasher: first_position = ", first_position, " plus ", tokens.size(),
+        " tokens passes the largest position ", kMaxPosition));
+  }
   if ((first_position == 0) != (parent == kRootBlockKey)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "PrefixHasher: parent ", parent.ToHex(), " does not fit first_position = ", first_position,

@@ -131,7 +131,7 @@ class World {
     // Two phases: adopt (pin) every matched block first, then allocate the rest.
     for (size_t i = 0; i < where.size(); ++i) {
       KVTIER_ASSERT_OK(table->AppendCachedBlock(
-          where[i].slot, absl::MakeConstSpan(prompt).subspan(i * kB, kB)));
+          where[i].tier, where[i].slot, absl::MakeConstSpan(prompt).subspan(i * kB, kB)));
       ++hits_;
     }
     const size_t done = where.size() * kB;

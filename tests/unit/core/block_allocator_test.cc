@@ -30,6 +30,8 @@ TEST(BlockAllocatorTest, CreateRejectsBadCapacity) {
               IsError(StatusCode::kInvalidArgument, "capacity_blocks = 0"));
   EXPECT_THAT(BlockAllocator::Create(Tier::kDram, -1),
               IsError(StatusCode::kInvalidArgument, "BlockAllocator(dram): capacity_blocks = -1"));
+  EXPECT_THAT(BlockAllocator::Create(static_cast<Tier>(200), 8),
+              IsError(StatusCode::kInvalidArgument, "tier 200 does not exist"));
   EXPECT_THAT(BlockAllocator::Create(Tier::kDram, BlockAllocator::kMaxCapacityBlocks + 1),
               IsError(StatusCode::kInvalidArgument, "capacity_blocks = 2147483649"));
 }

@@ -64,11 +64,11 @@ TEST(BlockIndexTest, ErrorsNameKeyAndTier) {
   auto index = Make();
   const BlockKey k = Keys(1)[0];
   EXPECT_THAT(index->AddCopy(k, Tier::kHbm, SlotId(), CopyState::kReady, 0),
-              IsError(StatusCode::kInvalidArgument, "slot is invalid"));
+              IsError(StatusCode::kInvalidArgument, "in hbm is invalid"));
   EXPECT_THAT(index->AddCopy(k, static_cast<Tier>(4), SlotId(1), CopyState::kReady, 0),
               IsError(StatusCode::kInvalidArgument, "tier 4 does not exist"));
   EXPECT_THAT(index->AddCopy(k, Tier::kHbm, SlotId(1), CopyState::kAbsent, 0),
-              IsError(StatusCode::kInvalidArgument, "must be pending or ready"));
+              IsError(StatusCode::kInvalidArgument, "must be pending or ready, not state 0"));
   EXPECT_EQ(index->size(), 0);  // failed adds leave nothing behind
   KVTIER_ASSERT_OK(index->AddCopy(k, Tier::kHbm, SlotId(1), CopyState::kReady, 0));
   EXPECT_THAT(index->AddCopy(k, Tier::kHbm, SlotId(2), CopyState::kReady, 0),
@@ -76,6 +76,13 @@ TEST(BlockIndexTest, ErrorsNameKeyAndTier) {
   EXPECT_THAT(index->MarkReady(k, Tier::kHbm),
               IsError(StatusCode::kFailedPrecondition, "already ready"));
   EXPECT_THAT(index->MarkReady(k, Tier::kNvme), IsError(StatusCode::kNotFound, "in nvme"));
+  // Out-of-range tiers are argument errors everywhere, and never index past the tier arrays.
+  for (Tier bad : {static_cast<Tier>(4), static_cast<Tier>(9), static_cast<Tier>(40)}) {
+    EXPECT_THAT(index->MarkReady(k, bad), IsError(StatusCode::kInvalidArgument, "does not exist"));
+    EXPECT_THAT(index->RemoveCopy(k, bad), IsError(StatusCode::kInvalidArgument, "does not exist"));
+    EXPECT_EQ(index->copies_in(bad), 0);
+    EXPECT_EQ(index->Lookup(k)->state(bad), CopyState::kAbsent);
+  }
   EXPECT_THAT(index->RemoveCopy(k, Tier::kRemote), IsError(StatusCode::kNotFound, "in remote"));
   const BlockKey other{7, 7};
   EXPECT_THAT(index->MarkReady(other, Tier::kHbm),

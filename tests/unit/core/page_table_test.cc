@@ -39,6 +39,8 @@ TEST_F(PageTableTest, CreateRejectsBadArguments) {
               IsError(StatusCode::kInvalidArgument, "allocator is null"));
   EXPECT_THAT(PageTable::Create(SequenceId(1), allocator_.get(), 0),
               IsError(StatusCode::kInvalidArgument, "tokens_per_block = 0"));
+  EXPECT_THAT(PageTable::Create(SequenceId(), allocator_.get(), 16),
+              IsError(StatusCode::kInvalidArgument, "sequence id is invalid"));
 }
 
 TEST_F(PageTableTest, AppendFillsPartialBlockAndSealsFullOnes) {
@@ -108,7 +110,7 @@ TEST_F(PageTableTest, ReleaseTwiceAndUseAfterRelease) {
   EXPECT_THAT(t->Fork(SequenceId(6), 0), IsError(StatusCode::kFailedPrecondition, "released"));
   EXPECT_THAT(t->Truncate(0), IsError(StatusCode::kFailedPrecondition, "released"));
   EXPECT_THAT(t->SlotForBlock(0), IsError(StatusCode::kFailedPrecondition, "released"));
-  EXPECT_THAT(t->AppendCachedBlock(SlotId(0), Iota(16)),
+  EXPECT_THAT(t->AppendCachedBlock(Tier::kHbm, SlotId(0), Iota(16)),
               IsError(StatusCode::kFailedPrecondition, "released"));
   ExpectAccounting(*allocator_);
 }
@@ -131,23 +133,26 @@ TEST_F(PageTableTest, AppendCachedBlockSharesSlot) {
   ASSERT_EQ(StateOf(first), SlotState::kCached);
 
   auto b = NewTable(2);
-  KVTIER_ASSERT_OK(b->AppendCachedBlock(first, Iota(16)));
+  KVTIER_ASSERT_OK(b->AppendCachedBlock(Tier::kHbm, first, Iota(16)));
   EXPECT_EQ(StateOf(first), SlotState::kSealed);
   EXPECT_EQ(*allocator_->ref_count(first), 1u);
   auto c = NewTable(3);
-  KVTIER_ASSERT_OK(c->AppendCachedBlock(first, Iota(16)));
+  KVTIER_ASSERT_OK(c->AppendCachedBlock(Tier::kHbm, first, Iota(16)));
   EXPECT_EQ(*allocator_->ref_count(first), 2u);
-  EXPECT_THAT(c->AppendCachedBlock(first, Iota(15)),
+  EXPECT_THAT(c->AppendCachedBlock(Tier::kHbm, first, Iota(15)),
               IsError(StatusCode::kInvalidArgument, "has 16 tokens, not 15"));
   KVTIER_ASSERT_OK(c->Append(Iota(3)).status());
-  EXPECT_THAT(c->AppendCachedBlock(first, Iota(16)),
+  EXPECT_THAT(c->AppendCachedBlock(Tier::kHbm, first, Iota(16)),
               IsError(StatusCode::kFailedPrecondition, "partial block (19 tokens)"));
   // Only sealed or cached slots can be adopted.
   auto d = NewTable(4);
-  EXPECT_THAT(d->AppendCachedBlock(c->block_table()[1], Iota(16)),
+  EXPECT_THAT(d->AppendCachedBlock(Tier::kHbm, c->block_table()[1], Iota(16)),
               IsError(StatusCode::kFailedPrecondition, "state writable"));
-  EXPECT_THAT(d->AppendCachedBlock(SlotId(99), Iota(16)),
+  EXPECT_THAT(d->AppendCachedBlock(Tier::kHbm, SlotId(99), Iota(16)),
               IsError(StatusCode::kInvalidArgument, "outside"));
+  // Slot ids are tier-local: a DRAM hit is not HBM slot `first` (a wrong block if accepted).
+  EXPECT_THAT(d->AppendCachedBlock(Tier::kDram, first, Iota(16)),
+              IsError(StatusCode::kInvalidArgument, "a block cached in dram must be onboarded"));
   EXPECT_EQ(d->num_tokens(), 0);
   ExpectAccounting(*allocator_);
 }
@@ -218,6 +223,35 @@ TEST_F(PageTableTest, TruncateIntoSealedBlockCopiesIt) {
   EXPECT_THAT(t->Truncate(1), IsError(StatusCode::kOutOfRange, "to 1 tokens; it has 0"));
   EXPECT_THAT(t->Truncate(-1), IsError(StatusCode::kOutOfRange, "to -1"));
   ExpectAccounting(*allocator_);
+}
+
+TEST_F(PageTableTest, TruncateIntoSealedBlockReusesDroppedPartialBlock) {
+  // Found in review: with every slot in use, truncating into a sealed block failed although the
+  // dropped partial block could hold the copy; with nothing cached the caller could never evict
+  // its way out.
+  auto small = std::move(BlockAllocator::Create(Tier::kHbm, 3)).value();
+  testing::SlotTokenStore store(3, kB);
+  auto t = std::move(PageTable::Create(SequenceId(1), small.get(), kB)).value();
+  KVTIER_ASSERT_OK(t->Append(Iota(40)).status());  // 2 sealed + 1 writable: all 3 slots
+  store.WriteTokens(*t, 0);
+  const SlotId tail = t->block_table()[2];
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::optional<BlockCopy> copy, t->Truncate(20));
+  ASSERT_TRUE(copy.has_value());
+  EXPECT_EQ(copy->dst, tail);
+  EXPECT_EQ(copy->num_tokens, 4);
+  store.Copy(*copy);
+  EXPECT_THAT(store.ReadBack(*t), ElementsAreArray(Iota(20)));
+  EXPECT_EQ(*small->state(tail), SlotState::kWritable);
+  ExpectAccounting(*small);
+}
+
+TEST_F(PageTableTest, AppendOfItsOwnTokensIsSafe) {
+  auto t = NewTable(1);
+  KVTIER_ASSERT_OK(t->Append(Iota(20)).status());
+  KVTIER_ASSERT_OK(t->Append(t->tokens()).status());  // the span points into the table
+  std::vector<int32_t> want = Iota(20);
+  for (int32_t x : Iota(20)) want.push_back(x);
+  EXPECT_THAT(t->tokens(), ElementsAreArray(want));
 }
 
 TEST_F(PageTableTest, TruncateFailsCleanlyWhenNoSlotForCopy) {

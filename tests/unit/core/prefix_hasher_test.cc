@@ -100,6 +100,35 @@ TEST(PrefixHasherTest, DocumentedLayoutReproducesKeys) {
   }
 }
 
+// An item that began in an earlier block and continues past this one: its offset is negative
+// (two's complement) and every block it overlaps carries it. Pinned by hand from formats.md.
+TEST(PrefixHasherTest, DocumentedLayoutOfItemSpanningBlocks) {
+  const PrefixHasher hasher = MakeHasher(16);
+  const std::vector<int32_t> tokens = Iota(16, 3000);
+  BlockExtras extras;
+  extras.multimodal.push_back({.start_token = 10, .num_tokens = 100, .digest = "D1"});  // [10,110)
+  extras.multimodal.push_back({.start_token = 200, .num_tokens = 5, .digest = "D2"});   // later
+  const BlockKey parent{0x1111, 0x2222};
+  std::vector<BlockKey> keys;
+  KVTIER_ASSERT_OK(hasher.AppendBlockKeys(parent, 48, tokens, extras, &keys));  // block [48,64)
+  ASSERT_EQ(keys.size(), 1u);
+
+  std::vector<uint8_t> msg;
+  internal::ByteWriter w(&msg);
+  w.Bytes(hasher.namespace_digest().data(), 16);
+  w.Bytes(parent.ToBytes().data(), 16);
+  w.U8(0x04);
+  w.U32(16 + 2);
+  w.U64(static_cast<uint64_t>(int64_t{10} - 48));  // -38
+  w.U64(100);
+  w.Bytes("D1", 2);
+  w.U8(0x10);
+  w.U32(64);
+  for (int32_t t : tokens) w.U32(static_cast<uint32_t>(t));
+  const XXH128_hash_t h = XXH3_128bits(msg.data(), msg.size());
+  EXPECT_EQ(keys[0], (BlockKey{.hi = h.high64, .lo = h.low64}));
+}
+
 TEST(PrefixHasherTest, Sha256IsTruncatedDigestOfSameMessage) {
   const PrefixHasher hasher = MakeHasher(16, HashAlgorithm::kSha256);
   const std::vector<int32_t> tokens = Iota(16);
@@ -202,6 +231,10 @@ TEST(PrefixHasherTest, RejectsBadArgumentsAndAppendsNothing) {
               IsError(StatusCode::kInvalidArgument, "first_position = -16"));
   EXPECT_THAT(h.AppendBlockKeys(some, 20, t, {}, &keys),
               IsError(StatusCode::kInvalidArgument, "first_position = 20"));
+  EXPECT_THAT(h.AppendBlockKeys(some, INT64_MAX - 15, t, FullExtras(), &keys),
+              IsError(StatusCode::kInvalidArgument, "first_position = 9223372036854775792"));
+  EXPECT_THAT(h.AppendBlockKeys(some, PrefixHasher::kMaxPosition - 16, t, {}, &keys),
+              IsError(StatusCode::kInvalidArgument, "passes the largest position"));
   EXPECT_THAT(h.AppendBlockKeys(kRootBlockKey, 16, t, {}, &keys),
               IsError(StatusCode::kInvalidArgument, "does not fit first_position = 16"));
   EXPECT_THAT(h.AppendBlockKeys(some, 0, t, {}, &keys),
@@ -229,6 +262,10 @@ TEST(PrefixHasherTest, RejectsBadArgumentsAndAppendsNothing) {
               }),
               IsError(StatusCode::kInvalidArgument, "multimodal item 1 starts at 25"));
   EXPECT_EQ(keys.size(), 1u);  // nothing appended by any failed call
+  BlockExtras empty_adapter;
+  empty_adapter.adapter = AdapterIdentity{};
+  EXPECT_THAT(h.BlockKeys(t, empty_adapter),
+              IsError(StatusCode::kInvalidArgument, "adapter id has 0 bytes"));
 }
 
 TEST(PrefixHasherTest, RejectsUnknownAlgorithm) {

@@ -16,7 +16,7 @@ function(kvtier_add_header_check target)
   # Only the public interface: abseil and the include directory, nothing private of kvtier.
   target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR}/include)
   target_link_libraries(${target} PRIVATE absl::status absl::statusor absl::span
-                        absl::flat_hash_map absl::strings)
+                        absl::flat_hash_map absl::strings absl::time absl::core_headers)
   target_compile_features(${target} PRIVATE cxx_std_20)
   kvtier_set_warnings(${target})
 endfunction()

@@ -38,6 +38,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "kvtier/ids.h"
 
 namespace kvtier {
@@ -83,6 +84,11 @@ class BlockAllocator {
   // kMaxCapacityBlocks.
   static absl::StatusOr<std::unique_ptr<BlockAllocator>> Create(Tier tier,
                                                                 int64_t capacity_blocks);
+  // As Create, but the slots in `cached` start kCached (blocks found again after a restart) and
+  // only the others are free. Errors also kInvalidArgument for a slot outside the capacity or
+  // listed twice.
+  static absl::StatusOr<std::unique_ptr<BlockAllocator>> CreateWithCached(
+      Tier tier, int64_t capacity_blocks, absl::Span<const SlotId> cached);
 
   BlockAllocator(const BlockAllocator&) = delete;
   BlockAllocator& operator=(const BlockAllocator&) = delete;

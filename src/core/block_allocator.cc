@@ -1,5 +1,7 @@
 #include "kvtier/block_allocator.h"
 
+#include <vector>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "internal/status_macros.h"
@@ -39,6 +41,33 @@ absl::StatusOr<std::unique_ptr<BlockAllocator>> BlockAllocator::Create(Tier tier
                                                    " is outside [1, ", kMaxCapacityBlocks, "]"));
   }
   return std::unique_ptr<BlockAllocator>(new BlockAllocator(tier, capacity_blocks));
+}
+
+absl::StatusOr<std::unique_ptr<BlockAllocator>> BlockAllocator::CreateWithCached(
+    Tier tier, int64_t capacity_blocks, absl::Span<const SlotId> cached) {
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<BlockAllocator> a, Create(tier, capacity_blocks));
+  std::vector<bool> is_cached(static_cast<size_t>(capacity_blocks), false);
+  for (SlotId s : cached) {
+    if (!a->InRange(s)) return a->OutOfRange(s);
+    if (is_cached[s.value()]) {
+      return absl::InvalidArgumentError(absl::StrCat("BlockAllocator(", ToAbsl(TierName(tier)),
+                                                     "): slot ", s.value(), " listed twice"));
+    }
+    is_cached[s.value()] = true;
+  }
+  // Rebuild the free list from the remaining slots, lowest first.
+  a->free_head_ = kEndOfList;
+  for (int64_t i = capacity_blocks - 1; i >= 0; --i) {
+    const auto index = static_cast<uint32_t>(i);
+    if (is_cached[index]) {
+      a->SetState(index, SlotState::kCached);
+      a->slots_[index].word = 0;
+    } else {
+      a->slots_[index].word = a->free_head_;
+      a->free_head_ = index;
+    }
+  }
+  return a;
 }
 
 BlockAllocator::BlockAllocator(Tier tier, int64_t capacity_blocks)

@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "cuda/fill_pattern.h"
+#include "internal/cuda_host.h"
 #include "kvtier/cuda_device.h"
 
 namespace kvtier {
@@ -72,4 +73,25 @@ absl::Status RunCudaSelfTest(int64_t num_bytes) {
   return absl::OkStatus();
 }
 
+namespace internal {
+
+absl::Status PinHostMemory(void* data, size_t bytes) {
+  auto* base = static_cast<char*>(data);
+  for (size_t done = 0; done < bytes; done += kPinChunkBytes) {
+    const size_t n = bytes - done < kPinChunkBytes ? bytes - done : kPinChunkBytes;
+    if (cudaError_t err = cudaHostRegister(base + done, n, cudaHostRegisterDefault);
+        err != cudaSuccess) {
+      UnpinHostMemory(data, done);
+      return FromCuda(err, "cudaHostRegister");
+    }
+  }
+  return absl::OkStatus();
+}
+
+void UnpinHostMemory(void* data, size_t bytes) {
+  auto* base = static_cast<char*>(data);
+  for (size_t done = 0; done < bytes; done += kPinChunkBytes) cudaHostUnregister(base + done);
+}
+
+}  // namespace internal
 }  // namespace kvtier

@@ -1,6 +1,7 @@
 // cuda_device.h for a build without the CUDA toolkit: every call says so.
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "internal/cuda_host.h"
 #include "kvtier/cuda_device.h"
 
 namespace kvtier {
@@ -24,4 +25,10 @@ absl::Status RunCudaSelfTest(int64_t num_bytes) {
   return NotBuilt();
 }
 
+namespace internal {
+
+absl::Status PinHostMemory(void* /*data*/, size_t /*bytes*/) { return NotBuilt(); }
+void UnpinHostMemory(void* /*data*/, size_t /*bytes*/) {}
+
+}  // namespace internal
 }  // namespace kvtier

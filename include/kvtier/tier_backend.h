@@ -1,0 +1,110 @@
+// TierBackend: one level of the memory hierarchy (HBM, DRAM, NVMe, remote) behind one interface.
+// A backend owns a fixed number of slots of one block each (`BlockAllocator` does the
+// bookkeeping) and moves whole blocks between a slot and host memory, asynchronously: every read
+// and write returns a Completion that carries an absl::Status and can be waited on with a
+// deadline. Backends know nothing of sequences; they keep, per slot, the key of the block last
+// written there, so a read that expects another block (a stale index, a reused slot) fails
+// instead of returning wrong KV.
+//
+// Host buffers are block-contiguous: `block_bytes` bytes laid out [layer][kv_plane][token]
+// [kv_head][head_dim] (block-first, all layers in one run), whatever the tier's own layout.
+//
+// Thread-safety: ReadBlock, WriteBlock, HostAddress and info() are thread-safe. allocator() is
+// thread-compatible: its owner (the transfer engine or cache) serializes every use of it.
+// Ownership: a buffer passed to ReadBlock/WriteBlock must stay valid and untouched until the
+// returned Completion fires.
+#ifndef KVTIER_TIER_BACKEND_H_
+#define KVTIER_TIER_BACKEND_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "kvtier/block_allocator.h"
+#include "kvtier/block_key.h"
+#include "kvtier/completion.h"
+#include "kvtier/ids.h"
+
+namespace kvtier {
+
+// What a backend can do, as bits of TierInfo::capabilities.
+enum TierCapability : uint32_t {
+  kCapDeviceMemory = 1u << 0,    // slots are device (GPU or emulated GPU) memory
+  kCapHostAddressable = 1u << 1, // HostAddress() returns a CPU pointer to each slot's bytes
+  kCapPersistent = 1u << 2,      // blocks survive a restart of the process (warm restart)
+  kCapPinnedHost = 1u << 3,      // host memory is page-locked for DMA (cudaHostRegister)
+  kCapChecksummed = 1u << 4,     // every read verifies a checksum of the payload
+};
+
+struct TierInfo {
+  Tier tier = Tier::kHbm;
+  std::string name;              // e.g. "emulated_hbm(layer_first)", "dram"
+  int64_t capacity_blocks = 0;   // slots
+  int64_t block_bytes = 0;       // bytes of one block, all layers
+  int64_t capacity_bytes = 0;    // capacity_blocks * block_bytes: what the KV itself occupies
+  int64_t metadata_bytes = 0;    // bookkeeping beside the KV (allocator, per-slot keys)
+  uint32_t capabilities = 0;     // TierCapability bits
+};
+
+// Per-operation options.
+struct BlockIoOptions {
+  // An operation that has not started by this time completes with kDeadlineExceeded without
+  // touching the slot. One already running is not interrupted.
+  absl::Time deadline = absl::InfiniteFuture();
+};
+
+// One block of a batched write or read.
+struct BlockWrite {
+  SlotId slot;
+  BlockKey key;
+  absl::Span<const std::byte> src;
+};
+struct BlockRead {
+  SlotId slot;
+  BlockKey key;
+  absl::Span<std::byte> dst;
+};
+
+class TierBackend {
+ public:
+  virtual ~TierBackend() = default;
+
+  virtual const TierInfo& info() const = 0;
+  // The slot bookkeeping of this tier (see the thread-safety note above).
+  virtual BlockAllocator& allocator() = 0;
+
+  // Copies `src` (block_bytes bytes) into `slot` and records `key` as its content. The slot
+  // reads as not-written from the moment the write starts until it completes OK.
+  // Completion errors: kInvalidArgument for a slot outside the tier or a buffer of the wrong
+  // size; kDeadlineExceeded if it could not start by options.deadline; backend errors (kDataLoss,
+  // kResourceExhausted for a full device, kUnavailable for an I/O error) with the slot left
+  // not-written.
+  virtual Completion WriteBlock(SlotId slot, const BlockKey& key, absl::Span<const std::byte> src,
+                                const BlockIoOptions& options = {}) = 0;
+
+  // Copies the block in `slot` into `dst` (block_bytes bytes) if `slot` holds `key`.
+  // Completion errors: kInvalidArgument as for WriteBlock; kNotFound if the slot holds no
+  // complete block; kDataLoss if it holds another key or fails its checksum (a corrupt block:
+  // `dst` must then be ignored); kDeadlineExceeded as for WriteBlock.
+  virtual Completion ReadBlock(SlotId slot, const BlockKey& key, absl::Span<std::byte> dst,
+                               const BlockIoOptions& options = {}) = 0;
+
+  // Batched forms: one Completion per element, in order, each with the errors of the single
+  // form. A backend that can (NVMe) hands the whole batch to the device in one submission; if
+  // that submission fails, every block of it fails.
+  virtual std::vector<Completion> WriteBlocks(absl::Span<const BlockWrite> writes,
+                                              const BlockIoOptions& options = {});
+  virtual std::vector<Completion> ReadBlocks(absl::Span<const BlockRead> reads,
+                                             const BlockIoOptions& options = {});
+
+  // The CPU address of `slot`'s bytes for tiers with kCapHostAddressable (block_bytes bytes, in
+  // the tier's layout); nullptr otherwise or for a slot outside the tier.
+  virtual std::byte* HostAddress(SlotId /*slot*/) { return nullptr; }
+};
+
+}  // namespace kvtier
+
+#endif  // KVTIER_TIER_BACKEND_H_

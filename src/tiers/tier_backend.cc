@@ -1,0 +1,23 @@
+#include "kvtier/tier_backend.h"
+
+#include <vector>
+
+namespace kvtier {
+
+std::vector<Completion> TierBackend::WriteBlocks(absl::Span<const BlockWrite> writes,
+                                                 const BlockIoOptions& options) {
+  std::vector<Completion> out;
+  out.reserve(writes.size());
+  for (const BlockWrite& w : writes) out.push_back(WriteBlock(w.slot, w.key, w.src, options));
+  return out;
+}
+
+std::vector<Completion> TierBackend::ReadBlocks(absl::Span<const BlockRead> reads,
+                                                const BlockIoOptions& options) {
+  std::vector<Completion> out;
+  out.reserve(reads.size());
+  for (const BlockRead& r : reads) out.push_back(ReadBlock(r.slot, r.key, r.dst, options));
+  return out;
+}
+
+}  // namespace kvtier

@@ -1,0 +1,238 @@
+// One suite, every tier backend that can run on this machine (STYLE rule 3; RocksDB's
+// env_basic_test). Each backend is also run behind FaultInjectingTier for the fault cases.
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kvtier/dram_tier.h"
+#include "kvtier/emulated_hbm.h"
+#include "kvtier/nvme_tier.h"
+#include "kvtier/tier_backend.h"
+#include "tests/testing/fault_injecting_tier.h"
+#include "tests/testing/status_matchers.h"
+
+namespace kvtier {
+namespace {
+
+using ::absl::StatusCode;
+using ::kvtier::testing::IsError;
+
+constexpr int64_t kSlots = 16;
+
+// 3 layers, 2 KV heads of 32, 8 tokens per block, bf16: 6144-byte blocks (not a multiple of a
+// page, so no backend can get away with page-sized assumptions).
+KvGeometry SmallGeometry() {
+  return *KvGeometry::Create({.num_layers = 3, .num_kv_heads = 2, .head_dim = 32,
+                              .tokens_per_block = 8});
+}
+
+struct BackendFactory {
+  std::string name;
+  std::function<absl::StatusOr<std::unique_ptr<TierBackend>>()> make;
+};
+
+template <typename T>
+absl::StatusOr<std::unique_ptr<TierBackend>> Upcast(absl::StatusOr<std::unique_ptr<T>> t) {
+  if (!t.ok()) return t.status();
+  return std::unique_ptr<TierBackend>(std::move(*t));
+}
+
+// An NVMe tier on a fresh file under /tmp (ext4 here: O_DIRECT alignment is enforced, unlike
+// tmpfs). The file is unlinked at once; the tier's descriptor keeps it until the tier goes.
+absl::StatusOr<std::unique_ptr<TierBackend>> MakeNvme(NvmeEngine engine) {
+  char dir[] = "/tmp/kvtier_conformance_XXXXXX";
+  if (mkdtemp(dir) == nullptr) return absl::UnavailableError("mkdtemp failed");
+  const std::string path = std::string(dir) + "/nvme.tier";
+  auto tier = NvmeTier::Create(SmallGeometry(),
+                               {.path = path,
+                                .capacity_bytes = kSlots * NvmeTier::SlotBytes(SmallGeometry()),
+                                .queue_depth = 8,
+                                .engine = engine});
+  std::filesystem::remove_all(dir);
+  return Upcast(std::move(tier));
+}
+
+std::vector<BackendFactory> Backends() {
+  return {
+      {"EmulatedHbmLayerFirst",
+       [] {
+         return Upcast(EmulatedHbm::Create(
+             SmallGeometry(), {.layout = HbmLayout::kLayerFirst, .capacity_blocks = kSlots}));
+       }},
+      {"EmulatedHbmBlockFirst",
+       [] {
+         return Upcast(EmulatedHbm::Create(
+             SmallGeometry(), {.layout = HbmLayout::kBlockFirst, .capacity_blocks = kSlots}));
+       }},
+      {"Dram",
+       [] {
+         return Upcast(DramTier::Create(
+             SmallGeometry(), {.capacity_bytes = kSlots * SmallGeometry().bytes_per_block()}));
+       }},
+      {"NvmeIoUring", [] { return MakeNvme(NvmeEngine::kIoUring); }},
+      {"NvmeThreadPool", [] { return MakeNvme(NvmeEngine::kThreadPool); }},
+  };
+}
+
+class TierConformanceTest : public ::testing::TestWithParam<BackendFactory> {
+ protected:
+  void SetUp() override {
+    auto tier = GetParam().make();
+    if (!tier.ok() && absl::IsUnavailable(tier.status()) &&
+        std::string(tier.status().message()).find("io_uring") != std::string::npos) {
+      GTEST_SKIP() << "io_uring is not available here: " << tier.status().message();
+    }
+    ASSERT_TRUE(tier.ok()) << tier.status();
+    faulty_ = new testing::FaultInjectingTier(std::move(*tier));
+    tier_.reset(faulty_);
+    bytes_ = static_cast<size_t>(tier_->info().block_bytes);
+  }
+
+  std::vector<std::byte> RandomBlock(uint32_t seed) const {
+    std::vector<std::byte> b(bytes_);
+    std::mt19937 rng(seed);
+    for (std::byte& x : b) x = static_cast<std::byte>(rng());
+    return b;
+  }
+  static BlockKey Key(uint64_t i) { return BlockKey{0x6b6579, i}; }
+
+  absl::Status Write(SlotId slot, const BlockKey& key, const std::vector<std::byte>& data) {
+    return tier_->WriteBlock(slot, key, data).Wait();
+  }
+  absl::StatusOr<std::vector<std::byte>> Read(SlotId slot, const BlockKey& key) {
+    std::vector<std::byte> out(bytes_);
+    absl::Status s = tier_->ReadBlock(slot, key, absl::MakeSpan(out)).Wait();
+    if (!s.ok()) return s;
+    return out;
+  }
+
+  testing::FaultInjectingTier* faulty_ = nullptr;  // owned by tier_
+  std::unique_ptr<TierBackend> tier_;
+  size_t bytes_ = 0;
+};
+
+TEST_P(TierConformanceTest, InfoIsConsistent) {
+  const TierInfo& info = tier_->info();
+  EXPECT_EQ(info.capacity_blocks, kSlots);
+  EXPECT_EQ(info.block_bytes, SmallGeometry().bytes_per_block());
+  EXPECT_EQ(info.capacity_bytes, kSlots * info.block_bytes);
+  EXPECT_GT(info.metadata_bytes, 0);
+  EXPECT_FALSE(info.name.empty());
+  EXPECT_EQ(tier_->allocator().capacity_blocks(), kSlots);
+  EXPECT_EQ(tier_->allocator().tier(), info.tier);
+  EXPECT_EQ((info.capabilities & kCapHostAddressable) != 0,
+            tier_->HostAddress(SlotId(0)) != nullptr);
+  EXPECT_EQ(tier_->HostAddress(SlotId(kSlots)), nullptr);
+}
+
+TEST_P(TierConformanceTest, RoundTripOfRandomBlocks) {
+  for (uint32_t i = 0; i < kSlots; ++i) {
+    KVTIER_ASSERT_OK(Write(SlotId(i), Key(i), RandomBlock(i)));
+  }
+  for (uint32_t i = 0; i < kSlots; ++i) {
+    KVTIER_ASSERT_OK_AND_ASSIGN(std::vector<std::byte> back, Read(SlotId(i), Key(i)));
+    EXPECT_TRUE(back == RandomBlock(i)) << "slot " << i;
+  }
+}
+
+TEST_P(TierConformanceTest, ManyOperationsInFlight) {
+  for (uint32_t round = 0; round < 4; ++round) {
+    std::vector<std::vector<std::byte>> data;
+    std::vector<Completion> writes;
+    for (uint32_t i = 0; i < kSlots; ++i) data.push_back(RandomBlock(100 * round + i));
+    for (uint32_t i = 0; i < kSlots; ++i) {
+      writes.push_back(tier_->WriteBlock(SlotId(i), Key(100 * round + i), data[i]));
+    }
+    KVTIER_ASSERT_OK(Completion::All(writes).Wait());
+    std::vector<std::vector<std::byte>> back(kSlots, std::vector<std::byte>(bytes_));
+    std::vector<Completion> reads;
+    for (uint32_t i = 0; i < kSlots; ++i) {
+      reads.push_back(tier_->ReadBlock(SlotId(i), Key(100 * round + i), absl::MakeSpan(back[i])));
+    }
+    KVTIER_ASSERT_OK(Completion::All(reads).Wait());
+    for (uint32_t i = 0; i < kSlots; ++i) EXPECT_TRUE(back[i] == data[i]) << round << "/" << i;
+  }
+}
+
+TEST_P(TierConformanceTest, NeverWrittenSlotIsNotFound) {
+  EXPECT_THAT(Read(SlotId(3), Key(3)), IsError(StatusCode::kNotFound, "slot 3"));
+}
+
+TEST_P(TierConformanceTest, OtherKeyIsDataLossNeverABlock) {
+  KVTIER_ASSERT_OK(Write(SlotId(2), Key(7), RandomBlock(7)));
+  EXPECT_THAT(Read(SlotId(2), Key(8)), IsError(StatusCode::kDataLoss, Key(7).ToHex()));
+  KVTIER_ASSERT_OK(Write(SlotId(2), Key(8), RandomBlock(8)));  // overwrite replaces it
+  EXPECT_THAT(Read(SlotId(2), Key(7)), IsError(StatusCode::kDataLoss, "slot 2"));
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::vector<std::byte> back, Read(SlotId(2), Key(8)));
+  EXPECT_TRUE(back == RandomBlock(8));
+}
+
+TEST_P(TierConformanceTest, BadArgumentsAreRejected) {
+  std::vector<std::byte> ok(bytes_), small(bytes_ - 1);
+  EXPECT_THAT(tier_->WriteBlock(SlotId(kSlots), Key(0), ok).Wait(),
+              IsError(StatusCode::kInvalidArgument, "slot 16 is outside [0, 16)"));
+  EXPECT_THAT(tier_->ReadBlock(SlotId(), Key(0), absl::MakeSpan(ok)).Wait(),
+              IsError(StatusCode::kInvalidArgument, "outside"));
+  EXPECT_THAT(tier_->WriteBlock(SlotId(0), Key(0), small).Wait(),
+              IsError(StatusCode::kInvalidArgument, "a buffer of 6143 bytes for a block of 6144"));
+  EXPECT_THAT(tier_->ReadBlock(SlotId(0), Key(0), absl::MakeSpan(small)).Wait(),
+              IsError(StatusCode::kInvalidArgument, "6143"));
+}
+
+TEST_P(TierConformanceTest, CapacityExhaustion) {
+  BlockAllocator& a = tier_->allocator();
+  for (int64_t i = 0; i < kSlots; ++i) ASSERT_TRUE(a.Allocate().ok());
+  EXPECT_THAT(a.Allocate(), IsError(StatusCode::kResourceExhausted, "all 16 slots"));
+  EXPECT_EQ(a.counts().writable, kSlots);
+}
+
+TEST_P(TierConformanceTest, OperationPastItsDeadlineDoesNotTouchTheSlot) {
+  KVTIER_ASSERT_OK(Write(SlotId(1), Key(1), RandomBlock(1)));
+  const BlockIoOptions past{.deadline = absl::Now() - absl::Seconds(1)};
+  EXPECT_THAT(tier_->WriteBlock(SlotId(1), Key(2), RandomBlock(2), past).Wait(),
+              IsError(StatusCode::kDeadlineExceeded, "slot 1"));
+  std::vector<std::byte> out(bytes_);
+  EXPECT_THAT(tier_->ReadBlock(SlotId(1), Key(1), absl::MakeSpan(out), past).Wait(),
+              IsError(StatusCode::kDeadlineExceeded, "deadline"));
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::vector<std::byte> back, Read(SlotId(1), Key(1)));
+  EXPECT_TRUE(back == RandomBlock(1)) << "a write that never started changed the slot";
+}
+
+TEST_P(TierConformanceTest, WaitWithDeadlineOnSlowTier) {
+  faulty_->SetDelay(absl::Milliseconds(300));
+  const std::vector<std::byte> data = RandomBlock(5);
+  Completion write = tier_->WriteBlock(SlotId(5), Key(5), data);
+  EXPECT_THAT(write.WaitFor(absl::Milliseconds(10)),
+              IsError(StatusCode::kDeadlineExceeded, "deadline"));
+  EXPECT_FALSE(write.done());
+  KVTIER_EXPECT_OK(write.Wait());  // the operation went on and landed
+  faulty_->SetDelay(absl::ZeroDuration());
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::vector<std::byte> back, Read(SlotId(5), Key(5)));
+  EXPECT_TRUE(back == data);
+}
+
+TEST_P(TierConformanceTest, InjectedErrorsSurfaceAndNeverYieldABlock) {
+  faulty_->FailNextWrites(1, absl::UnavailableError("injected EIO"));
+  EXPECT_THAT(Write(SlotId(4), Key(4), RandomBlock(4)),
+              IsError(StatusCode::kUnavailable, "injected EIO"));
+  auto after_failed_write = Read(SlotId(4), Key(4));
+  EXPECT_FALSE(after_failed_write.ok()) << "a failed write must not read back as a block";
+  KVTIER_ASSERT_OK(Write(SlotId(4), Key(4), RandomBlock(4)));
+  faulty_->FailNextReads(1, absl::DataLossError("injected bit flip"));
+  EXPECT_THAT(Read(SlotId(4), Key(4)), IsError(StatusCode::kDataLoss, "injected bit flip"));
+  KVTIER_EXPECT_OK(Read(SlotId(4), Key(4)).status());  // one fault, then the tier serves again
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBackends, TierConformanceTest, ::testing::ValuesIn(Backends()),
+                         [](const auto& p) { return p.param.name; });
+
+}  // namespace
+}  // namespace kvtier

@@ -44,6 +44,9 @@ class DramTier final : public TierBackend {
   Completion ReadBlock(SlotId slot, const BlockKey& key, absl::Span<std::byte> dst,
                        const BlockIoOptions& options = {}) override;
   std::byte* HostAddress(SlotId slot) override;
+  void BeginHostWrite(SlotId slot) override;
+  void EndHostWrite(SlotId slot, const BlockKey& key) override;
+  absl::Status CheckHolds(SlotId slot, const BlockKey& key) override;
 
   // Bytes mapped for the blocks (the block bytes rounded up to one page, never more).
   int64_t mapped_bytes() const;

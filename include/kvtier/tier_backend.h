@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "kvtier/block_allocator.h"
@@ -103,6 +104,17 @@ class TierBackend {
   // The CPU address of `slot`'s bytes for tiers with kCapHostAddressable (block_bytes bytes, in
   // the tier's layout); nullptr otherwise or for a slot outside the tier.
   virtual std::byte* HostAddress(SlotId /*slot*/) { return nullptr; }
+
+  // For kCapHostAddressable tiers, whose slots others may fill directly through HostAddress:
+  // BeginHostWrite marks `slot` not-written before its bytes change; EndHostWrite records that
+  // it now holds `key`. No-ops on other tiers.
+  virtual void BeginHostWrite(SlotId /*slot*/) {}
+  virtual void EndHostWrite(SlotId /*slot*/, const BlockKey& /*key*/) {}
+  // For kCapHostAddressable tiers: OK if `slot` holds `key`, with the errors of ReadBlock.
+  // kUnimplemented on other tiers.
+  virtual absl::Status CheckHolds(SlotId /*slot*/, const BlockKey& /*key*/) {
+    return absl::UnimplementedError("this tier is not host addressable");
+  }
 };
 
 }  // namespace kvtier

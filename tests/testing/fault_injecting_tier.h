@@ -42,6 +42,11 @@ class FaultInjectingTier final : public TierBackend {
   const TierInfo& info() const override { return inner_->info(); }
   BlockAllocator& allocator() override { return inner_->allocator(); }
   std::byte* HostAddress(SlotId slot) override { return inner_->HostAddress(slot); }
+  void BeginHostWrite(SlotId slot) override { inner_->BeginHostWrite(slot); }
+  void EndHostWrite(SlotId slot, const BlockKey& key) override { inner_->EndHostWrite(slot, key); }
+  absl::Status CheckHolds(SlotId slot, const BlockKey& key) override {
+    return inner_->CheckHolds(slot, key);
+  }
 
   Completion WriteBlock(SlotId slot, const BlockKey& key, absl::Span<const std::byte> src,
                         const BlockIoOptions& options = {}) override {

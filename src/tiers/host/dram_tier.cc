@@ -82,6 +82,23 @@ std::byte* DramTier::HostAddress(SlotId slot) {
   return impl_->Slot(slot);
 }
 
+void DramTier::BeginHostWrite(SlotId slot) {
+  if (slot.value() < static_cast<uint64_t>(impl_->info.capacity_blocks)) {
+    impl_->contents.Invalidate(slot);
+  }
+}
+
+void DramTier::EndHostWrite(SlotId slot, const BlockKey& key) {
+  if (slot.value() < static_cast<uint64_t>(impl_->info.capacity_blocks)) {
+    impl_->contents.Set(slot, key);
+  }
+}
+
+absl::Status DramTier::CheckHolds(SlotId slot, const BlockKey& key) {
+  KVTIER_RETURN_IF_ERROR(internal::CheckBlockIo(impl_->info, slot, impl_->info.block_bytes));
+  return impl_->contents.Check(slot, key, impl_->info);
+}
+
 Completion DramTier::WriteBlock(SlotId slot, const BlockKey& key, absl::Span<const std::byte> src,
                                 const BlockIoOptions& options) {
   if (absl::Status s = internal::CheckBlockIo(impl_->info, slot, src.size()); !s.ok()) {

@@ -1,0 +1,115 @@
+// TransferEngine: moves blocks between tiers asynchronously, and owns the slot bookkeeping of
+// every tier while it does.
+//
+// Paths: a host-addressable source (DRAM) is written into the destination straight from its
+// slot; a host-addressable destination is read into straight from the source (HBM -> DRAM, NVMe
+// -> DRAM); anything else (NVMe <-> HBM) is staged through one of the engine's own bounce
+// buffers in host memory.
+//
+// Slot lifetime (DESIGN section 5; cases LT-1, LT-2, LT-3):
+//   * The engine allocates the destination slot itself (kFree -> kInFlight), so nothing else can
+//     be handed that slot while the copy may still write it.
+//   * It pins the source (Acquire) for the duration, so the source cannot be evicted mid-copy.
+//     A source that is itself the destination of a pending transfer is waited for, then pinned.
+//   * A copy waits for `source_ready` (the compute completion of the tokens it stores) before
+//     reading the source, so an offload stores the final bytes.
+//   * Success: destination kInFlight -> kCached (or pinned kSealed with pin_destination).
+//     Failure before the copy started, or a source read that failed (nothing reached the
+//     destination): kInFlight -> kFree. A deadline that passes while the copy runs: the caller's
+//     Completion fires kDeadlineExceeded at once and the destination goes kQuarantined; when the
+//     copy is later known complete (or failed), it goes kFree. Nothing stays quarantined forever.
+//
+// Counters per tier pair: bytes, blocks, operations, failures, and an exponentially weighted
+// moving average (weight 1/8) of per-transfer bandwidth, bytes / (end - start of data movement).
+//
+// Thread-safety: thread-safe. The engine holds one lock over its state and every tier's
+// BlockAllocator; callers touch allocators only through WithAllocator. Backend calls and
+// callbacks never run under that lock. Ownership: the TierBackends must outlive the engine; the
+// destructor waits for every transfer in flight.
+#ifndef KVTIER_TRANSFER_ENGINE_H_
+#define KVTIER_TRANSFER_ENGINE_H_
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "kvtier/block_allocator.h"
+#include "kvtier/block_key.h"
+#include "kvtier/completion.h"
+#include "kvtier/ids.h"
+#include "kvtier/tier_backend.h"
+
+namespace kvtier {
+
+struct TransferEngineOptions {
+  // The backend of each tier (index TierIndex), nullptr where the tier is absent. All present
+  // tiers must have the same block_bytes.
+  std::array<TierBackend*, kNumTiers> tiers{};
+  int bounce_buffers = 4;  // host buffers for staged copies (NVMe <-> HBM), >= 1
+};
+
+struct TransferOptions {
+  // When the caller stops waiting: the Completion fires kDeadlineExceeded (see above).
+  absl::Time deadline = absl::InfiniteFuture();
+  // The source bytes are valid only once this fires (e.g. the attention kernel's completion for
+  // the tokens of the block). Unset: the source is valid now. If it fails, so does the copy.
+  std::optional<Completion> source_ready;
+  // On success leave the destination kSealed with one reference for the caller (it must
+  // Release it), instead of kCached, so it cannot be evicted before the caller adopts it.
+  bool pin_destination = false;
+};
+
+struct Transfer {
+  SlotId destination;     // allocated by the engine in the destination tier, kInFlight until done
+  Completion completion;  // OK when the block is in the destination
+};
+
+struct TransferStats {
+  int64_t bytes = 0;       // bytes of blocks that arrived
+  int64_t blocks = 0;      // blocks that arrived
+  int64_t operations = 0;  // transfers started by Copy
+  int64_t failures = 0;    // transfers that did not deliver (errors and deadlines)
+  double bandwidth_bytes_per_second = 0;  // EWMA over delivered transfers; 0 before the first
+};
+
+class TransferEngine {
+ public:
+  // Errors: kInvalidArgument if no tier is given, tiers disagree on block_bytes, a backend sits
+  // at the wrong index, or bounce_buffers < 1; kResourceExhausted if the bounce buffers cannot
+  // be allocated.
+  static absl::StatusOr<std::unique_ptr<TransferEngine>> Create(
+      const TransferEngineOptions& options);
+  ~TransferEngine();
+
+  // Copies block `key` from `source` in `from` to a new slot of `to`.
+  // Errors returned at once (nothing started, nothing allocated): kInvalidArgument for an absent
+  // tier, from == to, or a source slot outside its tier; kResourceExhausted if `to` has no free
+  // slot (evict and retry); kFailedPrecondition if the source is neither kSealed, kCached nor
+  // the destination of a pending transfer. Errors in the Completion: the backends' (kNotFound,
+  // kDataLoss, kUnavailable, ...), a failed source_ready's, or kDeadlineExceeded.
+  absl::StatusOr<Transfer> Copy(const BlockKey& key, Tier from, SlotId source, Tier to,
+                                const TransferOptions& options = {});
+
+  // Runs `fn` on the allocator of `tier` under the engine's lock.
+  // Errors: kInvalidArgument for an absent tier; otherwise whatever `fn` returns.
+  absl::Status WithAllocator(Tier tier, absl::FunctionRef<absl::Status(BlockAllocator&)> fn);
+
+  TransferStats stats(Tier from, Tier to) const;
+  // Transfers accepted by Copy that have not finished their data movement.
+  int64_t in_flight() const;
+
+ private:
+  struct Impl;
+  explicit TransferEngine(std::shared_ptr<Impl> impl);
+  // Shared with callbacks that may outlive a call (they hold weak references).
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace kvtier
+
+#endif  // KVTIER_TRANSFER_ENGINE_H_

@@ -1,0 +1,376 @@
+#include "kvtier/transfer_engine.h"
+
+#include <deque>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "internal/deadline_timer.h"
+#include "internal/host_region.h"
+#include "internal/mutex.h"
+#include "internal/status_macros.h"
+#include "internal/stream_worker.h"
+#include "internal/strings.h"
+
+namespace kvtier {
+namespace {
+
+using internal::ToAbsl;
+
+bool Present(const std::array<TierBackend*, kNumTiers>& tiers, Tier t) {
+  return TierIndex(t) >= 0 && TierIndex(t) < kNumTiers && tiers[TierIndex(t)] != nullptr;
+}
+
+uint64_t SlotKey(Tier tier, SlotId slot) {
+  return (static_cast<uint64_t>(TierIndex(tier)) << 32) | slot.value();
+}
+
+}  // namespace
+
+struct TransferEngine::Impl : std::enable_shared_from_this<TransferEngine::Impl> {
+  struct Op {
+    uint64_t id = 0;
+    BlockKey key;
+    Tier from = Tier::kHbm, to = Tier::kHbm;
+    SlotId src, dst;
+    TransferOptions options;
+    Completion user;
+    bool running = false;
+    bool timed_out = false;
+    bool src_pinned = false;
+    int bounce = -1;
+    uint64_t timer_id = 0;
+    absl::Time started;
+  };
+
+  std::array<TierBackend*, kNumTiers> tiers{};
+  int64_t block_bytes = 0;
+  internal::HostRegion bounce_region;
+
+  mutable internal::Mutex mu;
+  internal::CondVar idle_cv;
+  std::vector<int> free_bounce ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Op>> ops ABSL_GUARDED_BY(mu);
+  std::deque<uint64_t> waiting ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<uint64_t, uint64_t> pending_dst ABSL_GUARDED_BY(mu);  // SlotKey -> op
+  std::array<std::array<TransferStats, kNumTiers>, kNumTiers> stats ABSL_GUARDED_BY(mu);
+  uint64_t next_id ABSL_GUARDED_BY(mu) = 1;
+
+  // Last: stopped first, while the state above still exists.
+  internal::DeadlineTimer timer;
+  internal::StreamWorker dispatcher;  // starts copies; may block in a backend, never under `mu`
+
+  explicit Impl(internal::HostRegion region) : bounce_region(std::move(region)) {}
+
+  BlockAllocator& Alloc(Tier t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return tiers[TierIndex(t)]->allocator();
+  }
+  bool NeedsBounce(const Op& op) const {
+    return (tiers[TierIndex(op.from)]->info().capabilities & kCapHostAddressable) == 0 &&
+           (tiers[TierIndex(op.to)]->info().capabilities & kCapHostAddressable) == 0;
+  }
+  absl::Span<std::byte> Bounce(int index) const {
+    return {bounce_region.data() + static_cast<int64_t>(index) * block_bytes,
+            static_cast<size_t>(block_bytes)};
+  }
+
+  void SchedulePump() {
+    std::weak_ptr<Impl> weak = weak_from_this();
+    dispatcher.Enqueue([weak] {
+      if (auto self = weak.lock()) self->Pump();
+    });
+  }
+
+  // Ends `op`: unpins the source, frees its bounce buffer, settles the destination slot, counts
+  // it. Returns the status to fire on the caller's Completion, or nullopt if it already fired.
+  std::optional<absl::Status> FinishLocked(Op& op, absl::Status status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (op.src_pinned) (void)Alloc(op.from).Release(op.src);
+    if (op.bounce >= 0) free_bounce.push_back(op.bounce);
+    pending_dst.erase(SlotKey(op.to, op.dst));
+    if (op.timer_id != 0) timer.Cancel(op.options.deadline, op.timer_id);
+    TransferStats& st = stats[TierIndex(op.from)][TierIndex(op.to)];
+    std::optional<absl::Status> fire;
+    if (op.timed_out) {
+      // Known complete or dead only now: the quarantined destination can be reused.
+      (void)Alloc(op.to).ReclaimQuarantined(op.dst);
+    } else if (status.ok()) {
+      (void)Alloc(op.to).CompleteTransfer(op.dst);
+      if (op.options.pin_destination) (void)Alloc(op.to).Acquire(op.dst);
+      st.bytes += block_bytes;
+      st.blocks += 1;
+      const double seconds = absl::ToDoubleSeconds(absl::Now() - op.started);
+      if (seconds > 0) {
+        const double bw = static_cast<double>(block_bytes) / seconds;
+        st.bandwidth_bytes_per_second = st.bandwidth_bytes_per_second == 0
+                                             ? bw
+                                             : st.bandwidth_bytes_per_second * 7 / 8 + bw / 8;
+      }
+      fire = absl::OkStatus();
+    } else {
+      (void)Alloc(op.to).CancelTransfer(op.dst);  // the backend is done: nothing more lands
+      st.failures += 1;
+      fire = std::move(status);
+    }
+    ops.erase(op.id);
+    if (ops.empty()) idle_cv.SignalAll();
+    return fire;
+  }
+
+  void Finish(const std::shared_ptr<Op>& op, absl::Status status) {
+    std::optional<absl::Status> fire;
+    {
+      internal::MutexLock lock(&mu);
+      fire = FinishLocked(*op, std::move(status));
+    }
+    if (fire.has_value()) op->user.Complete(*std::move(fire));
+    SchedulePump();  // a waiter may have wanted this slot or bounce buffer
+  }
+
+  void OnDeadline(uint64_t id) {
+    std::shared_ptr<Op> op;
+    std::optional<absl::Status> fire;
+    {
+      internal::MutexLock lock(&mu);
+      auto it = ops.find(id);
+      if (it == ops.end()) return;
+      op = it->second;
+      op->timer_id = 0;
+      const absl::Status late = absl::DeadlineExceededError(absl::StrCat(
+          "transfer of block ", op->key.ToHex(), " from ", ToAbsl(TierName(op->from)), " to ",
+          ToAbsl(TierName(op->to)), " passed its deadline"));
+      if (!op->running) {
+        std::erase(waiting, id);
+        fire = FinishLocked(*op, late);  // never started: the destination is simply freed
+      } else {
+        // It may still land: quarantine the destination until the backend says it is done.
+        op->timed_out = true;
+        (void)Alloc(op->to).FailTransfer(op->dst);
+        stats[TierIndex(op->from)][TierIndex(op->to)].failures += 1;
+        fire = late;
+      }
+    }
+    if (fire.has_value()) op->user.Complete(*std::move(fire));
+    SchedulePump();
+  }
+
+  // Starts every waiting transfer whose conditions hold, in arrival order.
+  void Pump() {
+    std::vector<std::shared_ptr<Op>> start;
+    std::vector<std::pair<std::shared_ptr<Op>, absl::Status>> fail;
+    {
+      internal::MutexLock lock(&mu);
+      for (auto it = waiting.begin(); it != waiting.end();) {
+        std::shared_ptr<Op> op = ops[*it];
+        if (op->options.source_ready.has_value()) {
+          if (!op->options.source_ready->done()) {
+            ++it;
+            continue;
+          }
+          if (absl::Status s = op->options.source_ready->status(); !s.ok()) {
+            fail.emplace_back(op, absl::Status(s.code(), absl::StrCat("source not ready: ",
+                                                                       s.message())));
+            it = waiting.erase(it);
+            continue;
+          }
+        }
+        if (pending_dst.contains(SlotKey(op->from, op->src))) {  // the source is still arriving
+          ++it;
+          continue;
+        }
+        const bool bounce = NeedsBounce(*op);
+        if (bounce && free_bounce.empty()) {
+          ++it;
+          continue;
+        }
+        if (absl::Status s = Alloc(op->from).Acquire(op->src); !s.ok()) {
+          fail.emplace_back(op, std::move(s));
+          it = waiting.erase(it);
+          continue;
+        }
+        op->src_pinned = true;
+        if (bounce) {
+          op->bounce = free_bounce.back();
+          free_bounce.pop_back();
+        }
+        op->running = true;
+        op->started = absl::Now();
+        start.push_back(op);
+        it = waiting.erase(it);
+      }
+    }
+    for (auto& [op, status] : fail) Finish(op, std::move(status));
+    for (auto& op : start) StartIo(op);
+  }
+
+  void StartIo(const std::shared_ptr<Op>& op) {
+    TierBackend* src = tiers[TierIndex(op->from)];
+    TierBackend* dst = tiers[TierIndex(op->to)];
+    std::weak_ptr<Impl> weak = weak_from_this();
+    auto done = [weak, op](const absl::Status& s) {
+      if (auto self = weak.lock()) self->Finish(op, s);
+    };
+    if (src->info().capabilities & kCapHostAddressable) {
+      if (absl::Status s = src->CheckHolds(op->src, op->key); !s.ok()) return Finish(op, s);
+      dst->WriteBlock(op->dst, op->key,
+                      {src->HostAddress(op->src), static_cast<size_t>(block_bytes)})
+          .OnDone(done);
+    } else if (dst->info().capabilities & kCapHostAddressable) {
+      dst->BeginHostWrite(op->dst);
+      src->ReadBlock(op->src, op->key, {dst->HostAddress(op->dst), static_cast<size_t>(block_bytes)})
+          .OnDone([dst, op, done](const absl::Status& s) {
+            if (s.ok()) dst->EndHostWrite(op->dst, op->key);
+            done(s);
+          });
+    } else {
+      // Staged: read into a bounce buffer, then (from the dispatcher, which may block in a
+      // backend) write it out.
+      const absl::Span<std::byte> bounce = Bounce(op->bounce);
+      src->ReadBlock(op->src, op->key, bounce).OnDone([weak, dst, op, bounce, done](
+                                                          const absl::Status& s) {
+        auto self = weak.lock();
+        if (!self) return;
+        if (!s.ok()) return self->Finish(op, s);
+        self->dispatcher.Enqueue([dst, op, bounce, done] {
+          dst->WriteBlock(op->dst, op->key, bounce).OnDone(done);
+        });
+      });
+    }
+  }
+};
+
+absl::StatusOr<std::unique_ptr<TransferEngine>> TransferEngine::Create(
+    const TransferEngineOptions& options) {
+  int64_t block_bytes = 0;
+  for (int t = 0; t < kNumTiers; ++t) {
+    const TierBackend* b = options.tiers[t];
+    if (b == nullptr) continue;
+    if (TierIndex(b->info().tier) != t) {
+      return absl::InvalidArgumentError(absl::StrCat("TransferEngine: the ", b->info().name,
+                                                     " backend is at the index of ",
+                                                     ToAbsl(TierName(static_cast<Tier>(t)))));
+    }
+    if (block_bytes != 0 && b->info().block_bytes != block_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "TransferEngine: ", b->info().name, " has ", b->info().block_bytes,
+          "-byte blocks; the other tiers have ", block_bytes));
+    }
+    block_bytes = b->info().block_bytes;
+  }
+  if (block_bytes == 0) return absl::InvalidArgumentError("TransferEngine: no tier given");
+  if (options.bounce_buffers < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("TransferEngine: bounce_buffers = ",
+                                                   options.bounce_buffers, " must be >= 1"));
+  }
+  KVTIER_ASSIGN_OR_RETURN(
+      internal::HostRegion region,
+      internal::HostRegion::Create(static_cast<size_t>(options.bounce_buffers * block_bytes),
+                                   "TransferEngine bounce buffers"));
+  auto impl = std::make_shared<Impl>(std::move(region));
+  impl->tiers = options.tiers;
+  impl->block_bytes = block_bytes;
+  {
+    internal::MutexLock lock(&impl->mu);
+    for (int i = options.bounce_buffers - 1; i >= 0; --i) impl->free_bounce.push_back(i);
+  }
+  return std::unique_ptr<TransferEngine>(new TransferEngine(std::move(impl)));
+}
+
+TransferEngine::TransferEngine(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+TransferEngine::~TransferEngine() {
+  std::vector<std::pair<std::shared_ptr<Impl::Op>, absl::Status>> cancelled;
+  {
+    internal::MutexLock lock(&impl_->mu);
+    for (uint64_t id : impl_->waiting) {
+      cancelled.emplace_back(impl_->ops[id],
+                             absl::CancelledError("the transfer engine is shutting down"));
+    }
+    impl_->waiting.clear();
+  }
+  for (auto& [op, status] : cancelled) impl_->Finish(op, std::move(status));
+  internal::MutexLock lock(&impl_->mu);
+  while (!impl_->ops.empty()) impl_->idle_cv.Wait(&impl_->mu);
+}
+
+absl::StatusOr<Transfer> TransferEngine::Copy(const BlockKey& key, Tier from, SlotId source,
+                                              Tier to, const TransferOptions& options) {
+  Impl* impl = impl_.get();
+  if (!Present(impl->tiers, from) || !Present(impl->tiers, to)) {
+    return absl::InvalidArgumentError(absl::StrCat("TransferEngine: no ",
+                                                   Present(impl->tiers, from) ? "destination"
+                                                                              : "source",
+                                                   " tier ", static_cast<int>(
+                                                       Present(impl->tiers, from) ? to : from)));
+  }
+  if (from == to) {
+    return absl::InvalidArgumentError(absl::StrCat("TransferEngine: source and destination are "
+                                                   "both ", ToAbsl(TierName(from))));
+  }
+  auto op = std::make_shared<Impl::Op>();
+  {
+    internal::MutexLock lock(&impl->mu);
+    KVTIER_ASSIGN_OR_RETURN(const SlotState state, impl->Alloc(from).state(source));
+    const bool arriving = impl->pending_dst.contains(SlotKey(from, source));
+    if (state != SlotState::kSealed && state != SlotState::kCached && !arriving) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "TransferEngine: the source, ", ToAbsl(TierName(from)), " slot ", source.value(),
+          ", is ", ToAbsl(SlotStateName(state)), ": not a block"));
+    }
+    KVTIER_ASSIGN_OR_RETURN(op->dst, impl->Alloc(to).AllocateForTransfer());
+    op->id = impl->next_id++;
+    op->key = key;
+    op->from = from;
+    op->to = to;
+    op->src = source;
+    op->options = options;
+    impl->ops[op->id] = op;
+    impl->waiting.push_back(op->id);
+    impl->pending_dst[SlotKey(to, op->dst)] = op->id;
+    impl->stats[TierIndex(from)][TierIndex(to)].operations += 1;
+    if (options.deadline != absl::InfiniteFuture()) {
+      std::weak_ptr<Impl> weak = impl->weak_from_this();
+      const uint64_t id = op->id;
+      op->timer_id = impl->timer.Schedule(options.deadline, [weak, id] {
+        if (auto self = weak.lock()) self->OnDeadline(id);
+      });
+    }
+  }
+  if (options.source_ready.has_value()) {
+    std::weak_ptr<Impl> weak = impl->weak_from_this();
+    options.source_ready->OnDone([weak](const absl::Status&) {
+      if (auto self = weak.lock()) self->SchedulePump();
+    });
+  }
+  impl->SchedulePump();
+  return Transfer{op->dst, op->user};
+}
+
+absl::Status TransferEngine::WithAllocator(Tier tier,
+                                           absl::FunctionRef<absl::Status(BlockAllocator&)> fn) {
+  if (!Present(impl_->tiers, tier)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TransferEngine: no tier ", static_cast<int>(tier)));
+  }
+  internal::MutexLock lock(&impl_->mu);
+  return fn(impl_->Alloc(tier));
+}
+
+TransferStats TransferEngine::stats(Tier from, Tier to) const {
+  if (TierIndex(from) < 0 || TierIndex(from) >= kNumTiers || TierIndex(to) < 0 ||
+      TierIndex(to) >= kNumTiers) {
+    return {};
+  }
+  internal::MutexLock lock(&impl_->mu);
+  return impl_->stats[TierIndex(from)][TierIndex(to)];
+}
+
+int64_t TransferEngine::in_flight() const {
+  internal::MutexLock lock(&impl_->mu);
+  return static_cast<int64_t>(impl_->ops.size());
+}
+
+}  // namespace kvtier

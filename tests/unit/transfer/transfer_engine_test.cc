@@ -1,0 +1,196 @@
+#include "kvtier/transfer_engine.h"
+
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/testing/tier_stack.h"
+
+namespace kvtier {
+namespace {
+
+using ::absl::StatusCode;
+using ::kvtier::testing::IsError;
+using Stack = ::kvtier::testing::TierStack;
+
+// Polls until the slot reaches `want` or two seconds pass.
+bool Eventually(Stack& s, Tier t, SlotId slot, SlotState want) {
+  for (int i = 0; i < 400; ++i) {
+    if (s.StateOf(t, slot) == want) return true;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return false;
+}
+
+TEST(TransferEngineTest, CreateRejectsBadOptions) {
+  EXPECT_THAT(TransferEngine::Create({}), IsError(StatusCode::kInvalidArgument, "no tier given"));
+  Stack s;
+  TransferEngineOptions wrong_index;
+  wrong_index.tiers[TierIndex(Tier::kNvme)] = s.dram;
+  EXPECT_THAT(TransferEngine::Create(wrong_index),
+              IsError(StatusCode::kInvalidArgument, "dram backend is at the index of nvme"));
+  auto other = EmulatedHbm::Create(*KvGeometry::Create({.num_layers = 1, .num_kv_heads = 1,
+                                                        .head_dim = 8}),
+                                   {.capacity_blocks = 2});
+  TransferEngineOptions mixed;
+  mixed.tiers[TierIndex(Tier::kHbm)] = other->get();
+  mixed.tiers[TierIndex(Tier::kDram)] = s.dram;
+  EXPECT_THAT(TransferEngine::Create(mixed), IsError(StatusCode::kInvalidArgument, "-byte blocks"));
+  TransferEngineOptions no_bounce;
+  no_bounce.tiers[TierIndex(Tier::kDram)] = s.dram;
+  no_bounce.bounce_buffers = 0;
+  EXPECT_THAT(TransferEngine::Create(no_bounce),
+              IsError(StatusCode::kInvalidArgument, "bounce_buffers = 0"));
+}
+
+TEST(TransferEngineTest, CopyRejectsBadRequestsWithoutAllocating) {
+  Stack s;
+  const SlotId src = s.Put(Tier::kDram, Stack::Key(1), Stack::Block(1));
+  EXPECT_THAT(s.engine->Copy(Stack::Key(1), Tier::kDram, src, Tier::kRemote),
+              IsError(StatusCode::kInvalidArgument, "no destination tier 3"));
+  EXPECT_THAT(s.engine->Copy(Stack::Key(1), Tier::kDram, src, Tier::kDram),
+              IsError(StatusCode::kInvalidArgument, "both dram"));
+  EXPECT_THAT(s.engine->Copy(Stack::Key(1), Tier::kDram, SlotId(99), Tier::kHbm),
+              IsError(StatusCode::kInvalidArgument, "slot 99 is outside"));
+  EXPECT_THAT(s.engine->Copy(Stack::Key(1), Tier::kDram, SlotId(3), Tier::kHbm),
+              IsError(StatusCode::kFailedPrecondition, "dram slot 3, is free"));
+  for (uint32_t i = 0; i < 4; ++i) s.Put(Tier::kHbm, Stack::Key(10 + i), Stack::Block(10 + i));
+  EXPECT_THAT(s.engine->Copy(Stack::Key(1), Tier::kDram, src, Tier::kHbm),
+              IsError(StatusCode::kResourceExhausted, "all 4 slots"));
+  EXPECT_EQ(s.engine->in_flight(), 0);
+  EXPECT_EQ(s.engine->stats(Tier::kDram, Tier::kHbm).operations, 0);
+}
+
+TEST(TransferEngineTest, EveryPathDeliversTheSameBytes) {
+  Stack s;
+  const std::vector<std::byte> data = Stack::Block(42);
+  const BlockKey key = Stack::Key(42);
+  const SlotId h0 = s.Put(Tier::kHbm, key, data);
+  // HBM -> DRAM (read into a host slot), DRAM -> NVMe (write from a host slot),
+  // NVMe -> HBM (staged through a bounce buffer), HBM -> NVMe (staged), NVMe -> DRAM.
+  KVTIER_ASSERT_OK_AND_ASSIGN(Transfer t1, s.engine->Copy(key, Tier::kHbm, h0, Tier::kDram));
+  KVTIER_ASSERT_OK(t1.completion.Wait());
+  KVTIER_ASSERT_OK_AND_ASSIGN(Transfer t2,
+                              s.engine->Copy(key, Tier::kDram, t1.destination, Tier::kNvme));
+  KVTIER_ASSERT_OK(t2.completion.Wait());
+  KVTIER_ASSERT_OK_AND_ASSIGN(Transfer t3,
+                              s.engine->Copy(key, Tier::kNvme, t2.destination, Tier::kHbm));
+  KVTIER_ASSERT_OK(t3.completion.Wait());
+  KVTIER_ASSERT_OK_AND_ASSIGN(Transfer t4, s.engine->Copy(key, Tier::kHbm, h0, Tier::kNvme));
+  KVTIER_ASSERT_OK(t4.completion.Wait());
+  KVTIER_ASSERT_OK_AND_ASSIGN(Transfer t5,
+                              s.engine->Copy(key, Tier::kNvme, t4.destination, Tier::kDram));
+  KVTIER_ASSERT_OK(t5.completion.Wait());
+  for (auto [tier, slot] : {std::pair{Tier::kDram, t1.destination}, {Tier::kNvme, t2.destination},
+                            {Tier::kHbm, t3.destination}, {Tier::kNvme, t4.destination},
+                            {Tier::kDram, t5.destination}}) {
+    KVTIER_ASSERT_OK_AND_ASSIGN(std::vector<std::byte> back, s.Get(tier, slot, key));
+    EXPECT_TRUE(back == data) << TierName(tier) << " slot " << slot.value();
+    EXPECT_EQ(s.StateOf(tier, slot), SlotState::kCached);
+  }
+  EXPECT_EQ(s.StateOf(Tier::kHbm, h0), SlotState::kCached);  // the source pin was dropped
+  const TransferStats st = s.engine->stats(Tier::kNvme, Tier::kHbm);
+  EXPECT_EQ(st.operations, 1);
+  EXPECT_EQ(st.blocks, 1);
+  EXPECT_EQ(st.bytes, Stack::Geometry().bytes_per_block());
+  EXPECT_EQ(st.failures, 0);
+  EXPECT_GT(st.bandwidth_bytes_per_second, 0);
+  EXPECT_EQ(s.engine->in_flight(), 0);
+}
+
+TEST(TransferEngineTest, ChainedCopyWaitsForItsArrivingSource) {
+  Stack s;
+  s.nvme->SetDelay(absl::Milliseconds(100));
+  const SlotId n = s.Put(Tier::kNvme, Stack::Key(5), Stack::Block(5));
+  KVTIER_ASSERT_OK_AND_ASSIGN(Transfer up, s.engine->Copy(Stack::Key(5), Tier::kNvme, n, Tier::kDram));
+  // Submitted before the first arrives: its source is still in flight, so it waits.
+  KVTIER_ASSERT_OK_AND_ASSIGN(Transfer on,
+                              s.engine->Copy(Stack::Key(5), Tier::kDram, up.destination, Tier::kHbm));
+  KVTIER_ASSERT_OK(on.completion.Wait());
+  EXPECT_TRUE(up.completion.done());
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::vector<std::byte> back, s.Get(Tier::kHbm, on.destination, Stack::Key(5)));
+  EXPECT_TRUE(back == Stack::Block(5));
+}
+
+TEST(TransferEngineTest, SourceIsPinnedWhileCopied) {
+  Stack s;
+  s.hbm->SetDelay(absl::Milliseconds(150));
+  const SlotId d = s.Put(Tier::kDram, Stack::Key(6), Stack::Block(6));
+  KVTIER_ASSERT_OK_AND_ASSIGN(Transfer t, s.engine->Copy(Stack::Key(6), Tier::kDram, d, Tier::kHbm));
+  ASSERT_TRUE(Eventually(s, Tier::kDram, d, SlotState::kSealed));
+  EXPECT_THAT(s.engine->WithAllocator(Tier::kDram, [&](BlockAllocator& a) { return a.Evict(d); }),
+              IsError(StatusCode::kFailedPrecondition, "state sealed"));
+  KVTIER_ASSERT_OK(t.completion.Wait());
+  EXPECT_EQ(s.StateOf(Tier::kDram, d), SlotState::kCached);
+  KVTIER_EXPECT_OK(s.engine->WithAllocator(Tier::kDram, [&](BlockAllocator& a) { return a.Evict(d); }));
+}
+
+TEST(TransferEngineTest, DeadlineWhileRunningQuarantinesUntilKnownDone) {
+  Stack s;
+  s.hbm->SetDelay(absl::Milliseconds(300));
+  const SlotId d = s.Put(Tier::kDram, Stack::Key(7), Stack::Block(7));
+  TransferOptions soon;
+  soon.deadline = absl::Now() + absl::Milliseconds(40);
+  KVTIER_ASSERT_OK_AND_ASSIGN(Transfer t,
+                              s.engine->Copy(Stack::Key(7), Tier::kDram, d, Tier::kHbm, soon));
+  EXPECT_THAT(t.completion.WaitFor(absl::Milliseconds(200)),
+              IsError(StatusCode::kDeadlineExceeded, "passed its deadline"));
+  EXPECT_EQ(s.StateOf(Tier::kHbm, t.destination), SlotState::kQuarantined);
+  EXPECT_EQ(s.engine->stats(Tier::kDram, Tier::kHbm).failures, 1);
+  // The write lands later; only then is the slot known done and free again.
+  EXPECT_TRUE(Eventually(s, Tier::kHbm, t.destination, SlotState::kFree));
+  EXPECT_EQ(s.StateOf(Tier::kDram, d), SlotState::kCached);
+  EXPECT_EQ(s.engine->in_flight(), 0);
+}
+
+TEST(TransferEngineTest, SourceReadyGatesAndFails) {
+  Stack s;
+  const SlotId h = s.Put(Tier::kHbm, Stack::Key(8), Stack::Block(8));
+  Completion compute;
+  KVTIER_ASSERT_OK_AND_ASSIGN(
+      Transfer waits, s.engine->Copy(Stack::Key(8), Tier::kHbm, h, Tier::kDram,
+                                     {.deadline = absl::Now() + absl::Milliseconds(30),
+                                      .source_ready = compute}));
+  EXPECT_THAT(waits.completion.Wait(), IsError(StatusCode::kDeadlineExceeded, "deadline"));
+  EXPECT_EQ(s.StateOf(Tier::kDram, waits.destination), SlotState::kFree);  // never started
+  Completion failed_compute;
+  KVTIER_ASSERT_OK_AND_ASSIGN(
+      Transfer t, s.engine->Copy(Stack::Key(8), Tier::kHbm, h, Tier::kDram,
+                                 {.source_ready = failed_compute}));
+  failed_compute.Complete(absl::AbortedError("kernel failed"));
+  EXPECT_THAT(t.completion.Wait(), IsError(StatusCode::kAborted, "source not ready: kernel failed"));
+  EXPECT_TRUE(Eventually(s, Tier::kDram, t.destination, SlotState::kFree));
+}
+
+TEST(TransferEngineTest, PinnedDestinationIsHandedOver) {
+  Stack s;
+  const SlotId d = s.Put(Tier::kDram, Stack::Key(9), Stack::Block(9));
+  TransferOptions pin;
+  pin.pin_destination = true;
+  KVTIER_ASSERT_OK_AND_ASSIGN(Transfer t,
+                              s.engine->Copy(Stack::Key(9), Tier::kDram, d, Tier::kHbm, pin));
+  KVTIER_ASSERT_OK(t.completion.Wait());
+  EXPECT_EQ(s.StateOf(Tier::kHbm, t.destination), SlotState::kSealed);
+  KVTIER_EXPECT_OK(s.engine->WithAllocator(Tier::kHbm, [&](BlockAllocator& a) {
+    return a.Release(t.destination);
+  }));
+}
+
+TEST(TransferEngineTest, ShutdownCancelsWaitingTransfers) {
+  Completion never;
+  Completion result;
+  {
+    Stack s;
+    const SlotId h = s.Put(Tier::kHbm, Stack::Key(3), Stack::Block(3));
+    auto t = s.engine->Copy(Stack::Key(3), Tier::kHbm, h, Tier::kDram, {.source_ready = never});
+    ASSERT_TRUE(t.ok());
+    result = t->completion;
+  }
+  EXPECT_THAT(result.Wait(), IsError(StatusCode::kCancelled, "shutting down"));
+  never.Complete(absl::OkStatus());  // after the engine is gone: must be harmless
+}
+
+}  // namespace
+}  // namespace kvtier

@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "bench/bench_report.h"
 #include "benchmark/benchmark.h"
 #include "kvtier/block_allocator.h"
 #include "kvtier/block_index.h"
@@ -48,10 +49,7 @@ namespace {
 constexpr int kTokensPerBlock = 16;
 constexpr int32_t kLlama3VocabSize = 128256;
 
-// Reports `status` as the reason this benchmark could not run. The caller must leave the loop.
-void Skip(benchmark::State& state, const char* what, const absl::Status& status) {
-  state.SkipWithError(absl::StrCat(what, ": ", status.ToString()).c_str());
-}
+using bench::Skip;
 
 // The same token ids on every call, so each benchmark hashes and matches identical input.
 std::vector<int32_t> MakeTokens(int64_t num_tokens) {
@@ -255,191 +253,51 @@ BENCHMARK(BM_PageTable_Append);
 
 // ---- Reporting ----
 
-// What the ratios need of one benchmark.
-struct Result {
-  double real_ns = 0;  // wall time per iteration
-  std::optional<double> bytes_per_second;
-  std::optional<double> items_per_second;
-};
-
-double NsPerUnit(benchmark::TimeUnit unit) {
-  switch (unit) {
-    case benchmark::kNanosecond:
-      return 1;
-    case benchmark::kMicrosecond:
-      return 1e3;
-    case benchmark::kMillisecond:
-      return 1e6;
-    case benchmark::kSecond:
-      return 1e9;
-  }
-  return 1;
-}
-
-// A reporter (console or JSON, as --benchmark_format asks) that also keeps each benchmark's
-// figures. With repetitions the median stands for the benchmark, else its last run.
-template <typename Base>
-class CapturingReporter : public Base {
- public:
-  using Base::Base;
-
-  void ReportRuns(const std::vector<benchmark::BenchmarkReporter::Run>& runs) override {
-    Base::ReportRuns(runs);
-    for (const benchmark::BenchmarkReporter::Run& run : runs) {
-      if (run.error_occurred) {
-        any_error_ = true;
-        continue;
-      }
-      const bool aggregate = run.run_type == benchmark::BenchmarkReporter::Run::RT_Aggregate;
-      if (aggregate && run.aggregate_name != "median") continue;  // mean, stddev, cv, BigO
-      const std::string name = run.run_name.str();
-      if (!aggregate && medians_.contains(name)) continue;
-      Result result;
-      result.real_ns = run.GetAdjustedRealTime() * NsPerUnit(run.time_unit);
-      if (auto it = run.counters.find("bytes_per_second"); it != run.counters.end()) {
-        result.bytes_per_second = it->second.value;
-      }
-      if (auto it = run.counters.find("items_per_second"); it != run.counters.end()) {
-        result.items_per_second = it->second.value;
-      }
-      results_[name] = result;
-      if (aggregate) medians_.insert(name);
-    }
-  }
-
-  const std::map<std::string, Result>& results() const { return results_; }
-  bool any_error() const { return any_error_; }
-
- private:
-  std::map<std::string, Result> results_;
-  std::set<std::string> medians_;
-  bool any_error_ = false;
-};
-
-const Result* Find(const std::map<std::string, Result>& results, const std::string& name) {
-  auto it = results.find(name);
-  return it == results.end() ? nullptr : &it->second;
-}
-
-std::string Check(const char* what, double value, const char* unit, double target,
-                  bool higher_is_better) {
-  const bool pass = higher_is_better ? value >= target : value <= target;
-  char line[160];
-  std::snprintf(line, sizeof(line), "  %-46s %10.3f %-5s (target %s %g %s)  %s\n", what, value,
-                unit, higher_is_better ? ">=" : "<=", target, unit, pass ? "PASS" : "MISS");
-  return line;
-}
-
-std::string Ratio(const char* what, double ratio) {
-  char line[120];
-  std::snprintf(line, sizeof(line), "  %-46s %10.3f\n", what, ratio);
-  return line;
-}
-
 // Ratios and target checks over whatever ran: a line appears only when every run it needs was
 // part of this invocation (--benchmark_filter may have left some out).
-void PrintRatios(std::FILE* out, const std::map<std::string, Result>& results) {
-  const Result* ours = Find(results, "BM_PrefixHasher_Xxh3/16384");
-  const Result* sha = Find(results, "BM_PrefixHasher_Sha256/16384");
-  const Result* plain = Find(results, "BM_PlainXxh3_128/16384");
-  const Result* per_block = Find(results, "BM_PlainXxh3_128_PerBlock/16384");
-  const Result* alloc = Find(results, "BM_BlockAllocator_AllocateFree");
-  const Result* match = Find(results, "BM_BlockIndex_Match/131072");
-  auto bps = [](const Result* r) { return r != nullptr && r->bytes_per_second.has_value(); };
+void PrintRatios(std::FILE* out, const bench::Results& results) {
+  const bench::Result* ours = bench::Find(results, "BM_PrefixHasher_Xxh3/16384");
+  const bench::Result* sha = bench::Find(results, "BM_PrefixHasher_Sha256/16384");
+  const bench::Result* plain = bench::Find(results, "BM_PlainXxh3_128/16384");
+  const bench::Result* per_block = bench::Find(results, "BM_PlainXxh3_128_PerBlock/16384");
+  const bench::Result* alloc = bench::Find(results, "BM_BlockAllocator_AllocateFree");
+  const bench::Result* match = bench::Find(results, "BM_BlockIndex_Match/131072");
+  auto bps = [](const bench::Result* r) { return r != nullptr && r->bytes_per_second.has_value(); };
 
   // Throughput over throughput (token-id bytes/s, the same 64 KiB): 1.0 would be no overhead.
   std::string ratios;
   if (bps(ours) && bps(plain)) {
-    ratios += Ratio("xxh3 chained / plain XXH3-128 one-shot",
-                    *ours->bytes_per_second / *plain->bytes_per_second);
+    ratios += bench::Ratio("xxh3 chained / plain XXH3-128 one-shot",
+                           *ours->bytes_per_second / *plain->bytes_per_second);
   }
   if (bps(ours) && bps(per_block)) {
-    ratios += Ratio("xxh3 chained / plain XXH3-128 per 64 B block",
-                    *ours->bytes_per_second / *per_block->bytes_per_second);
+    ratios += bench::Ratio("xxh3 chained / plain XXH3-128 per 64 B block",
+                           *ours->bytes_per_second / *per_block->bytes_per_second);
   }
   if (bps(sha) && bps(ours)) {
-    ratios +=
-        Ratio("sha256 chained / xxh3 chained", *sha->bytes_per_second / *ours->bytes_per_second);
+    ratios += bench::Ratio("sha256 chained / xxh3 chained",
+                           *sha->bytes_per_second / *ours->bytes_per_second);
   }
   std::string checks;
   if (alloc != nullptr) {
-    checks += Check("allocate+free pair (real time)", alloc->real_ns, "ns", 10, false);
+    checks += bench::Check("allocate+free pair (real time)", alloc->real_ns, "ns", 10, false);
   }
   if (bps(ours)) {
-    checks += Check("xxh3 chained keys, token bytes (1 GB = 1e9 B)", *ours->bytes_per_second / 1e9,
-                    "GB/s", 1, true);
+    checks += bench::Check("xxh3 chained keys, token bytes (1 GB = 1e9 B)",
+                           *ours->bytes_per_second / 1e9, "GB/s", 1, true);
   }
   if (match != nullptr) {
-    checks +=
-        Check("match 131072 tokens, all hit (real time)", match->real_ns / 1e3, "us", 300, false);
+    checks += bench::Check("match 131072 tokens, all hit (real time)", match->real_ns / 1e3, "us",
+                           300, false);
   }
 
-  std::fprintf(out, "\n---- ratios (throughput over throughput, same token ids; 1 = equal) ----\n");
-  std::fputs(
-      ratios.empty() ? "  (none: a run each ratio needs was filtered out)\n" : ratios.c_str(), out);
-  std::fprintf(out, "---- targets (informational: a MISS does not fail the run) ----\n");
-  std::fputs(checks.empty() ? "  (none: the runs they check were filtered out)\n" : checks.c_str(),
-             out);
-}
-
-// The value of `--name=value` in argv, or nullopt. Read before benchmark::Initialize, which
-// consumes the flags; 1.7.1 does not expose its parsed flag values.
-std::optional<std::string_view> FlagValue(int argc, char** argv, std::string_view name) {
-  std::optional<std::string_view> value;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg(argv[i]);
-    if (arg.size() > name.size() + 1 && arg.starts_with(name) && arg[name.size()] == '=') {
-      value = arg.substr(name.size() + 1);  // the last occurrence wins, as in the library
-    }
-  }
-  return value;
-}
-
-// The console reporter's options as the library's default one would choose them: colour only on
-// a terminal unless --benchmark_color says otherwise, so a piped log holds no escape codes.
-benchmark::ConsoleReporter::OutputOptions ConsoleOptions(int argc, char** argv) {
-  const std::string_view color = FlagValue(argc, argv, "--benchmark_color").value_or("auto");
-  bool use_color = isatty(STDOUT_FILENO) != 0;
-  if (color == "true" || color == "yes" || color == "1") use_color = true;
-  if (color == "false" || color == "no" || color == "0") use_color = false;
-  int options = benchmark::ConsoleReporter::OO_None;
-  if (use_color) options |= benchmark::ConsoleReporter::OO_Color;
-  if (FlagValue(argc, argv, "--benchmark_counters_tabular").value_or("false") == "true") {
-    options |= benchmark::ConsoleReporter::OO_Tabular;
-  }
-  return static_cast<benchmark::ConsoleReporter::OutputOptions>(options);
+  bench::PrintSections(out, "throughput over throughput, same token ids; 1 = equal", ratios,
+                       checks);
 }
 
 }  // namespace
 }  // namespace kvtier
 
 int main(int argc, char** argv) {
-  using kvtier::CapturingReporter;
-  const std::string format(kvtier::FlagValue(argc, argv, "--benchmark_format").value_or("console"));
-  const benchmark::ConsoleReporter::OutputOptions console_options =
-      kvtier::ConsoleOptions(argc, argv);
-
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-
-  bool any_error = false;
-  if (format == "console") {
-    CapturingReporter<benchmark::ConsoleReporter> reporter(console_options);
-    benchmark::RunSpecifiedBenchmarks(&reporter);
-    kvtier::PrintRatios(stdout, reporter.results());
-    any_error = reporter.any_error();
-  } else if (format == "json") {
-    // stdout stays valid JSON; the ratios go to stderr.
-    CapturingReporter<benchmark::JSONReporter> reporter;
-    benchmark::RunSpecifiedBenchmarks(&reporter);
-    std::fflush(stdout);
-    kvtier::PrintRatios(stderr, reporter.results());
-    any_error = reporter.any_error();
-  } else {
-    // csv (deprecated in the library) and anything else: the library's own reporter, no ratios.
-    benchmark::RunSpecifiedBenchmarks();
-  }
-  benchmark::Shutdown();
-  // Misses are information; a benchmark that could not run at all is a broken setup.
-  return any_error ? 1 : 0;
+  return kvtier::bench::RunAndReport(argc, argv, kvtier::PrintRatios);
 }

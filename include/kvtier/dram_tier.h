@@ -26,6 +26,9 @@ struct DramTierOptions {
   // Page-lock with cudaHostRegister when a CUDA device answers (ignored otherwise).
   bool pin_for_cuda = true;
   bool check_available_memory = true;
+  // Fault every page in at creation (MAP_POPULATE), so the first copies do not pay for it.
+  // Pinning with cudaHostRegister faults them in anyway.
+  bool prefault = true;
 };
 
 class DramTier final : public TierBackend {

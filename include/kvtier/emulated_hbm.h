@@ -9,6 +9,8 @@
 // [num_kv_heads][head_dim] (vLLM's and FlashInfer's paged layout); kBlockFirst keeps one
 // contiguous run per block.
 //
+// The pool is faulted in at creation, as cudaMalloc backs device memory at once.
+//
 // Thread-safety: as TierBackend. Operations queued on one worker run in submission order; reads
 // and writes are on different workers and may overlap (ordering is the transfer engine's job).
 #ifndef KVTIER_EMULATED_HBM_H_

@@ -26,7 +26,9 @@ absl::StatusOr<int64_t> AvailableMemoryBytes() {
 }
 
 absl::StatusOr<HostRegion> HostRegion::Create(size_t bytes, const std::string& what,
-                                              bool try_huge_pages, bool check_available) {
+                                              bool try_huge_pages, bool check_available,
+                                              bool prefault) {
+  const int populate = prefault ? MAP_POPULATE : 0;
   if (bytes < 1) return absl::InvalidArgumentError(absl::StrCat(what, ": a region of 0 bytes"));
   if (check_available) {
     absl::StatusOr<int64_t> available = AvailableMemoryBytes();
@@ -41,11 +43,12 @@ absl::StatusOr<HostRegion> HostRegion::Create(size_t bytes, const std::string& w
   // beyond a normal page; they exist only if the administrator reserved some.
   if (try_huge_pages && bytes % kHugePageBytes == 0) {
     void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | populate, -1, 0);
     if (p != MAP_FAILED) return HostRegion(static_cast<std::byte*>(p), bytes, bytes, true);
   }
   const size_t mapped = (bytes + page - 1) / page * page;
-  void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | populate,
+                 -1, 0);
   if (p == MAP_FAILED) {
     const int err = errno;
     const std::string message =

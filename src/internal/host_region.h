@@ -24,8 +24,11 @@ class HostRegion {
   // Maps `bytes` (>= 1) of anonymous memory for `what` (used in messages).
   // Errors: kInvalidArgument for bytes < 1; kResourceExhausted if bytes exceeds MemAvailable
   // (when check_available is set) or mmap fails with ENOMEM; kInternal for other mmap errors.
+  // With `prefault`, every page is faulted in now (MAP_POPULATE), as cudaMalloc or
+  // cudaHostRegister would back them, so the first copies do not pay for page faults.
   static absl::StatusOr<HostRegion> Create(size_t bytes, const std::string& what,
-                                           bool try_huge_pages = true, bool check_available = true);
+                                           bool try_huge_pages = true, bool check_available = true,
+                                           bool prefault = false);
 
   HostRegion(HostRegion&& other) noexcept;
   HostRegion& operator=(HostRegion&& other) noexcept;

@@ -83,7 +83,8 @@ absl::StatusOr<std::unique_ptr<EmulatedHbm>> EmulatedHbm::Create(
   KVTIER_ASSIGN_OR_RETURN(
       internal::HostRegion region,
       internal::HostRegion::Create(static_cast<size_t>(info.capacity_bytes), info.name,
-                                   /*try_huge_pages=*/true, options.check_available_memory));
+                                   /*try_huge_pages=*/true, options.check_available_memory,
+                                   /*prefault=*/true));
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<BlockAllocator> allocator,
                           BlockAllocator::Create(Tier::kHbm, options.capacity_blocks));
   return std::unique_ptr<EmulatedHbm>(new EmulatedHbm(std::make_unique<Impl>(

@@ -54,7 +54,8 @@ absl::StatusOr<std::unique_ptr<DramTier>> DramTier::Create(const KvGeometry& geo
   KVTIER_ASSIGN_OR_RETURN(
       internal::HostRegion region,
       internal::HostRegion::Create(static_cast<size_t>(info.capacity_bytes), "DramTier",
-                                   options.try_huge_pages, options.check_available_memory));
+                                   options.try_huge_pages, options.check_available_memory,
+                                   options.prefault));
   // After the region: its budget check must refuse an impossible size before anything else is
   // allocated for it (the allocator alone takes 8 bytes per slot).
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<BlockAllocator> allocator,

@@ -12,6 +12,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kvtier/cuda_hbm.h"
 #include "kvtier/dram_tier.h"
 #include "kvtier/emulated_hbm.h"
 #include "kvtier/nvme_tier.h"
@@ -77,6 +78,16 @@ std::vector<BackendFactory> Backends() {
          return Upcast(DramTier::Create(
              SmallGeometry(), {.capacity_bytes = kSlots * SmallGeometry().bytes_per_block()}));
        }},
+      {"CudaHbmLayerFirst",
+       [] {
+         return Upcast(CudaHbm::Create(
+             SmallGeometry(), {.layout = HbmLayout::kLayerFirst, .capacity_blocks = kSlots}));
+       }},
+      {"CudaHbmBlockFirst",
+       [] {
+         return Upcast(CudaHbm::Create(
+             SmallGeometry(), {.layout = HbmLayout::kBlockFirst, .capacity_blocks = kSlots}));
+       }},
       {"NvmeIoUring", [] { return MakeNvme(NvmeEngine::kIoUring); }},
       {"NvmeThreadPool", [] { return MakeNvme(NvmeEngine::kThreadPool); }},
   };
@@ -89,6 +100,10 @@ class TierConformanceTest : public ::testing::TestWithParam<BackendFactory> {
     if (!tier.ok() && absl::IsUnavailable(tier.status()) &&
         std::string(tier.status().message()).find("io_uring") != std::string::npos) {
       GTEST_SKIP() << "io_uring is not available here: " << tier.status().message();
+    }
+    if (!tier.ok() && GetParam().name.starts_with("CudaHbm") &&
+        (absl::IsUnavailable(tier.status()) || absl::IsUnimplemented(tier.status()))) {
+      GTEST_SKIP() << "no CUDA device: " << tier.status().message();
     }
     ASSERT_TRUE(tier.ok()) << tier.status();
     faulty_ = new testing::FaultInjectingTier(std::move(*tier));

@@ -1,0 +1,72 @@
+// CudaHbm: GPU memory as the HBM tier. A cudaMalloc pool (or KV tensors the inference engine
+// already owns, registered instead) in the layer-first or block-first layout (HbmLayout), with
+// two dedicated non-blocking copy streams (host-to-device, device-to-host) and a CUDA event per
+// operation: a kvtier thread waits on the event and fires the Completion, so completions never
+// run on a CUDA callback thread and may call CUDA.
+//
+// Layer-first blocks are scattered from / gathered into the block-contiguous host buffer with
+// one batched copy per block (cudaMemcpyBatchAsync on CUDA 13+, num_layers cudaMemcpyAsync calls
+// before, or when the driver refuses the batch). Host buffers should be pinned (DramTier pins its
+// region when a device answers) for full PCIe bandwidth; pageable memory works, slower.
+//
+// Built only with the CUDA toolkit; elsewhere Create returns kUnimplemented. Whether a device
+// answers is asked at run time: Create returns kUnavailable with the CUDA error text without one.
+//
+// Thread-safety: as TierBackend. Ownership: a registered pool stays the engine's; it must outlive
+// the tier.
+#ifndef KVTIER_CUDA_HBM_H_
+#define KVTIER_CUDA_HBM_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kvtier/hbm_layout.h"
+#include "kvtier/kv_geometry.h"
+#include "kvtier/tier_backend.h"
+
+namespace kvtier {
+
+struct CudaHbmOptions {
+  HbmLayout layout = HbmLayout::kLayerFirst;
+  int64_t capacity_blocks = 0;  // >= 1
+  int device = 0;               // CUDA device ordinal
+  // Engine-owned KV tensors to use instead of allocating: kLayerFirst, one device pointer per
+  // layer ([capacity_blocks][kv_planes][tokens][heads][head_dim] each); kBlockFirst, one pointer
+  // to the whole pool. Empty: kvtier allocates with cudaMalloc.
+  std::vector<void*> external_pool;
+};
+
+class CudaHbm final : public TierBackend {
+ public:
+  // Errors: kUnimplemented without CUDA; kUnavailable with the CUDA error text when no device
+  // answers or cudaMalloc/stream creation fails; kInvalidArgument for capacity_blocks < 1, an
+  // unknown layout, a device ordinal out of range, or an external pool of the wrong length.
+  static absl::StatusOr<std::unique_ptr<CudaHbm>> Create(const KvGeometry& geometry,
+                                                         const CudaHbmOptions& options);
+  ~CudaHbm() override;  // waits for both streams and every completion
+
+  const TierInfo& info() const override;
+  BlockAllocator& allocator() override;
+  Completion WriteBlock(SlotId slot, const BlockKey& key, absl::Span<const std::byte> src,
+                        const BlockIoOptions& options = {}) override;
+  Completion ReadBlock(SlotId slot, const BlockKey& key, absl::Span<std::byte> dst,
+                       const BlockIoOptions& options = {}) override;
+
+  HbmLayout layout() const;
+  // Device pointer of layer `layer`'s pool (kLayerFirst) or of the pool plus the layer's offset
+  // inside a block (kBlockFirst); nullptr outside [0, num_layers). What a kernel is handed.
+  void* LayerBase(int layer) const;
+  // True when copies go through cudaMemcpyBatchAsync.
+  bool batched_copies() const;
+
+ private:
+  struct Impl;
+  explicit CudaHbm(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvtier
+
+#endif  // KVTIER_CUDA_HBM_H_

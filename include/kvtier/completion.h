@@ -4,7 +4,8 @@
 // operation's owner decides what a late completion means (e.g. the destination stays
 // quarantined until it fires).
 //
-// Completion is a cheap, copyable handle to shared state; copies observe the same outcome.
+// Completion is a cheap, copyable handle to shared state; copies observe the same outcome: the
+// status code and message (payloads are not kept).
 // Thread-safety: every method is thread-safe.
 #ifndef KVTIER_COMPLETION_H_
 #define KVTIER_COMPLETION_H_

@@ -4,15 +4,18 @@
 // buffers registered, `queue_depth` requests in flight), or, where io_uring cannot be set up, a
 // thread pool doing pread/pwrite; both serve the same interface and pass the same conformance
 // suite. Short transfers are resubmitted for the remainder; errno values become absl::Status
-// (ENOSPC/EFBIG -> kResourceExhausted, EIO and the rest -> kUnavailable).
+// (ENOSPC/EFBIG/EDQUOT -> kResourceExhausted; EINVAL, an alignment the device refuses ->
+// kInternal; EIO and the rest -> kUnavailable).
 //
 // Every write carries the block key and an XXH3-64 checksum of the payload in its header, so a
 // reopened tier finds its blocks again (warm restart: recovered() lists them and the allocator
 // starts with them cached), and a torn or corrupt slot reads as kDataLoss, counted in
 // corrupt_reads(), never as a block.
 //
-// Thread-safety: as TierBackend. Ownership: the tier owns its file descriptor; the file is kept
-// on destruction (it is the cache).
+// Thread-safety: as TierBackend. Reads and writes may block until a staging buffer is free (at
+// most until their deadline), so they must not be called from a completion callback of this
+// tier, which runs on the thread that frees the buffers. Ownership: the tier owns its file
+// descriptor; the file is kept on destruction (it is the cache).
 #ifndef KVTIER_NVME_TIER_H_
 #define KVTIER_NVME_TIER_H_
 
@@ -90,6 +93,9 @@ class NvmeTier final : public TierBackend {
 
   // Test hook: the next submit to io_uring reports failure with `err` (case IO-2).
   void InjectSubmitFailureForTest(int err);
+  // Test hook: while held, io_uring completions are not processed: no Completion fires and no
+  // staging buffer comes back (case IO-2).
+  void HoldCompletionsForTest(bool hold);
 
  private:
   struct Impl;

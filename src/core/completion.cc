@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -10,11 +11,21 @@
 namespace kvtier {
 namespace internal {
 
+// The outcome is kept as its code and message, and every reader gets a Status of its own. A
+// shared absl::Status rep is reference-counted inside Debian's uninstrumented libabsl_status,
+// which ThreadSanitizer cannot see, so handing one rep to many threads reads as a data race
+// (TOOLCHAIN.md section 2); fresh reps per reader keep the tsan preset meaningful. Payloads are
+// not kept: kvtier sets none.
 struct CompletionState {
   Mutex mu;
   CondVar cv;
   bool done ABSL_GUARDED_BY(mu) = false;
-  absl::Status status ABSL_GUARDED_BY(mu);
+  absl::StatusCode code ABSL_GUARDED_BY(mu) = absl::StatusCode::kOk;
+  std::string message ABSL_GUARDED_BY(mu);
+
+  absl::Status Outcome() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return code == absl::StatusCode::kOk ? absl::OkStatus() : absl::Status(code, message);
+  }
   std::vector<std::function<void(const absl::Status&)>> callbacks ABSL_GUARDED_BY(mu);
 };
 
@@ -34,13 +45,13 @@ bool Completion::Complete(absl::Status status) const {
     internal::MutexLock lock(&state_->mu);
     if (state_->done) return false;
     state_->done = true;
-    state_->status = std::move(status);
+    state_->code = status.code();
+    state_->message = std::string(status.message());
     callbacks.swap(state_->callbacks);
     state_->cv.SignalAll();
   }
   // Outside the lock: a callback may complete other completions or wait on this one.
-  const absl::Status final_status = this->status();
-  for (auto& cb : callbacks) cb(final_status);
+  for (auto& cb : callbacks) cb(this->status());
   return true;
 }
 
@@ -52,14 +63,14 @@ bool Completion::done() const {
 absl::Status Completion::status() const {
   internal::MutexLock lock(&state_->mu);
   if (!state_->done) return absl::UnavailableError("pending");
-  return state_->status;
+  return state_->Outcome();
 }
 
 absl::Status Completion::WaitUntil(absl::Time deadline) const {
   internal::MutexLock lock(&state_->mu);
   if (deadline == absl::InfiniteFuture()) {
     while (!state_->done) state_->cv.Wait(&state_->mu);
-    return state_->status;
+    return state_->Outcome();
   }
   const auto chrono_deadline = absl::ToChronoTime(deadline);
   while (!state_->done) {
@@ -68,7 +79,7 @@ absl::Status Completion::WaitUntil(absl::Time deadline) const {
       return absl::DeadlineExceededError("the operation did not complete by its deadline");
     }
   }
-  return state_->status;
+  return state_->Outcome();
 }
 
 void Completion::OnDone(std::function<void(const absl::Status&)> callback) const {
@@ -79,7 +90,7 @@ void Completion::OnDone(std::function<void(const absl::Status&)> callback) const
       state_->callbacks.push_back(std::move(callback));
       return;
     }
-    status = state_->status;
+    status = state_->Outcome();
   }
   callback(status);
 }

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <functional>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -91,19 +92,24 @@ struct CudaHbm::Impl {
   // event is reached (or with the CUDA error that stopped it).
   void FinishAfter(cudaStream_t stream, internal::StreamWorker* completer,
                    std::function<void(absl::Status)> finish) {
+    cudaSetDevice(options.device);  // the event must belong to the stream's device
     cudaEvent_t event = nullptr;
     cudaError_t err = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
     if (err == cudaSuccess) err = cudaEventRecord(event, stream);
     if (err != cudaSuccess) {
       if (event != nullptr) cudaEventDestroy(event);
       // Without an event, wait for the whole stream (correct, just coarser).
-      completer->Enqueue([stream, finish] {
+      const int device = options.device;
+      completer->Enqueue([stream, finish, device] {
+        cudaSetDevice(device);
         const cudaError_t e = cudaStreamSynchronize(stream);
         finish(e == cudaSuccess ? absl::OkStatus() : FromCuda(e, "cudaStreamSynchronize"));
       });
       return;
     }
-    completer->Enqueue([event, finish] {
+    const int device = options.device;
+    completer->Enqueue([event, finish, device] {
+      cudaSetDevice(device);  // runtime calls on this thread act on the tier's device
       const cudaError_t e = cudaEventSynchronize(event);
       cudaEventDestroy(event);
       finish(e == cudaSuccess ? absl::OkStatus() : FromCuda(e, "cudaEventSynchronize"));
@@ -130,9 +136,10 @@ absl::StatusOr<std::unique_ptr<CudaHbm>> CudaHbm::Create(const KvGeometry& geome
     return absl::InvalidArgumentError(
         absl::StrCat("CudaHbm: unknown layout ", static_cast<int>(options.layout)));
   }
-  if (options.capacity_blocks < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("CudaHbm: capacity_blocks = ", options.capacity_blocks, " must be >= 1"));
+  if (options.capacity_blocks < 1 ||
+      options.capacity_blocks > std::numeric_limits<int64_t>::max() / geometry.bytes_per_block()) {
+    return absl::InvalidArgumentError(absl::StrCat("CudaHbm: capacity_blocks = ",
+                                                   options.capacity_blocks, " is not usable"));
   }
   int devices = 0;
   if (cudaError_t err = cudaGetDeviceCount(&devices); err != cudaSuccess) {
@@ -213,16 +220,21 @@ Completion CudaHbm::WriteBlock(SlotId slot, const BlockKey& key, absl::Span<cons
     return Completion::Done(internal::DeadlinePassed(impl->info, slot));
   }
   impl->contents->Invalidate(slot);
-  if (cudaError_t err = impl->Enqueue(slot, const_cast<std::byte*>(src.data()), true, impl->h2d);
-      err != cudaSuccess) {
-    return Completion::Done(
-        FromCuda(err, absl::StrCat(impl->info.name, ": copying into slot ", slot.value())));
-  }
+  cudaSetDevice(impl->options.device);
+  // Even when queueing fails part-way, earlier pieces may be in flight: the Completion fires only
+  // once the stream has passed them, so the caller never reuses the buffers under a live copy.
+  const cudaError_t queued =
+      impl->Enqueue(slot, const_cast<std::byte*>(src.data()), true, impl->h2d);
   Completion done;
-  impl->FinishAfter(impl->h2d, impl->h2d_completer.get(), [impl, slot, key, done](absl::Status s) {
-    if (s.ok()) impl->contents->Set(slot, key);
-    done.Complete(std::move(s));
-  });
+  impl->FinishAfter(impl->h2d, impl->h2d_completer.get(),
+                    [impl, slot, key, done, queued](absl::Status s) {
+                      if (queued != cudaSuccess) {
+                        s = FromCuda(queued, absl::StrCat(impl->info.name,
+                                                          ": copying into slot ", slot.value()));
+                      }
+                      if (s.ok()) impl->contents->Set(slot, key);
+                      done.Complete(std::move(s));
+                    });
   return done;
 }
 
@@ -238,13 +250,15 @@ Completion CudaHbm::ReadBlock(SlotId slot, const BlockKey& key, absl::Span<std::
   if (absl::Status s = impl->contents->Check(slot, key, impl->info); !s.ok()) {
     return Completion::Done(std::move(s));
   }
-  if (cudaError_t err = impl->Enqueue(slot, dst.data(), false, impl->d2h); err != cudaSuccess) {
-    return Completion::Done(
-        FromCuda(err, absl::StrCat(impl->info.name, ": copying out of slot ", slot.value())));
-  }
+  cudaSetDevice(impl->options.device);
+  const cudaError_t queued = impl->Enqueue(slot, dst.data(), false, impl->d2h);
   Completion done;
-  impl->FinishAfter(impl->d2h, impl->d2h_completer.get(),
-                    [done](absl::Status s) { done.Complete(std::move(s)); });
+  impl->FinishAfter(impl->d2h, impl->d2h_completer.get(), [impl, slot, done, queued](absl::Status s) {
+    if (queued != cudaSuccess) {
+      s = FromCuda(queued, absl::StrCat(impl->info.name, ": copying out of slot ", slot.value()));
+    }
+    done.Complete(std::move(s));
+  });
   return done;
 }
 

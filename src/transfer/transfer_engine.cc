@@ -1,6 +1,8 @@
 #include "kvtier/transfer_engine.h"
 
+#include <cassert>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -19,6 +21,13 @@ namespace kvtier {
 namespace {
 
 using internal::ToAbsl;
+
+// The engine drives every slot transition itself, so each one must succeed; a failure is a bug in
+// the engine's own bookkeeping (caught by the debug builds the asan preset makes).
+void Expect(const absl::Status& transition) {
+  assert(transition.ok());
+  (void)transition;
+}
 
 bool Present(const std::array<TierBackend*, kNumTiers>& tiers, Tier t) {
   return TierIndex(t) >= 0 && TierIndex(t) < kNumTiers && tiers[TierIndex(t)] != nullptr;
@@ -59,9 +68,35 @@ struct TransferEngine::Impl : std::enable_shared_from_this<TransferEngine::Impl>
   std::array<std::array<TransferStats, kNumTiers>, kNumTiers> stats ABSL_GUARDED_BY(mu);
   uint64_t next_id ABSL_GUARDED_BY(mu) = 1;
 
-  // Last: stopped first, while the state above still exists.
-  internal::DeadlineTimer timer;
-  internal::StreamWorker dispatcher;  // starts copies; may block in a backend, never under `mu`
+  // Stopped by Shutdown() on the destroying thread, never by the last reference: a callback that
+  // outlives the engine may drop that reference on one of these very threads.
+  std::unique_ptr<internal::DeadlineTimer> timer ABSL_GUARDED_BY(mu) =
+      std::make_unique<internal::DeadlineTimer>();
+  internal::Mutex dispatch_mu;
+  // Starts copies; may block in a backend, never under `mu`.
+  std::unique_ptr<internal::StreamWorker> dispatcher ABSL_GUARDED_BY(dispatch_mu) =
+      std::make_unique<internal::StreamWorker>();
+
+  void Dispatch(std::function<void()> task) {
+    internal::MutexLock lock(&dispatch_mu);
+    if (dispatcher != nullptr) dispatcher->Enqueue(std::move(task));
+  }
+
+  // Joins the timer and dispatcher threads; later callbacks find them gone and do nothing.
+  void Shutdown() {
+    std::unique_ptr<internal::DeadlineTimer> t;
+    {
+      internal::MutexLock lock(&mu);
+      t = std::move(timer);
+    }
+    t.reset();
+    std::unique_ptr<internal::StreamWorker> d;
+    {
+      internal::MutexLock lock(&dispatch_mu);
+      d = std::move(dispatcher);
+    }
+    d.reset();
+  }
 
   explicit Impl(internal::HostRegion region) : bounce_region(std::move(region)) {}
 
@@ -79,7 +114,7 @@ struct TransferEngine::Impl : std::enable_shared_from_this<TransferEngine::Impl>
 
   void SchedulePump() {
     std::weak_ptr<Impl> weak = weak_from_this();
-    dispatcher.Enqueue([weak] {
+    Dispatch([weak] {
       if (auto self = weak.lock()) self->Pump();
     });
   }
@@ -88,18 +123,22 @@ struct TransferEngine::Impl : std::enable_shared_from_this<TransferEngine::Impl>
   // it. Returns the status to fire on the caller's Completion, or nullopt if it already fired.
   std::optional<absl::Status> FinishLocked(Op& op, absl::Status status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    if (op.src_pinned) (void)Alloc(op.from).Release(op.src);
+    // At most once per transfer: a deadline and a failure found by Pump (or the destructor) can
+    // both try to end the same transfer, and a second pass would free a slot that by then
+    // belongs to another transfer.
+    if (!ops.contains(op.id)) return std::nullopt;
+    if (op.src_pinned) Expect(Alloc(op.from).Release(op.src));
     if (op.bounce >= 0) free_bounce.push_back(op.bounce);
     pending_dst.erase(SlotKey(op.to, op.dst));
-    if (op.timer_id != 0) timer.Cancel(op.options.deadline, op.timer_id);
+    if (op.timer_id != 0 && timer != nullptr) timer->Cancel(op.options.deadline, op.timer_id);
     TransferStats& st = stats[TierIndex(op.from)][TierIndex(op.to)];
     std::optional<absl::Status> fire;
     if (op.timed_out) {
       // Known complete or dead only now: the quarantined destination can be reused.
-      (void)Alloc(op.to).ReclaimQuarantined(op.dst);
+      Expect(Alloc(op.to).ReclaimQuarantined(op.dst));
     } else if (status.ok()) {
-      (void)Alloc(op.to).CompleteTransfer(op.dst);
-      if (op.options.pin_destination) (void)Alloc(op.to).Acquire(op.dst);
+      Expect(Alloc(op.to).CompleteTransfer(op.dst));
+      if (op.options.pin_destination) Expect(Alloc(op.to).Acquire(op.dst));
       st.bytes += block_bytes;
       st.blocks += 1;
       const double seconds = absl::ToDoubleSeconds(absl::Now() - op.started);
@@ -111,7 +150,7 @@ struct TransferEngine::Impl : std::enable_shared_from_this<TransferEngine::Impl>
       }
       fire = absl::OkStatus();
     } else {
-      (void)Alloc(op.to).CancelTransfer(op.dst);  // the backend is done: nothing more lands
+      Expect(Alloc(op.to).CancelTransfer(op.dst));  // the backend is done: nothing more lands
       st.failures += 1;
       fire = std::move(status);
     }
@@ -148,7 +187,7 @@ struct TransferEngine::Impl : std::enable_shared_from_this<TransferEngine::Impl>
       } else {
         // It may still land: quarantine the destination until the backend says it is done.
         op->timed_out = true;
-        (void)Alloc(op->to).FailTransfer(op->dst);
+        Expect(Alloc(op->to).FailTransfer(op->dst));
         stats[TierIndex(op->from)][TierIndex(op->to)].failures += 1;
         fire = late;
       }
@@ -213,14 +252,17 @@ struct TransferEngine::Impl : std::enable_shared_from_this<TransferEngine::Impl>
     auto done = [weak, op](const absl::Status& s) {
       if (auto self = weak.lock()) self->Finish(op, s);
     };
+    // A backend that would have to wait (NVMe staging buffers) gives up at the caller's deadline.
+    const BlockIoOptions io{.deadline = op->options.deadline};
     if (src->info().capabilities & kCapHostAddressable) {
       if (absl::Status s = src->CheckHolds(op->src, op->key); !s.ok()) return Finish(op, s);
       dst->WriteBlock(op->dst, op->key,
-                      {src->HostAddress(op->src), static_cast<size_t>(block_bytes)})
+                      {src->HostAddress(op->src), static_cast<size_t>(block_bytes)}, io)
           .OnDone(done);
     } else if (dst->info().capabilities & kCapHostAddressable) {
       dst->BeginHostWrite(op->dst);
-      src->ReadBlock(op->src, op->key, {dst->HostAddress(op->dst), static_cast<size_t>(block_bytes)})
+      src->ReadBlock(op->src, op->key, {dst->HostAddress(op->dst), static_cast<size_t>(block_bytes)},
+                     io)
           .OnDone([dst, op, done](const absl::Status& s) {
             if (s.ok()) dst->EndHostWrite(op->dst, op->key);
             done(s);
@@ -229,13 +271,13 @@ struct TransferEngine::Impl : std::enable_shared_from_this<TransferEngine::Impl>
       // Staged: read into a bounce buffer, then (from the dispatcher, which may block in a
       // backend) write it out.
       const absl::Span<std::byte> bounce = Bounce(op->bounce);
-      src->ReadBlock(op->src, op->key, bounce).OnDone([weak, dst, op, bounce, done](
-                                                          const absl::Status& s) {
+      src->ReadBlock(op->src, op->key, bounce, io).OnDone([weak, dst, op, bounce, io, done](
+                                                              const absl::Status& s) {
         auto self = weak.lock();
         if (!self) return;
         if (!s.ok()) return self->Finish(op, s);
-        self->dispatcher.Enqueue([dst, op, bounce, done] {
-          dst->WriteBlock(op->dst, op->key, bounce).OnDone(done);
+        self->Dispatch([dst, op, bounce, io, done] {
+          dst->WriteBlock(op->dst, op->key, bounce, io).OnDone(done);
         });
       });
     }
@@ -292,8 +334,11 @@ TransferEngine::~TransferEngine() {
     impl_->waiting.clear();
   }
   for (auto& [op, status] : cancelled) impl_->Finish(op, std::move(status));
-  internal::MutexLock lock(&impl_->mu);
-  while (!impl_->ops.empty()) impl_->idle_cv.Wait(&impl_->mu);
+  {
+    internal::MutexLock lock(&impl_->mu);
+    while (!impl_->ops.empty()) impl_->idle_cv.Wait(&impl_->mu);
+  }
+  impl_->Shutdown();
 }
 
 absl::StatusOr<Transfer> TransferEngine::Copy(const BlockKey& key, Tier from, SlotId source,
@@ -331,10 +376,10 @@ absl::StatusOr<Transfer> TransferEngine::Copy(const BlockKey& key, Tier from, Sl
     impl->waiting.push_back(op->id);
     impl->pending_dst[SlotKey(to, op->dst)] = op->id;
     impl->stats[TierIndex(from)][TierIndex(to)].operations += 1;
-    if (options.deadline != absl::InfiniteFuture()) {
+    if (options.deadline != absl::InfiniteFuture() && impl->timer != nullptr) {
       std::weak_ptr<Impl> weak = impl->weak_from_this();
       const uint64_t id = op->id;
-      op->timer_id = impl->timer.Schedule(options.deadline, [weak, id] {
+      op->timer_id = impl->timer->Schedule(options.deadline, [weak, id] {
         if (auto self = weak.lock()) self->OnDeadline(id);
       });
     }

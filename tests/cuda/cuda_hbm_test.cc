@@ -75,7 +75,7 @@ TEST_P(CudaHbmTest, BlocksRoundTripThroughPinnedDramAndTheEngine) {
 
 TEST_P(CudaHbmTest, BadOptionsAreRejected) {
   EXPECT_THAT(CudaHbm::Create(Llama8B(), {.layout = GetParam(), .capacity_blocks = 0}),
-              IsError(StatusCode::kInvalidArgument, "capacity_blocks = 0"));
+              IsError(StatusCode::kInvalidArgument, "capacity_blocks = 0 is not usable"));
   EXPECT_THAT(CudaHbm::Create(Llama8B(), {.layout = GetParam(), .capacity_blocks = 1,
                                           .device = 4096}),
               IsError(StatusCode::kInvalidArgument, "device 4096"));

@@ -17,12 +17,12 @@
 namespace kvtier {
 namespace {
 
-// ThreadSanitizer maps shadow memory for every byte touched, so resident memory says nothing
-// about the tier there.
-#if defined(__SANITIZE_THREAD__)
+// Sanitizers map shadow memory for the bytes a program touches (ThreadSanitizer several times
+// them, AddressSanitizer an eighth), so resident memory says nothing exact about the tier there.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
 constexpr bool kResidentMemoryIsMeaningful = false;
 #elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
 constexpr bool kResidentMemoryIsMeaningful = false;
 #else
 constexpr bool kResidentMemoryIsMeaningful = true;

@@ -24,6 +24,8 @@ TEST(Regress_IO_3, FailedNvmeOnboardIsNotResidentAndLeavesNoValidBytes) {
 
   s.nvme->FailNextReads(1, absl::UnavailableError("injected EIO"));
   KVTIER_ASSERT_OK_AND_ASSIGN(Transfer t, s.engine->Copy(Stack::Key(1), Tier::kNvme, n, Tier::kHbm));
+  // The free list is LIFO: the onboard was given exactly the slot with the stale bytes.
+  ASSERT_EQ(t.destination, old);
   EXPECT_THAT(t.completion.Wait(), testing::IsError(absl::StatusCode::kUnavailable, "injected EIO"));
   const TransferStats st = s.engine->stats(Tier::kNvme, Tier::kHbm);
   EXPECT_EQ(st.failures, 1);

@@ -40,6 +40,9 @@ class IoEngine {
   // Test hook: the next submit to the kernel reports `-err` (after the kernel took the batch),
   // exercising the cancel-and-drain path of a failed submit. No-op for engines without a submit.
   virtual void InjectSubmitFailure(int err) { (void)err; }
+  // Test hook: while held, completions from the kernel are not processed (no `done` runs), so a
+  // test can observe that nothing is released before the kernel has answered.
+  virtual void HoldCompletionsForTest(bool hold) { (void)hold; }
 };
 
 // io_uring on `fd` (registered as fixed file 0) with `queue_depth` entries and `buffers`

@@ -309,6 +309,7 @@ int NvmeTier::free_staging_buffers() const {
   return static_cast<int>(impl_->free_staging.size());
 }
 void NvmeTier::InjectSubmitFailureForTest(int err) { impl_->engine->InjectSubmitFailure(err); }
+void NvmeTier::HoldCompletionsForTest(bool hold) { impl_->engine->HoldCompletionsForTest(hold); }
 
 // Batches share one engine submission. A batch larger than the free staging buffers is handed
 // to the engine in pieces: before waiting for a buffer, what is prepared so far is submitted, so

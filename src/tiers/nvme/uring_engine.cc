@@ -56,7 +56,7 @@ class UringEngine final : public IoEngine {
       {
         MutexLock lock(&mu_);
         while (free_ops_.size() < ops_.size()) space_cv_.Wait(&mu_);  // drain in-flight work
-        io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+        io_uring_sqe* sqe = GetSqe();
         io_uring_prep_nop(sqe);
         io_uring_sqe_set_data64(sqe, kWakeTag);
         io_uring_submit(&ring_);
@@ -71,6 +71,12 @@ class UringEngine final : public IoEngine {
   void InjectSubmitFailure(int err) override {
     MutexLock lock(&mu_);
     inject_errno_ = err;
+  }
+
+  void HoldCompletionsForTest(bool hold) override {
+    MutexLock lock(&mu_);
+    hold_ = hold;
+    hold_cv_.SignalAll();
   }
 
   void Submit(std::vector<IoRequest> batch) override {
@@ -97,12 +103,24 @@ class UringEngine final : public IoEngine {
     int failed_errno = 0;  // set when the batch's submit failed: finish with this error
   };
 
+  // A submission entry; the ring has room for every op and a cancel for each, so running dry
+  // means entries are waiting to be submitted: submit them and try again.
+  io_uring_sqe* GetSqe() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    while (sqe == nullptr) {
+      io_uring_submit(&ring_);
+      std::this_thread::yield();
+      sqe = io_uring_get_sqe(&ring_);
+    }
+    return sqe;
+  }
+
   void Prep(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     Op& op = ops_[id];
     char* buf = static_cast<char*>(op.req.buffer.iov_base) + op.done_bytes;
     const unsigned len = static_cast<unsigned>(op.req.buffer.iov_len - op.done_bytes);
     const int64_t offset = op.req.offset + static_cast<int64_t>(op.done_bytes);
-    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    io_uring_sqe* sqe = GetSqe();
     if (op.req.registered_index >= 0) {
       if (op.req.write) {
         io_uring_prep_write_fixed(sqe, 0, buf, len, offset, op.req.registered_index);
@@ -119,7 +137,13 @@ class UringEngine final : public IoEngine {
   }
 
   void SubmitLocked(std::vector<uint64_t>* ids) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    // io_uring_submit may take fewer entries than are queued; keep going until all are in.
     int r = io_uring_submit(&ring_);
+    while (r >= 0 && io_uring_sq_ready(&ring_) > 0) {
+      const int more = io_uring_submit(&ring_);
+      if (more < 0) r = more;
+      if (more == 0) std::this_thread::yield();
+    }
     if (inject_errno_ != 0) {
       r = -inject_errno_;  // the kernel took the batch, but we are told the submit failed
       inject_errno_ = 0;
@@ -127,7 +151,7 @@ class UringEngine final : public IoEngine {
     if (r < 0) {
       for (uint64_t id : *ids) {
         ops_[id].failed_errno = -r;
-        io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+        io_uring_sqe* sqe = GetSqe();
         io_uring_prep_cancel64(sqe, id, 0);
         io_uring_sqe_set_data64(sqe, kCancelTag);
       }
@@ -149,6 +173,10 @@ class UringEngine final : public IoEngine {
       io_uring_cqe_seen(&ring_, cqe);
       if (id == kCancelTag) continue;
       if (id == kWakeTag) return;
+      {
+        MutexLock lock(&mu_);
+        while (hold_) hold_cv_.Wait(&mu_);
+      }
 
       std::function<void(int64_t)> done;
       int64_t result = 0;
@@ -187,6 +215,8 @@ class UringEngine final : public IoEngine {
   std::vector<Op> ops_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> free_ops_ ABSL_GUARDED_BY(mu_);
   int inject_errno_ ABSL_GUARDED_BY(mu_) = 0;
+  bool hold_ ABSL_GUARDED_BY(mu_) = false;
+  CondVar hold_cv_;
   std::thread reaper_;
 };
 

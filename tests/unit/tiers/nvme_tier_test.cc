@@ -36,6 +36,16 @@ BlockKey Key(uint64_t i) { return BlockKey{0xfeed, i}; }
 
 class NvmeTierTest : public ::testing::TestWithParam<NvmeEngine> {
  protected:
+  void SetUp() override {
+    // Where io_uring or O_DIRECT is refused (seccomp profiles, old tmpfs), say so and skip.
+    auto probe = NvmeTier::Create(Geometry(), {.path = dir_.File("probe.bin"),
+                                               .capacity_bytes = NvmeTier::SlotBytes(Geometry()),
+                                               .engine = GetParam()});
+    if (!probe.ok() && absl::IsUnavailable(probe.status())) {
+      GTEST_SKIP() << "this engine cannot run here: " << probe.status().message();
+    }
+  }
+
   std::unique_ptr<NvmeTier> Open(int64_t slots = 8) {
     auto t = NvmeTier::Create(Geometry(), {.path = path_,
                                            .capacity_bytes = slots * NvmeTier::SlotBytes(Geometry()),

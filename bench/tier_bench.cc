@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "bench/bench_report.h"
+#include "bench/tier_copy_loop.h"
 #include "benchmark/benchmark.h"
 #include "kvtier/dram_tier.h"
 #include "kvtier/emulated_hbm.h"
@@ -67,49 +68,7 @@ void BM_TierCopy(benchmark::State& state, Tier from, Tier to) {
   auto engine = TransferEngine::Create(options);
   if (!engine.ok()) return Skip(state, "TransferEngine::Create", engine.status());
   TierBackend* source = from == Tier::kHbm ? static_cast<TierBackend*>(hbm->get()) : dram->get();
-
-  std::vector<std::byte> block(static_cast<size_t>(g->bytes_per_block()), std::byte{7});
-  std::vector<SlotId> slots;
-  for (uint32_t i = 0; i < kBlocks; ++i) {
-    absl::Status s = (*engine)->WithAllocator(from, [&](BlockAllocator& a) -> absl::Status {
-      auto slot = a.Allocate();
-      if (!slot.ok()) return slot.status();
-      slots.push_back(*slot);
-      return absl::OkStatus();
-    });
-    if (s.ok()) s = source->WriteBlock(slots.back(), BlockKey{1, i}, block).Wait();
-    if (s.ok()) {
-      s = (*engine)->WithAllocator(from, [&](BlockAllocator& a) {
-        absl::Status sealed = a.Seal(slots.back());
-        return sealed.ok() ? a.Release(slots.back()) : sealed;
-      });
-    }
-    if (!s.ok()) return Skip(state, "filling the source tier", s);
-  }
-
-  std::vector<Completion> done;
-  std::vector<SlotId> copies;
-  for (auto _ : state) {
-    done.clear();
-    copies.clear();
-    for (uint32_t i = 0; i < kBlocks; ++i) {
-      absl::StatusOr<Transfer> t = (*engine)->Copy(BlockKey{1, i}, from, slots[i], to);
-      if (!t.ok()) return Skip(state, "Copy", t.status());
-      done.push_back(t->completion);
-      copies.push_back(t->destination);
-    }
-    if (absl::Status s = Completion::All(done).Wait(); !s.ok()) return Skip(state, "copy", s);
-    state.PauseTiming();
-    absl::Status s = (*engine)->WithAllocator(to, [&](BlockAllocator& a) {
-      for (SlotId c : copies) {
-        if (absl::Status e = a.Evict(c); !e.ok()) return e;
-      }
-      return absl::OkStatus();
-    });
-    state.ResumeTiming();
-    if (!s.ok()) return Skip(state, "evict", s);
-  }
-  state.SetBytesProcessed(state.iterations() * kBlocks * state.range(0));
+  bench::RunTierCopies(state, **engine, *source, from, to, kBlocks);
 }
 
 void BM_DramToEmulatedHbm(benchmark::State& state) { BM_TierCopy(state, Tier::kDram, Tier::kHbm); }

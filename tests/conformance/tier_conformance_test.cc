@@ -18,6 +18,7 @@
 #include "kvtier/nvme_tier.h"
 #include "kvtier/tier_backend.h"
 #include "tests/testing/fault_injecting_tier.h"
+#include "tests/testing/random_bytes.h"
 #include "tests/testing/status_matchers.h"
 
 namespace kvtier {
@@ -116,10 +117,7 @@ class TierConformanceTest : public ::testing::TestWithParam<BackendFactory> {
   }
 
   std::vector<std::byte> RandomBlock(uint32_t seed) const {
-    std::vector<std::byte> b(bytes_);
-    std::mt19937 rng(seed);
-    for (std::byte& x : b) x = static_cast<std::byte>(rng());
-    return b;
+    return testing::RandomBytes(static_cast<int64_t>(bytes_), seed);
   }
   static BlockKey Key(uint64_t i) { return BlockKey{0x6b6579, i}; }
 

@@ -7,6 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/random_bytes.h"
 #include "kvtier/cuda_device.h"
 #include "kvtier/dram_tier.h"
 #include "kvtier/transfer_engine.h"
@@ -14,6 +15,8 @@
 
 namespace kvtier {
 namespace {
+
+using ::kvtier::testing::RandomBytes;
 
 using ::absl::StatusCode;
 using ::kvtier::testing::IsError;
@@ -24,10 +27,7 @@ KvGeometry Llama8B() {
 }
 
 std::vector<std::byte> Block(uint32_t seed) {
-  std::vector<std::byte> b(static_cast<size_t>(Llama8B().bytes_per_block()));
-  std::mt19937 rng(seed);
-  for (std::byte& x : b) x = static_cast<std::byte>(rng());
-  return b;
+  return RandomBytes(Llama8B().bytes_per_block(), seed);
 }
 
 class CudaHbmTest : public ::testing::TestWithParam<HbmLayout> {

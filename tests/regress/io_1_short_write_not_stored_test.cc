@@ -16,11 +16,14 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/testing/random_bytes.h"
 #include "kvtier/nvme_tier.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier {
 namespace {
+
+using ::kvtier::testing::RandomBytes;
 
 constexpr int kSkip = 77;
 
@@ -30,10 +33,7 @@ KvGeometry Geometry() {
 }
 
 std::vector<std::byte> Block(uint32_t seed) {
-  std::vector<std::byte> b(static_cast<size_t>(Geometry().bytes_per_block()));
-  std::mt19937 rng(seed);
-  for (std::byte& x : b) x = static_cast<std::byte>(rng());
-  return b;
+  return RandomBytes(Geometry().bytes_per_block(), seed);
 }
 
 #define CHILD_CHECK(cond, code)                                     \

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/testing/random_bytes.h"
 #include "kvtier/nvme_tier.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
@@ -13,16 +14,15 @@
 namespace kvtier {
 namespace {
 
+using ::kvtier::testing::RandomBytes;
+
 KvGeometry Geometry() {
   return *KvGeometry::Create({.num_layers = 4, .num_kv_heads = 2, .head_dim = 64,
                               .tokens_per_block = 16});  // 32 KiB blocks
 }
 
 std::vector<std::byte> Block(uint32_t seed) {
-  std::vector<std::byte> b(static_cast<size_t>(Geometry().bytes_per_block()));
-  std::mt19937 rng(seed);
-  for (std::byte& x : b) x = static_cast<std::byte>(rng());
-  return b;
+  return RandomBytes(Geometry().bytes_per_block(), seed);
 }
 
 TEST(Regress_IO_2, FailedSubmitFailsWholeBatchAfterDrainingIt) {

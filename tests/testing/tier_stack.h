@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/testing/random_bytes.h"
 #include "kvtier/dram_tier.h"
 #include "kvtier/emulated_hbm.h"
 #include "kvtier/nvme_tier.h"
@@ -25,10 +26,7 @@ class TierStack {
                                 .tokens_per_block = 8});
   }
   static std::vector<std::byte> Block(uint32_t seed) {
-    std::vector<std::byte> b(static_cast<size_t>(Geometry().bytes_per_block()));
-    std::mt19937 rng(seed);
-    for (std::byte& x : b) x = static_cast<std::byte>(rng());
-    return b;
+    return RandomBytes(Geometry().bytes_per_block(), seed);
   }
   static BlockKey Key(uint64_t i) { return BlockKey{0x7472616e, i}; }
 

@@ -11,11 +11,14 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/random_bytes.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier {
 namespace {
+
+using ::kvtier::testing::RandomBytes;
 
 using ::absl::StatusCode;
 using ::kvtier::testing::IsError;
@@ -26,10 +29,7 @@ KvGeometry Geometry() {  // 3 layers x 2 heads x 32 x 8 tokens, bf16: 6144-byte 
 }
 
 std::vector<std::byte> Block(uint32_t seed) {
-  std::vector<std::byte> b(static_cast<size_t>(Geometry().bytes_per_block()));
-  std::mt19937 rng(seed);
-  for (std::byte& x : b) x = static_cast<std::byte>(rng());
-  return b;
+  return RandomBytes(Geometry().bytes_per_block(), seed);
 }
 
 BlockKey Key(uint64_t i) { return BlockKey{0xfeed, i}; }

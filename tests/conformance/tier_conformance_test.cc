@@ -15,7 +15,10 @@
 #include "kvtier/cuda_hbm.h"
 #include "kvtier/dram_tier.h"
 #include "kvtier/emulated_hbm.h"
+#include "kvtier/directory_transport.h"
+#include "kvtier/in_process_transport.h"
 #include "kvtier/nvme_tier.h"
+#include "kvtier/remote_tier.h"
 #include "kvtier/tier_backend.h"
 #include "tests/testing/fault_injecting_tier.h"
 #include "tests/testing/random_bytes.h"
@@ -62,6 +65,16 @@ absl::StatusOr<std::unique_ptr<TierBackend>> MakeNvme(NvmeEngine engine) {
   return Upcast(std::move(tier));
 }
 
+CacheNamespace SmallNamespace() {
+  return *CacheNamespace::Create(SmallGeometry(), {.model_id = "conformance", .weights_fingerprint = "w"});
+}
+
+absl::StatusOr<std::unique_ptr<TierBackend>> MakeRemote(std::shared_ptr<Transport> transport) {
+  return Upcast(RemoteTier::Create(SmallNamespace(), {.transport = std::move(transport),
+                                                      .capacity_blocks = kSlots,
+                                                      .codec = Codec::kShuffleLz4}));
+}
+
 std::vector<BackendFactory> Backends() {
   return {
       {"EmulatedHbmLayerFirst",
@@ -91,6 +104,16 @@ std::vector<BackendFactory> Backends() {
        }},
       {"NvmeIoUring", [] { return MakeNvme(NvmeEngine::kIoUring); }},
       {"NvmeThreadPool", [] { return MakeNvme(NvmeEngine::kThreadPool); }},
+      {"RemoteInProcess", [] { return MakeRemote(std::make_shared<InProcessTransport>()); }},
+      {"RemoteDirectory",
+       []() -> absl::StatusOr<std::unique_ptr<TierBackend>> {
+         char dir[] = "/tmp/kvtier_remote_XXXXXX";
+         if (mkdtemp(dir) == nullptr) return absl::UnavailableError("mkdtemp failed");
+         auto transport = DirectoryTransport::Create({.root = dir});
+         if (!transport.ok()) return transport.status();
+         // The directory is left for the OS to clean: values are few and small.
+         return MakeRemote(std::shared_ptr<Transport>(std::move(*transport)));
+       }},
   };
 }
 

@@ -1,0 +1,48 @@
+// Codecs for KV blocks in the lower tiers (remote values, optionally NVMe later): lossless lz4
+// and zstd, each optionally after a byte-plane shuffle of 16-bit elements. A bf16/fp16 element's
+// high byte (sign, exponent, top mantissa bits) varies little between neighbours while its low
+// byte is noise; grouping all high bytes, then all low bytes, lets a general compressor find the
+// redundancy, which it cannot in interleaved form (the idea of Blosc's shuffle filter).
+//
+// Thread-safety: the functions are thread-safe (no shared state).
+#ifndef KVTIER_CODEC_H_
+#define KVTIER_CODEC_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace kvtier {
+
+enum class Codec : uint8_t {
+  kNone = 0,
+  kLz4 = 1,           // LZ4 block format (liblz4), fast
+  kZstd = 2,          // zstd level 1 (libzstd)
+  kShuffleLz4 = 3,    // byte-plane shuffle of 16-bit elements, then LZ4
+  kShuffleZstd = 4,   // byte-plane shuffle of 16-bit elements, then zstd level 1
+};
+
+// "none", "lz4", "zstd", "shuffle_lz4", "shuffle_zstd"; "unknown" otherwise.
+std::string_view CodecName(Codec codec);
+// The inverse of CodecName. Errors: kInvalidArgument naming the text.
+absl::StatusOr<Codec> ParseCodec(std::string_view name);
+
+// Encodes `raw` with `codec` into `*out` (replacing its contents).
+// Errors: kInvalidArgument for an unknown codec, a null `out`, or a shuffle codec on an odd
+// number of bytes; kInternal if the compression library fails.
+absl::Status Compress(Codec codec, absl::Span<const std::byte> raw, std::vector<std::byte>* out);
+
+// Decodes `encoded` into `raw`, which must be exactly the original size.
+// Errors: kInvalidArgument for an unknown codec; kDataLoss if `encoded` does not decode to
+// exactly raw.size() bytes (corrupt, truncated, or another codec's output).
+absl::Status Decompress(Codec codec, absl::Span<const std::byte> encoded, absl::Span<std::byte> raw);
+
+}  // namespace kvtier
+
+#endif  // KVTIER_CODEC_H_

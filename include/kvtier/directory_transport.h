@@ -1,0 +1,54 @@
+// DirectoryTransport: a Transport over a directory on a shared mount (NFS, 3FS, Lustre style):
+// one file per key. A value is written to a temporary name in the same directory and renamed
+// into place, so a reader sees either the old or the new value whole, never half of one, even
+// with several processes writing the same key at once (rename is atomic within a file system).
+// Calls run on the calling thread and complete before they return.
+//
+// Thread-safety: thread-safe, and safe across processes sharing the directory.
+#ifndef KVTIER_DIRECTORY_TRANSPORT_H_
+#define KVTIER_DIRECTORY_TRANSPORT_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "kvtier/transport.h"
+
+namespace kvtier {
+
+enum class FsyncPolicy : uint8_t {
+  kNone = 0,              // rely on the file system (fast; a crash may lose recent values)
+  kFile = 1,              // fsync each value before the rename
+  kFileAndDirectory = 2,  // and fsync the directory after it, so the name survives a crash
+};
+
+struct DirectoryTransportOptions {
+  std::string root;  // created if missing
+  FsyncPolicy fsync = FsyncPolicy::kNone;
+};
+
+class DirectoryTransport final : public Transport {
+ public:
+  // Errors: kInvalidArgument for an empty root; kUnavailable if it cannot be created or used.
+  static absl::StatusOr<std::unique_ptr<DirectoryTransport>> Create(
+      const DirectoryTransportOptions& options);
+
+  std::string name() const override;
+  // Keys may use letters, digits and . _ : - (a ':' is stored as '_'), up to 200 bytes;
+  // anything else is kInvalidArgument (no key can name a path outside the root).
+  std::vector<Completion> Put(absl::Span<const TransportPut> items, absl::Time deadline) override;
+  std::vector<Completion> Get(absl::Span<const TransportGet> items, absl::Time deadline) override;
+  std::vector<Completion> Exists(absl::Span<const std::string> keys, absl::Time deadline) override;
+  std::vector<Completion> Delete(absl::Span<const std::string> keys, absl::Time deadline) override;
+
+ private:
+  explicit DirectoryTransport(const DirectoryTransportOptions& options) : options_(options) {}
+  DirectoryTransportOptions options_;
+  std::atomic<uint64_t> next_tmp_{0};
+};
+
+}  // namespace kvtier
+
+#endif  // KVTIER_DIRECTORY_TRANSPORT_H_

@@ -1,0 +1,66 @@
+// RemoteTier: a fleet-wide store (Redis, a shared directory, ...) as a tier, over a Transport.
+// Each block is stored under RemoteBlockKey(prefix, namespace digest, block key) in a value frame
+// (value_frame.h: namespace, key, codec, lengths, XXH3-128 or HMAC-SHA256), so a value written by
+// another model, tenant or party, or damaged in the store, reads as a miss counted in
+// corrupt_reads(), never as a block (case RM-2).
+//
+// Slots are this worker's budget of blocks in the store (capacity_blocks); the store itself may
+// hold far more, written by other workers of the same namespace.
+//
+// Thread-safety: as TierBackend. Ownership: the tier shares ownership of its Transport.
+#ifndef KVTIER_REMOTE_TIER_H_
+#define KVTIER_REMOTE_TIER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "kvtier/cache_namespace.h"
+#include "kvtier/codec.h"
+#include "kvtier/tier_backend.h"
+#include "kvtier/transport.h"
+
+namespace kvtier {
+
+struct RemoteTierOptions {
+  std::shared_ptr<Transport> transport;  // shared: one store connection may serve many tiers
+  int64_t capacity_blocks = 0;     // >= 1
+  std::string key_prefix = "kvtier:";
+  Codec codec = Codec::kNone;
+  // A per-deployment secret: frames carry HMAC-SHA256 instead of XXH3-128. Empty: no MAC.
+  std::string hmac_secret;
+};
+
+class RemoteTier final : public TierBackend {
+ public:
+  // Errors: kInvalidArgument for a null transport, capacity_blocks < 1, or a key prefix longer
+  // than 64 bytes.
+  static absl::StatusOr<std::unique_ptr<RemoteTier>> Create(const CacheNamespace& ns,
+                                                            const RemoteTierOptions& options);
+  ~RemoteTier() override;
+
+  const TierInfo& info() const override;
+  BlockAllocator& allocator() override;
+  // Frames and stores the block. Errors also the transport's (kUnavailable, kResourceExhausted,
+  // kDeadlineExceeded); the slot then reads as not-written.
+  Completion WriteBlock(SlotId slot, const BlockKey& key, absl::Span<const std::byte> src,
+                        const BlockIoOptions& options = {}) override;
+  // Fetches and verifies the block. Errors also: kNotFound if the store no longer has it (TTL,
+  // eviction by the store); kDataLoss for a corrupt or foreign value (counted).
+  Completion ReadBlock(SlotId slot, const BlockKey& key, absl::Span<std::byte> dst,
+                       const BlockIoOptions& options = {}) override;
+
+  // The store key of `key` in this tier's namespace.
+  std::string StoreKey(const BlockKey& key) const;
+  int64_t corrupt_reads() const;
+
+ private:
+  struct Impl;
+  explicit RemoteTier(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace kvtier
+
+#endif  // KVTIER_REMOTE_TIER_H_

@@ -1,0 +1,67 @@
+// Transport: the narrow interface to a remote or shared key-value store behind the remote tier
+// (Redis, Redis Cluster, a shared directory, an in-process map). Batched and asynchronous: every
+// call returns one Completion per item, in order, and every item completes by the call's
+// deadline (kDeadlineExceeded otherwise), so a dead or slow store is never waited on without
+// bound. Values are opaque bytes; framing, checksums and compression are the remote tier's.
+//
+// Thread-safety: implementations are thread-safe. Ownership: value buffers passed to Put and
+// the output vectors passed to Get must stay valid until their Completion fires.
+#ifndef KVTIER_TRANSPORT_H_
+#define KVTIER_TRANSPORT_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "kvtier/block_key.h"
+#include "kvtier/completion.h"
+
+namespace kvtier {
+
+struct TransportPut {
+  std::string key;
+  absl::Span<const std::byte> value;
+};
+
+struct TransportGet {
+  std::string key;
+  std::vector<std::byte>* value = nullptr;  // replaced with the stored bytes
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  // e.g. "in_process", "directory(/mnt/kv)", "redis(127.0.0.1:6379)".
+  virtual std::string name() const = 0;
+
+  // Stores each value under its key, replacing what was there. Readers never see a value
+  // half-written. Errors: kInvalidArgument for a key the store cannot hold; kUnavailable when
+  // the store does not answer; kResourceExhausted when it is full; kDeadlineExceeded.
+  virtual std::vector<Completion> Put(absl::Span<const TransportPut> items,
+                                      absl::Time deadline) = 0;
+  // Reads each key. Errors: kNotFound for a missing key; kInvalidArgument for a null output;
+  // kUnavailable, kDeadlineExceeded as for Put.
+  virtual std::vector<Completion> Get(absl::Span<const TransportGet> items,
+                                      absl::Time deadline) = 0;
+  // OK if the key exists, kNotFound if not; other errors as for Put.
+  virtual std::vector<Completion> Exists(absl::Span<const std::string> keys,
+                                         absl::Time deadline) = 0;
+  // Removes each key; kNotFound if it was not there; other errors as for Put.
+  virtual std::vector<Completion> Delete(absl::Span<const std::string> keys,
+                                         absl::Time deadline) = 0;
+};
+
+// The store key of a block: `prefix` + 32 hex digits of the namespace digest + ":" + 32 hex
+// digits of the block key. Different models, dtypes, tenants (anything in the namespace) never
+// share a key, and the prefix separates deployments sharing one store.
+std::string RemoteBlockKey(std::string_view prefix, const std::array<uint8_t, 16>& ns_digest,
+                           const BlockKey& key);
+
+}  // namespace kvtier
+
+#endif  // KVTIER_TRANSPORT_H_

@@ -1,0 +1,50 @@
+// The frame around a block stored outside this process (remote stores, shared directories): it
+// says whose block it is and proves the bytes are the ones written. Layout in docs/formats.md
+// ("Remote value frame"): magic, format version, codec, flags, namespace digest, block key, raw
+// length, payload length, a 32-byte checksum, then the (possibly compressed) payload.
+//
+// The checksum is XXH3-128 over the header fields and the payload, or, with a per-deployment
+// secret, HMAC-SHA256 (OpenSSL) over the same bytes, so a store shared with other parties
+// cannot inject KV: a value without the right MAC is never a block. A reader with a secret
+// refuses unkeyed frames, and one without a secret refuses keyed frames.
+//
+// Thread-safety: the functions are thread-safe.
+#ifndef KVTIER_VALUE_FRAME_H_
+#define KVTIER_VALUE_FRAME_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "kvtier/block_key.h"
+#include "kvtier/codec.h"
+
+namespace kvtier {
+
+inline constexpr size_t kFrameHeaderBytes = 88;
+inline constexpr uint16_t kFrameVersion = 1;
+
+// Frames `block` (block_bytes, block-contiguous) as block `key` of the namespace `ns_digest`,
+// compressed with `codec`, into `*out` (replacing its contents). An empty `hmac_secret` means an
+// XXH3-128 checksum. Errors: the codec's (kInvalidArgument, kInternal); kInternal if OpenSSL
+// fails.
+absl::Status EncodeFrame(const std::array<uint8_t, 16>& ns_digest, const BlockKey& key,
+                         absl::Span<const std::byte> block, Codec codec,
+                         std::string_view hmac_secret, std::vector<std::byte>* out);
+
+// Checks every field of `frame` against what the reader expects and decodes its payload into
+// `block`, which must be exactly the original size. Errors: kDataLoss naming the first field
+// that is wrong (too short, magic, version, flags, namespace, key, length, checksum or MAC,
+// payload that does not decode): a corrupt or foreign value, never a block. `block` must be
+// ignored on error.
+absl::Status DecodeFrame(absl::Span<const std::byte> frame,
+                         const std::array<uint8_t, 16>& ns_digest, const BlockKey& key,
+                         std::string_view hmac_secret, absl::Span<std::byte> block);
+
+}  // namespace kvtier
+
+#endif  // KVTIER_VALUE_FRAME_H_

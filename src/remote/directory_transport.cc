@@ -1,0 +1,203 @@
+#include "kvtier/directory_transport.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+
+namespace kvtier {
+namespace {
+
+absl::Status FromErrno(int err, const std::string& what) {
+  const std::string message = absl::StrCat(what, ": ", std::strerror(err));
+  if (err == ENOENT) return absl::NotFoundError(message);
+  if (err == ENOSPC || err == EDQUOT || err == EFBIG) return absl::ResourceExhaustedError(message);
+  return absl::UnavailableError(message);
+}
+
+// The file name for `key`, or an error for a key that could name anything but one file.
+absl::StatusOr<std::string> FileName(const std::string& key) {
+  if (key.empty() || key.size() > 200) {
+    return absl::InvalidArgumentError(absl::StrCat("directory: a key of ", key.size(),
+                                                   " bytes (1 to 200)"));
+  }
+  std::string name = key;
+  for (char& c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-' || c == ':';
+    if (!ok) {
+      return absl::InvalidArgumentError(absl::StrCat("directory: key \"", key,
+                                                     "\" has a character outside [A-Za-z0-9._:-]"));
+    }
+    if (c == ':') c = '_';
+  }
+  if (name == "." || name == ".." || name.starts_with(".tmp")) {
+    return absl::InvalidArgumentError(absl::StrCat("directory: key \"", key, "\" is reserved"));
+  }
+  return name;
+}
+
+// Writes all of `data` to `fd`.
+bool WriteAll(int fd, const std::byte* data, size_t n) {
+  while (n > 0) {
+    const ssize_t w = write(fd, data, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    data += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DirectoryTransport>> DirectoryTransport::Create(
+    const DirectoryTransportOptions& options) {
+  if (options.root.empty()) return absl::InvalidArgumentError("directory: the root is empty");
+  std::error_code ec;
+  std::filesystem::create_directories(options.root, ec);
+  if (ec || !std::filesystem::is_directory(options.root)) {
+    return absl::UnavailableError(absl::StrCat("directory: cannot use ", options.root, ": ",
+                                               ec ? ec.message() : "not a directory"));
+  }
+  return std::unique_ptr<DirectoryTransport>(new DirectoryTransport(options));
+}
+
+std::string DirectoryTransport::name() const { return absl::StrCat("directory(", options_.root, ")"); }
+
+std::vector<Completion> DirectoryTransport::Put(absl::Span<const TransportPut> items,
+                                                absl::Time deadline) {
+  std::vector<Completion> out;
+  for (const TransportPut& p : items) {
+    absl::StatusOr<std::string> name = FileName(p.key);
+    if (!name.ok()) {
+      out.push_back(Completion::Done(name.status()));
+      continue;
+    }
+    if (absl::Now() > deadline) {
+      out.push_back(Completion::Done(absl::DeadlineExceededError("directory: deadline passed")));
+      continue;
+    }
+    const std::string path = options_.root + "/" + *name;
+    // Unique across processes (pid), transports in one process (this) and calls (counter).
+    const std::string tmp =
+        absl::StrCat(options_.root, "/.tmp.", getpid(), ".", reinterpret_cast<uintptr_t>(this),
+                     ".", next_tmp_.fetch_add(1), ".", *name);
+    const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      out.push_back(Completion::Done(FromErrno(errno, "directory: creating " + tmp)));
+      continue;
+    }
+    bool ok = WriteAll(fd, p.value.data(), p.value.size());
+    int err = ok ? 0 : errno;
+    if (ok && options_.fsync != FsyncPolicy::kNone && fsync(fd) != 0) {
+      ok = false;
+      err = errno;
+    }
+    close(fd);
+    if (ok && rename(tmp.c_str(), path.c_str()) != 0) {
+      ok = false;
+      err = errno;
+    }
+    if (!ok) {
+      unlink(tmp.c_str());
+      out.push_back(Completion::Done(FromErrno(err == 0 ? EIO : err, "directory: writing " + path)));
+      continue;
+    }
+    if (options_.fsync == FsyncPolicy::kFileAndDirectory) {
+      const int dir = open(options_.root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (dir >= 0) {
+        fsync(dir);
+        close(dir);
+      }
+    }
+    out.push_back(Completion::Done(absl::OkStatus()));
+  }
+  return out;
+}
+
+std::vector<Completion> DirectoryTransport::Get(absl::Span<const TransportGet> items,
+                                                absl::Time deadline) {
+  std::vector<Completion> out;
+  for (const TransportGet& g : items) {
+    absl::StatusOr<std::string> name = FileName(g.key);
+    if (!name.ok() || g.value == nullptr) {
+      out.push_back(Completion::Done(
+          name.ok() ? absl::InvalidArgumentError("directory: null output") : name.status()));
+      continue;
+    }
+    if (absl::Now() > deadline) {
+      out.push_back(Completion::Done(absl::DeadlineExceededError("directory: deadline passed")));
+      continue;
+    }
+    const std::string path = options_.root + "/" + *name;
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      out.push_back(Completion::Done(FromErrno(errno, "directory: " + path)));
+      continue;
+    }
+    struct stat st {};
+    fstat(fd, &st);
+    g.value->resize(static_cast<size_t>(st.st_size));
+    size_t done = 0;
+    bool ok = true;
+    while (done < g.value->size()) {
+      const ssize_t r = read(fd, g.value->data() + done, g.value->size() - done);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) {
+        ok = false;
+        break;
+      }
+      done += static_cast<size_t>(r);
+    }
+    close(fd);
+    out.push_back(Completion::Done(ok ? absl::OkStatus()
+                                      : absl::UnavailableError("directory: short read of " + path)));
+  }
+  return out;
+}
+
+std::vector<Completion> DirectoryTransport::Exists(absl::Span<const std::string> keys,
+                                                   absl::Time deadline) {
+  std::vector<Completion> out;
+  for (const std::string& k : keys) {
+    absl::StatusOr<std::string> name = FileName(k);
+    struct stat st {};
+    if (!name.ok()) {
+      out.push_back(Completion::Done(name.status()));
+    } else if (absl::Now() > deadline) {
+      out.push_back(Completion::Done(absl::DeadlineExceededError("directory: deadline passed")));
+    } else if (stat((options_.root + "/" + *name).c_str(), &st) != 0) {
+      out.push_back(Completion::Done(FromErrno(errno, "directory: " + k)));
+    } else {
+      out.push_back(Completion::Done(absl::OkStatus()));
+    }
+  }
+  return out;
+}
+
+std::vector<Completion> DirectoryTransport::Delete(absl::Span<const std::string> keys,
+                                                   absl::Time deadline) {
+  std::vector<Completion> out;
+  for (const std::string& k : keys) {
+    absl::StatusOr<std::string> name = FileName(k);
+    if (!name.ok()) {
+      out.push_back(Completion::Done(name.status()));
+    } else if (absl::Now() > deadline) {
+      out.push_back(Completion::Done(absl::DeadlineExceededError("directory: deadline passed")));
+    } else if (unlink((options_.root + "/" + *name).c_str()) != 0) {
+      out.push_back(Completion::Done(FromErrno(errno, "directory: " + k)));
+    } else {
+      out.push_back(Completion::Done(absl::OkStatus()));
+    }
+  }
+  return out;
+}
+
+}  // namespace kvtier

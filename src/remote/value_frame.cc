@@ -1,0 +1,144 @@
+#include "kvtier/value_frame.h"
+
+#include <openssl/core_names.h>
+#include <openssl/evp.h>
+#include <openssl/params.h>
+
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "internal/byte_writer.h"
+#include "internal/status_macros.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+namespace kvtier {
+namespace {
+
+constexpr uint32_t kMagic = 0x5254564b;  // bytes "KVTR"
+constexpr size_t kChecksumOffset = 56;
+constexpr size_t kChecksumBytes = 32;
+constexpr uint8_t kFlagKeyed = 0x01;
+
+uint64_t LoadLe(const std::byte* p, int bytes) {
+  uint64_t v = 0;
+  for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  return v;
+}
+
+// The checksum field's value for a header (its first kChecksumOffset bytes) and payload.
+absl::Status Checksum(const std::byte* header, absl::Span<const std::byte> payload,
+                      std::string_view secret, std::array<std::byte, kChecksumBytes>* out) {
+  out->fill(std::byte{0});
+  if (secret.empty()) {
+    XXH3_state_t state;
+    XXH3_128bits_reset(&state);
+    XXH3_128bits_update(&state, header, kChecksumOffset);
+    XXH3_128bits_update(&state, payload.data(), payload.size());
+    const XXH128_hash_t h = XXH3_128bits_digest(&state);
+    internal::StoreU64Be(reinterpret_cast<uint8_t*>(out->data()), h.high64);
+    internal::StoreU64Be(reinterpret_cast<uint8_t*>(out->data()) + 8, h.low64);
+    return absl::OkStatus();
+  }
+  EVP_MAC* mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
+  EVP_MAC_CTX* ctx = mac != nullptr ? EVP_MAC_CTX_new(mac) : nullptr;
+  char digest[] = "SHA256";
+  const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+                               OSSL_PARAM_construct_end()};
+  size_t len = 0;
+  const bool ok =
+      ctx != nullptr &&
+      EVP_MAC_init(ctx, reinterpret_cast<const unsigned char*>(secret.data()), secret.size(),
+                   params) == 1 &&
+      EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(header), kChecksumOffset) == 1 &&
+      EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(payload.data()),
+                     payload.size()) == 1 &&
+      EVP_MAC_final(ctx, reinterpret_cast<unsigned char*>(out->data()), &len, out->size()) == 1 &&
+      len == kChecksumBytes;
+  EVP_MAC_CTX_free(ctx);
+  EVP_MAC_free(mac);
+  return ok ? absl::OkStatus() : absl::InternalError("OpenSSL: HMAC-SHA256 failed");
+}
+
+absl::Status Corrupt(const BlockKey& key, std::string_view why) {
+  return absl::DataLossError(absl::StrCat("remote value for block ", key.ToHex(), ": ",
+                                          absl::string_view(why.data(), why.size())));
+}
+
+}  // namespace
+
+absl::Status EncodeFrame(const std::array<uint8_t, 16>& ns_digest, const BlockKey& key,
+                         absl::Span<const std::byte> block, Codec codec,
+                         std::string_view hmac_secret, std::vector<std::byte>* out) {
+  if (out == nullptr) return absl::InvalidArgumentError("EncodeFrame: out is null");
+  std::vector<std::byte> payload;
+  KVTIER_RETURN_IF_ERROR(Compress(codec, block, &payload));
+  std::vector<uint8_t> header;
+  internal::ByteWriter w(&header);
+  w.U32(kMagic);
+  w.U8(static_cast<uint8_t>(kFrameVersion));
+  w.U8(static_cast<uint8_t>(kFrameVersion >> 8));
+  w.U8(static_cast<uint8_t>(codec));
+  w.U8(hmac_secret.empty() ? 0 : kFlagKeyed);
+  w.Bytes(ns_digest.data(), ns_digest.size());
+  const std::array<uint8_t, 16> key_bytes = key.ToBytes();
+  w.Bytes(key_bytes.data(), key_bytes.size());
+  w.U64(block.size());
+  w.U64(payload.size());
+  out->resize(kFrameHeaderBytes + payload.size());
+  std::memcpy(out->data(), header.data(), header.size());
+  std::array<std::byte, kChecksumBytes> sum;
+  KVTIER_RETURN_IF_ERROR(Checksum(out->data(), payload, hmac_secret, &sum));
+  std::memcpy(out->data() + kChecksumOffset, sum.data(), sum.size());
+  if (!payload.empty()) std::memcpy(out->data() + kFrameHeaderBytes, payload.data(), payload.size());
+  return absl::OkStatus();
+}
+
+absl::Status DecodeFrame(absl::Span<const std::byte> frame,
+                         const std::array<uint8_t, 16>& ns_digest, const BlockKey& key,
+                         std::string_view hmac_secret, absl::Span<std::byte> block) {
+  if (frame.size() < kFrameHeaderBytes) {
+    return Corrupt(key, absl::StrCat(frame.size(), " bytes, shorter than a frame header"));
+  }
+  const std::byte* h = frame.data();
+  if (LoadLe(h, 4) != kMagic) return Corrupt(key, "bad magic");
+  if (LoadLe(h + 4, 2) != kFrameVersion) {
+    return Corrupt(key, absl::StrCat("unsupported frame version ", LoadLe(h + 4, 2)));
+  }
+  const auto codec = static_cast<Codec>(h[6]);
+  const bool keyed = (static_cast<uint8_t>(h[7]) & kFlagKeyed) != 0;
+  if (keyed != !hmac_secret.empty()) {
+    return Corrupt(key, keyed ? "a keyed (HMAC) frame, and this reader has no secret"
+                              : "an unkeyed frame, and this reader requires an HMAC");
+  }
+  if (std::memcmp(h + 8, ns_digest.data(), ns_digest.size()) != 0) {
+    return Corrupt(key, "written under another namespace");
+  }
+  const std::array<uint8_t, 16> key_bytes = key.ToBytes();
+  if (std::memcmp(h + 24, key_bytes.data(), key_bytes.size()) != 0) {
+    return Corrupt(key, "holds another block key");
+  }
+  const uint64_t raw_bytes = LoadLe(h + 40, 8);
+  const uint64_t payload_bytes = LoadLe(h + 48, 8);
+  if (raw_bytes != block.size()) {
+    return Corrupt(key, absl::StrCat("a block of ", raw_bytes, " bytes, expected ", block.size()));
+  }
+  if (payload_bytes != frame.size() - kFrameHeaderBytes) {
+    return Corrupt(key, absl::StrCat("payload of ", frame.size() - kFrameHeaderBytes,
+                                     " bytes, header says ", payload_bytes));
+  }
+  const absl::Span<const std::byte> payload = frame.subspan(kFrameHeaderBytes);
+  std::array<std::byte, kChecksumBytes> want;
+  KVTIER_RETURN_IF_ERROR(Checksum(h, payload, hmac_secret, &want));
+  if (std::memcmp(h + kChecksumOffset, want.data(), want.size()) != 0) {
+    return Corrupt(key, keyed ? "HMAC mismatch" : "checksum mismatch");
+  }
+  if (absl::Status s = Decompress(codec, payload, block); !s.ok()) {
+    return Corrupt(key, absl::StrCat("payload does not decode: ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kvtier

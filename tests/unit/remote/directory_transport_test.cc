@@ -1,0 +1,133 @@
+#include "kvtier/directory_transport.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kvtier/in_process_transport.h"
+#include "tests/testing/random_bytes.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
+
+namespace kvtier {
+namespace {
+
+using ::absl::StatusCode;
+using ::kvtier::testing::IsError;
+
+const absl::Time kNoDeadline = absl::InfiniteFuture();
+
+TEST(DirectoryTransportTest, PutGetExistsDelete) {
+  testing::TempDir dir;
+  auto t = DirectoryTransport::Create({.root = dir.File("store"), .fsync = FsyncPolicy::kFile});
+  ASSERT_TRUE(t.ok()) << t.status();
+  const std::vector<std::byte> v = testing::RandomBytes(5000, 1);
+  const std::vector<TransportPut> puts = {{"kvtier:abc:def", v}};
+  KVTIER_ASSERT_OK((*t)->Put(puts, kNoDeadline)[0].Wait());
+  std::vector<std::byte> back;
+  const std::vector<TransportGet> gets = {{"kvtier:abc:def", &back}};
+  KVTIER_ASSERT_OK((*t)->Get(gets, kNoDeadline)[0].Wait());
+  EXPECT_TRUE(back == v);
+  const std::vector<std::string> keys = {"kvtier:abc:def"};
+  KVTIER_EXPECT_OK((*t)->Exists(keys, kNoDeadline)[0].Wait());
+  KVTIER_EXPECT_OK((*t)->Delete(keys, kNoDeadline)[0].Wait());
+  EXPECT_THAT((*t)->Exists(keys, kNoDeadline)[0].Wait(), IsError(StatusCode::kNotFound, "abc"));
+  EXPECT_THAT((*t)->Get(gets, kNoDeadline)[0].Wait(), IsError(StatusCode::kNotFound, ""));
+  EXPECT_THAT((*t)->Delete(keys, kNoDeadline)[0].Wait(), IsError(StatusCode::kNotFound, ""));
+}
+
+TEST(DirectoryTransportTest, KeysCannotEscapeTheRootAndDeadlinesHold) {
+  testing::TempDir dir;
+  auto t = DirectoryTransport::Create({.root = dir.path()});
+  ASSERT_TRUE(t.ok());
+  const std::vector<std::byte> v(10);
+  for (const char* bad : {"../etc/passwd", "a/b", "", ".tmp.x", ".."}) {
+    const std::vector<TransportPut> puts = {{bad, v}};
+    EXPECT_THAT((*t)->Put(puts, kNoDeadline)[0].Wait(), IsError(StatusCode::kInvalidArgument, ""))
+        << bad;
+  }
+  const std::vector<TransportPut> puts = {{"k", v}};
+  EXPECT_THAT((*t)->Put(puts, absl::Now() - absl::Seconds(1))[0].Wait(),
+              IsError(StatusCode::kDeadlineExceeded, "deadline"));
+  const std::vector<TransportGet> null_out = {{"k", nullptr}};
+  EXPECT_THAT((*t)->Get(null_out, kNoDeadline)[0].Wait(),
+              IsError(StatusCode::kInvalidArgument, "null output"));
+  EXPECT_THAT(DirectoryTransport::Create({.root = ""}),
+              IsError(StatusCode::kInvalidArgument, "root is empty"));
+}
+
+// Two processes write the same key at once, over and over; every read sees one of the two values
+// whole, never a mix or a truncated one.
+TEST(DirectoryTransportTest, TwoProcessesWritingOneKeyNeverTearAValue) {
+  testing::TempDir dir;
+  const std::string root = dir.File("shared");
+  const std::vector<std::byte> a = testing::RandomBytes(256 * 1024, 11);
+  const std::vector<std::byte> b = testing::RandomBytes(200 * 1024, 22);  // other size, too
+  std::vector<pid_t> writers;
+  for (const std::vector<std::byte>* value : {&a, &b}) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      auto t = DirectoryTransport::Create({.root = root});
+      if (!t.ok()) _exit(3);
+      const std::vector<TransportPut> puts = {{"kvtier:race", *value}};
+      for (int i = 0; i < 300; ++i) {
+        if (!(*t)->Put(puts, absl::InfiniteFuture())[0].Wait().ok()) _exit(4);
+      }
+      _exit(0);
+    }
+    writers.push_back(pid);
+  }
+  auto reader = DirectoryTransport::Create({.root = root});
+  ASSERT_TRUE(reader.ok());
+  int seen_a = 0, seen_b = 0;
+  std::vector<std::byte> got;
+  const std::vector<TransportGet> gets = {{"kvtier:race", &got}};
+  for (int i = 0; i < 600; ++i) {
+    const absl::Status s = (*reader)->Get(gets, kNoDeadline)[0].Wait();
+    if (absl::IsNotFound(s)) continue;  // before the first rename
+    ASSERT_TRUE(s.ok()) << s;
+    if (got == a) {
+      ++seen_a;
+    } else if (got == b) {
+      ++seen_b;
+    } else {
+      FAIL() << "read " << i << " saw a torn value of " << got.size() << " bytes";
+    }
+  }
+  for (pid_t pid : writers) {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "writer failed";
+  }
+  EXPECT_GT(seen_a + seen_b, 0);
+  // Afterwards the key holds one whole value, and no temporary file is left behind.
+  KVTIER_ASSERT_OK((*reader)->Get(gets, kNoDeadline)[0].Wait());
+  EXPECT_TRUE(got == a || got == b);
+  int files = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(root)) ++files;
+  EXPECT_EQ(files, 1);
+}
+
+TEST(InProcessTransportTest, FailureHookAndMissingKeys) {
+  InProcessTransport t;
+  const std::vector<std::byte> v(4);
+  const std::vector<TransportPut> puts = {{"k", v}};
+  KVTIER_ASSERT_OK(t.Put(puts, kNoDeadline)[0].Wait());
+  EXPECT_EQ(t.size(), 1);
+  t.SetFailure(absl::UnavailableError("server gone"));
+  EXPECT_THAT(t.Put(puts, kNoDeadline)[0].Wait(), IsError(StatusCode::kUnavailable, "server gone"));
+  t.SetFailure(absl::OkStatus());
+  const std::vector<std::string> missing = {"nope"};
+  EXPECT_THAT(t.Exists(missing, kNoDeadline)[0].Wait(), IsError(StatusCode::kNotFound, "nope"));
+  EXPECT_THAT(t.Delete(missing, kNoDeadline)[0].Wait(), IsError(StatusCode::kNotFound, "nope"));
+  EXPECT_EQ(t.MutableValueForTest("nope"), nullptr);
+}
+
+}  // namespace
+}  // namespace kvtier

@@ -213,11 +213,9 @@ void* CudaHbm::LayerBase(int layer) const {
 Completion CudaHbm::WriteBlock(SlotId slot, const BlockKey& key, absl::Span<const std::byte> src,
                                const BlockIoOptions& options) {
   Impl* impl = impl_.get();
-  if (absl::Status s = internal::CheckBlockIo(impl->info, slot, src.size()); !s.ok()) {
+  if (absl::Status s = internal::CheckBlockIoNow(impl->info, slot, src.size(), options.deadline);
+      !s.ok()) {
     return Completion::Done(std::move(s));
-  }
-  if (absl::Now() > options.deadline) {
-    return Completion::Done(internal::DeadlinePassed(impl->info, slot));
   }
   impl->contents->Invalidate(slot);
   cudaSetDevice(impl->options.device);
@@ -241,11 +239,9 @@ Completion CudaHbm::WriteBlock(SlotId slot, const BlockKey& key, absl::Span<cons
 Completion CudaHbm::ReadBlock(SlotId slot, const BlockKey& key, absl::Span<std::byte> dst,
                               const BlockIoOptions& options) {
   Impl* impl = impl_.get();
-  if (absl::Status s = internal::CheckBlockIo(impl->info, slot, dst.size()); !s.ok()) {
+  if (absl::Status s = internal::CheckBlockIoNow(impl->info, slot, dst.size(), options.deadline);
+      !s.ok()) {
     return Completion::Done(std::move(s));
-  }
-  if (absl::Now() > options.deadline) {
-    return Completion::Done(internal::DeadlinePassed(impl->info, slot));
   }
   if (absl::Status s = impl->contents->Check(slot, key, impl->info); !s.ok()) {
     return Completion::Done(std::move(s));

@@ -163,17 +163,21 @@ std::vector<Completion> DirectoryTransport::Get(absl::Span<const TransportGet> i
   return out;
 }
 
-std::vector<Completion> DirectoryTransport::Exists(absl::Span<const std::string> keys,
-                                                   absl::Time deadline) {
+namespace {
+
+// Runs `op(path)` for each key that is valid and not past the deadline; `op` returns false with
+// errno set on failure.
+template <typename Op>
+std::vector<Completion> ForEachKey(const std::string& root, absl::Span<const std::string> keys,
+                                   absl::Time deadline, Op op) {
   std::vector<Completion> out;
   for (const std::string& k : keys) {
     absl::StatusOr<std::string> name = FileName(k);
-    struct stat st {};
     if (!name.ok()) {
       out.push_back(Completion::Done(name.status()));
     } else if (absl::Now() > deadline) {
       out.push_back(Completion::Done(absl::DeadlineExceededError("directory: deadline passed")));
-    } else if (stat((options_.root + "/" + *name).c_str(), &st) != 0) {
+    } else if (!op(root + "/" + *name)) {
       out.push_back(Completion::Done(FromErrno(errno, "directory: " + k)));
     } else {
       out.push_back(Completion::Done(absl::OkStatus()));
@@ -182,22 +186,20 @@ std::vector<Completion> DirectoryTransport::Exists(absl::Span<const std::string>
   return out;
 }
 
+}  // namespace
+
+std::vector<Completion> DirectoryTransport::Exists(absl::Span<const std::string> keys,
+                                                   absl::Time deadline) {
+  return ForEachKey(options_.root, keys, deadline, [](const std::string& path) {
+    struct stat st {};
+    return stat(path.c_str(), &st) == 0;
+  });
+}
+
 std::vector<Completion> DirectoryTransport::Delete(absl::Span<const std::string> keys,
                                                    absl::Time deadline) {
-  std::vector<Completion> out;
-  for (const std::string& k : keys) {
-    absl::StatusOr<std::string> name = FileName(k);
-    if (!name.ok()) {
-      out.push_back(Completion::Done(name.status()));
-    } else if (absl::Now() > deadline) {
-      out.push_back(Completion::Done(absl::DeadlineExceededError("directory: deadline passed")));
-    } else if (unlink((options_.root + "/" + *name).c_str()) != 0) {
-      out.push_back(Completion::Done(FromErrno(errno, "directory: " + k)));
-    } else {
-      out.push_back(Completion::Done(absl::OkStatus()));
-    }
-  }
-  return out;
+  return ForEachKey(options_.root, keys, deadline,
+                    [](const std::string& path) { return unlink(path.c_str()) == 0; });
 }
 
 }  // namespace kvtier

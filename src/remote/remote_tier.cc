@@ -69,11 +69,9 @@ std::string RemoteTier::StoreKey(const BlockKey& key) const {
 
 Completion RemoteTier::WriteBlock(SlotId slot, const BlockKey& key, absl::Span<const std::byte> src,
                                   const BlockIoOptions& options) {
-  if (absl::Status s = internal::CheckBlockIo(impl_->info, slot, src.size()); !s.ok()) {
+  if (absl::Status s = internal::CheckBlockIoNow(impl_->info, slot, src.size(), options.deadline);
+      !s.ok()) {
     return Completion::Done(std::move(s));
-  }
-  if (absl::Now() > options.deadline) {
-    return Completion::Done(internal::DeadlinePassed(impl_->info, slot));
   }
   auto frame = std::make_shared<std::vector<std::byte>>();
   if (absl::Status s = EncodeFrame(impl_->ns_digest, key, src, impl_->options.codec,
@@ -95,11 +93,9 @@ Completion RemoteTier::WriteBlock(SlotId slot, const BlockKey& key, absl::Span<c
 
 Completion RemoteTier::ReadBlock(SlotId slot, const BlockKey& key, absl::Span<std::byte> dst,
                                  const BlockIoOptions& options) {
-  if (absl::Status s = internal::CheckBlockIo(impl_->info, slot, dst.size()); !s.ok()) {
+  if (absl::Status s = internal::CheckBlockIoNow(impl_->info, slot, dst.size(), options.deadline);
+      !s.ok()) {
     return Completion::Done(std::move(s));
-  }
-  if (absl::Now() > options.deadline) {
-    return Completion::Done(internal::DeadlinePassed(impl_->info, slot));
   }
   if (absl::Status s = impl_->contents->Check(slot, key, impl_->info); !s.ok()) {
     return Completion::Done(std::move(s));

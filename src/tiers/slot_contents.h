@@ -73,6 +73,15 @@ inline absl::Status DeadlinePassed(const TierInfo& info, SlotId slot) {
                                                   ": the operation could not start by its deadline"));
 }
 
+// CheckBlockIo, then DeadlinePassed if `deadline` is already past: the preamble of an operation
+// that starts on the calling thread.
+inline absl::Status CheckBlockIoNow(const TierInfo& info, SlotId slot, size_t bytes,
+                                    absl::Time deadline) {
+  if (absl::Status s = CheckBlockIo(info, slot, bytes); !s.ok()) return s;
+  if (absl::Now() > deadline) return DeadlinePassed(info, slot);
+  return absl::OkStatus();
+}
+
 }  // namespace kvtier::internal
 
 #endif  // KVTIER_TIERS_SLOT_CONTENTS_H_

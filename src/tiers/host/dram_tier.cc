@@ -102,11 +102,9 @@ absl::Status DramTier::CheckHolds(SlotId slot, const BlockKey& key) {
 
 Completion DramTier::WriteBlock(SlotId slot, const BlockKey& key, absl::Span<const std::byte> src,
                                 const BlockIoOptions& options) {
-  if (absl::Status s = internal::CheckBlockIo(impl_->info, slot, src.size()); !s.ok()) {
+  if (absl::Status s = internal::CheckBlockIoNow(impl_->info, slot, src.size(), options.deadline);
+      !s.ok()) {
     return Completion::Done(std::move(s));
-  }
-  if (absl::Now() > options.deadline) {
-    return Completion::Done(internal::DeadlinePassed(impl_->info, slot));
   }
   impl_->contents.Invalidate(slot);
   std::memcpy(impl_->Slot(slot), src.data(), src.size());
@@ -116,11 +114,9 @@ Completion DramTier::WriteBlock(SlotId slot, const BlockKey& key, absl::Span<con
 
 Completion DramTier::ReadBlock(SlotId slot, const BlockKey& key, absl::Span<std::byte> dst,
                                const BlockIoOptions& options) {
-  if (absl::Status s = internal::CheckBlockIo(impl_->info, slot, dst.size()); !s.ok()) {
+  if (absl::Status s = internal::CheckBlockIoNow(impl_->info, slot, dst.size(), options.deadline);
+      !s.ok()) {
     return Completion::Done(std::move(s));
-  }
-  if (absl::Now() > options.deadline) {
-    return Completion::Done(internal::DeadlinePassed(impl_->info, slot));
   }
   if (absl::Status s = impl_->contents.Check(slot, key, impl_->info); !s.ok()) {
     return Completion::Done(std::move(s));

@@ -1,8 +1,9 @@
 // Codecs for KV blocks in the lower tiers (remote values, optionally NVMe later): lossless lz4
 // and zstd, each optionally after a byte-plane shuffle of 16-bit elements. A bf16/fp16 element's
 // high byte (sign, exponent, top mantissa bits) varies little between neighbours while its low
-// byte is noise; grouping all high bytes, then all low bytes, lets a general compressor find the
-// redundancy, which it cannot in interleaved form (the idea of Blosc's shuffle filter).
+// byte is noise; storing all low bytes, then all high bytes (little-endian elements), lets a
+// general compressor find the redundancy, which it cannot in interleaved form (the idea of
+// Blosc's shuffle filter). Inputs are limited to LZ4_MAX_INPUT_SIZE (about 2 GiB).
 //
 // Thread-safety: the functions are thread-safe (no shared state).
 #ifndef KVTIER_CODEC_H_

@@ -2,7 +2,10 @@
 // one file per key. A value is written to a temporary name in the same directory and renamed
 // into place, so a reader sees either the old or the new value whole, never half of one, even
 // with several processes writing the same key at once (rename is atomic within a file system).
-// Calls run on the calling thread and complete before they return.
+// Calls run on the calling thread and complete before they return; the deadline is checked before
+// each item starts, so a hung mount can block past it. Values are files of mode 0600 and a root
+// it creates is 0700: frames are not encrypted, and KV reveals the prompts it came from. A read
+// takes only a regular file (no symlink, FIFO or device) of at most TransportGet::max_bytes.
 //
 // Thread-safety: thread-safe, and safe across processes sharing the directory.
 #ifndef KVTIER_DIRECTORY_TRANSPORT_H_
@@ -36,8 +39,9 @@ class DirectoryTransport final : public Transport {
       const DirectoryTransportOptions& options);
 
   std::string name() const override;
-  // Keys may use letters, digits and . _ : - (a ':' is stored as '_'), up to 200 bytes;
-  // anything else is kInvalidArgument (no key can name a path outside the root).
+  // Keys may use letters, digits and . _ : -, up to 200 bytes, and are the file names; anything
+  // else is kInvalidArgument (no key can name a path outside the root). A read of something that
+  // is not a regular file within the size limit is kDataLoss.
   std::vector<Completion> Put(absl::Span<const TransportPut> items, absl::Time deadline) override;
   std::vector<Completion> Get(absl::Span<const TransportGet> items, absl::Time deadline) override;
   std::vector<Completion> Exists(absl::Span<const std::string> keys, absl::Time deadline) override;

@@ -1,8 +1,10 @@
 // RemoteTier: a fleet-wide store (Redis, a shared directory, ...) as a tier, over a Transport.
 // Each block is stored under RemoteBlockKey(prefix, namespace digest, block key) in a value frame
 // (value_frame.h: namespace, key, codec, lengths, XXH3-128 or HMAC-SHA256), so a value written by
-// another model, tenant or party, or damaged in the store, reads as a miss counted in
-// corrupt_reads(), never as a block (case RM-2).
+// another model or tenant, or damaged in the store, reads as a miss counted in corrupt_reads(),
+// never as a block (case RM-2). Against a party that can write the store on purpose only the
+// HMAC helps (XXH3 is public): set hmac_secret for any store shared beyond one trust domain.
+// Frames are not encrypted.
 //
 // Slots are this worker's budget of blocks in the store (capacity_blocks); the store itself may
 // hold far more, written by other workers of the same namespace.

@@ -5,7 +5,10 @@
 // bound. Values are opaque bytes; framing, checksums and compression are the remote tier's.
 //
 // Thread-safety: implementations are thread-safe. Ownership: value buffers passed to Put and
-// the output vectors passed to Get must stay valid until their Completion fires.
+// the output vectors passed to Get must stay valid until their Completion fires; keys and the
+// item arrays themselves are copied before a call returns. A transport's deadline is a bound on
+// waiting for the store; one whose I/O is a blocking system call (the directory transport)
+// checks it before each item starts.
 #ifndef KVTIER_TRANSPORT_H_
 #define KVTIER_TRANSPORT_H_
 
@@ -31,6 +34,7 @@ struct TransportPut {
 struct TransportGet {
   std::string key;
   std::vector<std::byte>* value = nullptr;  // replaced with the stored bytes
+  int64_t max_bytes = 0;  // a larger stored value is kDataLoss, not read; 0: no limit
 };
 
 class Transport {

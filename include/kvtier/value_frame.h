@@ -6,7 +6,8 @@
 // The checksum is XXH3-128 over the header fields and the payload, or, with a per-deployment
 // secret, HMAC-SHA256 (OpenSSL) over the same bytes, so a store shared with other parties
 // cannot inject KV: a value without the right MAC is never a block. A reader with a secret
-// refuses unkeyed frames, and one without a secret refuses keyed frames.
+// refuses unkeyed frames, and one without a secret refuses keyed frames. Frames are not
+// encrypted: the store sees the KV.
 //
 // Thread-safety: the functions are thread-safe.
 #ifndef KVTIER_VALUE_FRAME_H_

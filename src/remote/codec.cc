@@ -17,7 +17,7 @@ using internal::ToAbsl;
 
 constexpr int kZstdLevel = 1;  // fast; KV compresses little better at higher levels
 
-// [h0 l0 h1 l1 ...] -> [l0 l1 ... | h0 h1 ...] for 16-bit little-endian elements.
+// [l0 h0 l1 h1 ...] -> [l0 l1 ... | h0 h1 ...] for 16-bit little-endian elements (l: low byte).
 void Shuffle(absl::Span<const std::byte> in, std::byte* out) {
   const size_t n = in.size() / 2;
   for (size_t i = 0; i < n; ++i) {

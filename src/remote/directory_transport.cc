@@ -35,7 +35,6 @@ absl::StatusOr<std::string> FileName(const std::string& key) {
       return absl::InvalidArgumentError(absl::StrCat("directory: key \"", key,
                                                      "\" has a character outside [A-Za-z0-9._:-]"));
     }
-    if (c == ':') c = '_';
   }
   if (name == "." || name == ".." || name.starts_with(".tmp")) {
     return absl::InvalidArgumentError(absl::StrCat("directory: key \"", key, "\" is reserved"));
@@ -48,6 +47,7 @@ bool WriteAll(int fd, const std::byte* data, size_t n) {
   while (n > 0) {
     const ssize_t w = write(fd, data, n);
     if (w < 0 && errno == EINTR) continue;
+    if (w == 0) errno = EIO;  // no progress and no error: call it an I/O error
     if (w <= 0) return false;
     data += w;
     n -= static_cast<size_t>(w);
@@ -61,7 +61,10 @@ absl::StatusOr<std::unique_ptr<DirectoryTransport>> DirectoryTransport::Create(
     const DirectoryTransportOptions& options) {
   if (options.root.empty()) return absl::InvalidArgumentError("directory: the root is empty");
   std::error_code ec;
-  std::filesystem::create_directories(options.root, ec);
+  if (std::filesystem::create_directories(options.root, ec)) {
+    // A root we made is ours alone: KV reveals prompts.
+    std::filesystem::permissions(options.root, std::filesystem::perms::owner_all, ec);
+  }
   if (ec || !std::filesystem::is_directory(options.root)) {
     return absl::UnavailableError(absl::StrCat("directory: cannot use ", options.root, ": ",
                                                ec ? ec.message() : "not a directory"));
@@ -89,9 +92,11 @@ std::vector<Completion> DirectoryTransport::Put(absl::Span<const TransportPut> i
     const std::string tmp =
         absl::StrCat(options_.root, "/.tmp.", getpid(), ".", reinterpret_cast<uintptr_t>(this),
                      ".", next_tmp_.fetch_add(1), ".", *name);
-    const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    // 0600: KV reveals the prompts it came from, and frames are not encrypted.
+    const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
-      out.push_back(Completion::Done(FromErrno(errno, "directory: creating " + tmp)));
+      const int e = errno;
+      out.push_back(Completion::Done(FromErrno(e, "directory: creating " + tmp)));
       continue;
     }
     bool ok = WriteAll(fd, p.value.data(), p.value.size());
@@ -100,7 +105,11 @@ std::vector<Completion> DirectoryTransport::Put(absl::Span<const TransportPut> i
       ok = false;
       err = errno;
     }
-    close(fd);
+    // A delayed write error (NFS: ENOSPC, EDQUOT, EIO) may only show here.
+    if (close(fd) != 0 && ok) {
+      ok = false;
+      err = errno;
+    }
     if (ok && rename(tmp.c_str(), path.c_str()) != 0) {
       ok = false;
       err = errno;
@@ -112,9 +121,12 @@ std::vector<Completion> DirectoryTransport::Put(absl::Span<const TransportPut> i
     }
     if (options_.fsync == FsyncPolicy::kFileAndDirectory) {
       const int dir = open(options_.root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-      if (dir >= 0) {
-        fsync(dir);
-        close(dir);
+      const bool synced = dir >= 0 && fsync(dir) == 0;
+      const int e = errno;
+      if (dir >= 0) close(dir);
+      if (!synced) {
+        out.push_back(Completion::Done(FromErrno(e, "directory: fsync of " + options_.root)));
+        continue;
       }
     }
     out.push_back(Completion::Done(absl::OkStatus()));
@@ -137,13 +149,23 @@ std::vector<Completion> DirectoryTransport::Get(absl::Span<const TransportGet> i
       continue;
     }
     const std::string path = options_.root + "/" + *name;
-    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // Only a regular file of a sane size is a value: no symlinks (O_NOFOLLOW), no FIFOs or
+    // devices (O_NONBLOCK keeps a FIFO from blocking the open), nothing larger than the reader
+    // can use.
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) {
-      out.push_back(Completion::Done(FromErrno(errno, "directory: " + path)));
+      const int e = errno;
+      out.push_back(Completion::Done(FromErrno(e, "directory: " + path)));
       continue;
     }
     struct stat st {};
-    fstat(fd, &st);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+        (g.max_bytes > 0 && st.st_size > g.max_bytes)) {
+      close(fd);
+      out.push_back(Completion::Done(absl::DataLossError(absl::StrCat(
+          "directory: ", path, " is not a regular file of at most ", g.max_bytes, " bytes"))));
+      continue;
+    }
     g.value->resize(static_cast<size_t>(st.st_size));
     size_t done = 0;
     bool ok = true;
@@ -178,7 +200,8 @@ std::vector<Completion> ForEachKey(const std::string& root, absl::Span<const std
     } else if (absl::Now() > deadline) {
       out.push_back(Completion::Done(absl::DeadlineExceededError("directory: deadline passed")));
     } else if (!op(root + "/" + *name)) {
-      out.push_back(Completion::Done(FromErrno(errno, "directory: " + k)));
+      const int e = errno;
+      out.push_back(Completion::Done(FromErrno(e, "directory: " + k)));
     } else {
       out.push_back(Completion::Done(absl::OkStatus()));
     }

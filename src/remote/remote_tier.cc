@@ -101,13 +101,17 @@ Completion RemoteTier::ReadBlock(SlotId slot, const BlockKey& key, absl::Span<st
     return Completion::Done(std::move(s));
   }
   auto value = std::make_shared<std::vector<std::byte>>();
-  const TransportGet get{StoreKey(key), value.get()};
+  // No valid frame is larger than the header plus a block that compression made slightly bigger.
+  const TransportGet get{StoreKey(key), value.get(),
+                         static_cast<int64_t>(kFrameHeaderBytes) + impl_->info.block_bytes +
+                             impl_->info.block_bytes / 128 + 4096};
   Completion fetched = impl_->options.transport->Get({&get, 1}, options.deadline)[0];
   Completion done;
   std::shared_ptr<Impl> impl = impl_;
   fetched.OnDone([impl, value, slot, key, dst, done](const absl::Status& s) {
     if (!s.ok()) {
-      if (absl::IsNotFound(s)) impl->contents->Invalidate(slot);  // the store dropped it
+      if (absl::IsDataLoss(s)) impl->corrupt_reads.fetch_add(1);  // e.g. an oversized value
+      if (absl::IsNotFound(s) || absl::IsDataLoss(s)) impl->contents->Invalidate(slot);
       done.Complete(s);
       return;
     }

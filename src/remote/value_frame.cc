@@ -1,6 +1,7 @@
 #include "kvtier/value_frame.h"
 
 #include <openssl/core_names.h>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/params.h>
 
@@ -108,6 +109,9 @@ absl::Status DecodeFrame(absl::Span<const std::byte> frame,
     return Corrupt(key, absl::StrCat("unsupported frame version ", LoadLe(h + 4, 2)));
   }
   const auto codec = static_cast<Codec>(h[6]);
+  if ((static_cast<uint8_t>(h[7]) & ~kFlagKeyed) != 0) {
+    return Corrupt(key, absl::StrCat("unknown flags ", static_cast<int>(h[7])));
+  }
   const bool keyed = (static_cast<uint8_t>(h[7]) & kFlagKeyed) != 0;
   if (keyed != !hmac_secret.empty()) {
     return Corrupt(key, keyed ? "a keyed (HMAC) frame, and this reader has no secret"
@@ -132,7 +136,8 @@ absl::Status DecodeFrame(absl::Span<const std::byte> frame,
   const absl::Span<const std::byte> payload = frame.subspan(kFrameHeaderBytes);
   std::array<std::byte, kChecksumBytes> want;
   KVTIER_RETURN_IF_ERROR(Checksum(h, payload, hmac_secret, &want));
-  if (std::memcmp(h + kChecksumOffset, want.data(), want.size()) != 0) {
+  // Constant time: a MAC check must not tell a forger how many leading bytes were right.
+  if (CRYPTO_memcmp(h + kChecksumOffset, want.data(), want.size()) != 0) {
     return Corrupt(key, keyed ? "HMAC mismatch" : "checksum mismatch");
   }
   if (absl::Status s = Decompress(codec, payload, block); !s.ok()) {

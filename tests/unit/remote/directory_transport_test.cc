@@ -1,5 +1,6 @@
 #include "kvtier/directory_transport.h"
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -112,6 +113,51 @@ TEST(DirectoryTransportTest, TwoProcessesWritingOneKeyNeverTearAValue) {
   int files = 0;
   for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(root)) ++files;
   EXPECT_EQ(files, 1);
+}
+
+// Found in review: a file planted under a key's name could crash (huge size), hang (FIFO) or
+// reach a device (symlink) in the reader. Only a regular file within the limit is a value.
+TEST(DirectoryTransportTest, PlantedFilesAreRefusedNotFollowed) {
+  testing::TempDir dir;
+  auto t = DirectoryTransport::Create({.root = dir.path()});
+  ASSERT_TRUE(t.ok());
+  ASSERT_EQ(mkfifo((dir.path() + "/fifo").c_str(), 0600), 0);
+  ASSERT_EQ(symlink("/dev/zero", (dir.path() + "/link").c_str()), 0);
+  {
+    const std::vector<std::byte> big(4096);
+    const std::vector<TransportPut> puts = {{"big", big}};
+    KVTIER_ASSERT_OK((*t)->Put(puts, kNoDeadline)[0].Wait());
+  }
+  std::vector<std::byte> out;
+  const std::vector<TransportGet> fifo = {{"fifo", &out}};
+  EXPECT_THAT((*t)->Get(fifo, kNoDeadline)[0].Wait(),
+              IsError(StatusCode::kDataLoss, "not a regular file"));
+  const std::vector<TransportGet> link = {{"link", &out}};
+  EXPECT_FALSE((*t)->Get(link, kNoDeadline)[0].Wait().ok());
+  const std::vector<TransportGet> limited = {{"big", &out, 1024}};
+  EXPECT_THAT((*t)->Get(limited, kNoDeadline)[0].Wait(),
+              IsError(StatusCode::kDataLoss, "at most 1024 bytes"));
+  EXPECT_TRUE(out.empty()) << "an oversized value was read";
+}
+
+TEST(DirectoryTransportTest, KeysThatDifferOnlyInColonAndUnderscoreStayApart) {
+  testing::TempDir dir;
+  auto t = DirectoryTransport::Create({.root = dir.File("store")});
+  ASSERT_TRUE(t.ok());
+  const std::vector<std::byte> a(8, std::byte{1}), b(8, std::byte{2});
+  const std::vector<TransportPut> puts = {{"kvtier:x", a}, {"kvtier_x", b}};
+  KVTIER_ASSERT_OK(Completion::All((*t)->Put(puts, kNoDeadline)).Wait());
+  std::vector<std::byte> got_a, got_b;
+  const std::vector<TransportGet> gets = {{"kvtier:x", &got_a}, {"kvtier_x", &got_b}};
+  KVTIER_ASSERT_OK(Completion::All((*t)->Get(gets, kNoDeadline)).Wait());
+  EXPECT_TRUE(got_a == a);
+  EXPECT_TRUE(got_b == b);
+  // Private: KV reveals prompts.
+  struct stat st {};
+  ASSERT_EQ(stat((dir.File("store") + "/kvtier:x").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_EQ(stat(dir.File("store").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
 }
 
 TEST(InProcessTransportTest, FailureHookAndMissingKeys) {

@@ -60,15 +60,7 @@ void BM_TierCopy(benchmark::State& state, Tier from, Tier to) {
   auto hbm =
       EmulatedHbm::Create(*g, {.layout = HbmLayout::kLayerFirst, .capacity_blocks = kBlocks});
   if (!hbm.ok()) return Skip(state, "EmulatedHbm::Create", hbm.status());
-  auto dram = DramTier::Create(*g, {.capacity_bytes = kBlocks * g->bytes_per_block()});
-  if (!dram.ok()) return Skip(state, "DramTier::Create", dram.status());
-  TransferEngineOptions options;
-  options.tiers[TierIndex(Tier::kHbm)] = hbm->get();
-  options.tiers[TierIndex(Tier::kDram)] = dram->get();
-  auto engine = TransferEngine::Create(options);
-  if (!engine.ok()) return Skip(state, "TransferEngine::Create", engine.status());
-  TierBackend* source = from == Tier::kHbm ? static_cast<TierBackend*>(hbm->get()) : dram->get();
-  bench::RunTierCopies(state, **engine, *source, from, to, kBlocks);
+  bench::RunHbmDramCopies(state, *g, **hbm, from, to, kBlocks);
 }
 
 void BM_DramToEmulatedHbm(benchmark::State& state) { BM_TierCopy(state, Tier::kDram, Tier::kHbm); }

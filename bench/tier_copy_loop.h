@@ -9,6 +9,7 @@
 
 #include "bench/bench_report.h"
 #include "benchmark/benchmark.h"
+#include "kvtier/dram_tier.h"
 #include "kvtier/transfer_engine.h"
 
 namespace kvtier::bench {
@@ -58,6 +59,20 @@ inline void RunTierCopies(benchmark::State& state, TransferEngine& engine, TierB
     if (!s.ok()) return Skip(state, "evict", s);
   }
   state.SetBytesProcessed(state.iterations() * n * source.info().block_bytes);
+}
+
+// RunTierCopies between `hbm` and a DRAM tier of `n` blocks made here, through a new engine.
+inline void RunHbmDramCopies(benchmark::State& state, const KvGeometry& g, TierBackend& hbm,
+                             Tier from, Tier to, uint32_t n) {
+  auto dram = DramTier::Create(g, {.capacity_bytes = n * g.bytes_per_block()});
+  if (!dram.ok()) return Skip(state, "DramTier::Create", dram.status());
+  TransferEngineOptions options;
+  options.tiers[TierIndex(Tier::kHbm)] = &hbm;
+  options.tiers[TierIndex(Tier::kDram)] = dram->get();
+  auto engine = TransferEngine::Create(options);
+  if (!engine.ok()) return Skip(state, "TransferEngine::Create", engine.status());
+  TierBackend& source = from == Tier::kHbm ? hbm : **dram;
+  RunTierCopies(state, **engine, source, from, to, n);
 }
 
 }  // namespace kvtier::bench

@@ -68,15 +68,7 @@ void BM_Tier(benchmark::State& state, Tier from, Tier to, HbmLayout layout) {
   if (!g.ok()) return Skip(state, "geometry", g.status());
   auto hbm = CudaHbm::Create(*g, {.layout = layout, .capacity_blocks = kBlocks});
   if (!hbm.ok()) return Skip(state, "CudaHbm::Create", hbm.status());
-  auto dram = DramTier::Create(*g, {.capacity_bytes = kBlocks * g->bytes_per_block()});
-  if (!dram.ok()) return Skip(state, "DramTier::Create", dram.status());
-  TransferEngineOptions options;
-  options.tiers[TierIndex(Tier::kHbm)] = hbm->get();
-  options.tiers[TierIndex(Tier::kDram)] = dram->get();
-  auto engine = TransferEngine::Create(options);
-  if (!engine.ok()) return Skip(state, "TransferEngine::Create", engine.status());
-  TierBackend* source = from == Tier::kHbm ? static_cast<TierBackend*>(hbm->get()) : dram->get();
-  bench::RunTierCopies(state, **engine, *source, from, to, kBlocks);
+  bench::RunHbmDramCopies(state, *g, **hbm, from, to, kBlocks);
 }
 
 void BM_CudaMemcpyH2D(benchmark::State& s) { BM_CudaMemcpy(s, true); }

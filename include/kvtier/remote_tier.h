@@ -6,6 +6,12 @@
 // HMAC helps (XXH3 is public): set hmac_secret for any store shared beyond one trust domain.
 // Frames are not encrypted.
 //
+// Health: a circuit breaker watches the store. After breaker_failures consecutive failures
+// (kUnavailable or kDeadlineExceeded: the store did not answer) the tier is bypassed: reads and
+// writes fail at once with kUnavailable, so lookups miss without waiting on a dead store. After
+// a backoff (doubling from breaker_backoff_min to _max) one request probes the store; an answer
+// closes the breaker.
+//
 // Slots are this worker's budget of blocks in the store (capacity_blocks); the store itself may
 // hold far more, written by other workers of the same namespace.
 //
@@ -18,6 +24,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "kvtier/cache_namespace.h"
 #include "kvtier/codec.h"
 #include "kvtier/tier_backend.h"
@@ -27,17 +34,29 @@ namespace kvtier {
 
 struct RemoteTierOptions {
   std::shared_ptr<Transport> transport;  // shared: one store connection may serve many tiers
-  int64_t capacity_blocks = 0;     // >= 1
+  int64_t capacity_blocks = 0;           // >= 1
   std::string key_prefix = "kvtier:";
   Codec codec = Codec::kNone;
   // A per-deployment secret: frames carry HMAC-SHA256 instead of XXH3-128. Empty: no MAC.
   std::string hmac_secret;
+  // Consecutive store failures that open the circuit breaker; 0 never opens it.
+  int breaker_failures = 5;
+  absl::Duration breaker_backoff_min = absl::Milliseconds(100);
+  absl::Duration breaker_backoff_max = absl::Seconds(10);
+};
+
+enum class RemoteHealth : uint8_t {
+  kHealthy = 0,   // breaker closed
+  kBypassed = 1,  // breaker open: requests fail at once until the next probe
+  kProbing = 2,   // one request is testing the store
 };
 
 class RemoteTier final : public TierBackend {
  public:
-  // Errors: kInvalidArgument for a null transport, capacity_blocks < 1, or a key prefix longer
-  // than 64 bytes.
+  // Errors: kInvalidArgument for a null transport, capacity_blocks < 1 or so large that its bytes
+  // overflow int64, a key prefix longer than 64 bytes or with characters other than letters,
+  // digits and . _ : - (every transport can store those), breaker_failures < 0, or a backoff
+  // with min <= 0 or max < min.
   static absl::StatusOr<std::unique_ptr<RemoteTier>> Create(const CacheNamespace& ns,
                                                             const RemoteTierOptions& options);
   ~RemoteTier() override;
@@ -52,10 +71,20 @@ class RemoteTier final : public TierBackend {
   // eviction by the store); kDataLoss for a corrupt or foreign value (counted).
   Completion ReadBlock(SlotId slot, const BlockKey& key, absl::Span<std::byte> dst,
                        const BlockIoOptions& options = {}) override;
+  // Batched forms: one transport call (one pipeline on Redis) for the whole batch.
+  std::vector<Completion> WriteBlocks(absl::Span<const BlockWrite> writes,
+                                      const BlockIoOptions& options = {}) override;
+  std::vector<Completion> ReadBlocks(absl::Span<const BlockRead> reads,
+                                     const BlockIoOptions& options = {}) override;
 
   // The store key of `key` in this tier's namespace.
   std::string StoreKey(const BlockKey& key) const;
   int64_t corrupt_reads() const;
+
+  // Circuit-breaker state and counters.
+  RemoteHealth health() const;
+  int64_t breaker_opened() const;     // times it opened
+  int64_t bypassed_requests() const;  // blocks refused at once while open
 
  private:
   struct Impl;

@@ -1,24 +1,39 @@
 #include "kvtier/remote_tier.h"
 
 #include <atomic>
+#include <limits>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "internal/status_macros.h"
 #include "kvtier/value_frame.h"
+#include "remote/circuit_breaker.h"
 #include "tiers/slot_contents.h"
 
 namespace kvtier {
 
 struct RemoteTier::Impl {
+  Impl(const RemoteTierOptions& o)
+      : options(o), breaker(o.breaker_failures, o.breaker_backoff_min, o.breaker_backoff_max) {}
   RemoteTierOptions options;
   std::array<uint8_t, 16> ns_digest{};
   TierInfo info;
   std::unique_ptr<BlockAllocator> allocator;
   std::unique_ptr<internal::SlotContents> contents;
   std::atomic<int64_t> corrupt_reads{0};
+  internal::CircuitBreaker breaker;
+
+  std::string StoreKey(const BlockKey& key) const {
+    return RemoteBlockKey(options.key_prefix, ns_digest, key);
+  }
+  // The largest valid frame: the header plus a block that compression made slightly bigger.
+  int64_t MaxFrameBytes() const {
+    return static_cast<int64_t>(kFrameHeaderBytes) + info.block_bytes + info.block_bytes / 128 +
+           4096;
+  }
 };
 
 absl::StatusOr<std::unique_ptr<RemoteTier>> RemoteTier::Create(const CacheNamespace& ns,
@@ -27,28 +42,49 @@ absl::StatusOr<std::unique_ptr<RemoteTier>> RemoteTier::Create(const CacheNamesp
     return absl::InvalidArgumentError("RemoteTier: the transport is null");
   }
   if (options.capacity_blocks < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("RemoteTier: capacity_blocks = ",
-                                                   options.capacity_blocks, " must be >= 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("RemoteTier: capacity_blocks = ", options.capacity_blocks, " must be >= 1"));
+  }
+  const int64_t block_bytes = ns.geometry().bytes_per_block();
+  if (options.capacity_blocks > std::numeric_limits<int64_t>::max() / block_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RemoteTier: capacity_blocks = ", options.capacity_blocks, " of ", block_bytes,
+                     " bytes overflows a 64-bit byte count"));
   }
   if (options.key_prefix.size() > 64) {
-    return absl::InvalidArgumentError(absl::StrCat("RemoteTier: a key prefix of ",
-                                                   options.key_prefix.size(),
-                                                   " bytes; at most 64"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "RemoteTier: a key prefix of ", options.key_prefix.size(), " bytes; at most 64"));
   }
-  auto impl = std::make_shared<Impl>();
-  impl->options = options;
+  for (const char c : options.key_prefix) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != ':' &&
+        c != '-') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("RemoteTier: the key prefix \"", options.key_prefix,
+                       "\" may use only letters, digits and . _ : -"));
+    }
+  }
+  if (options.breaker_failures < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RemoteTier: breaker_failures = ", options.breaker_failures, " must be >= 0"));
+  }
+  if (options.breaker_backoff_min <= absl::ZeroDuration() ||
+      options.breaker_backoff_max < options.breaker_backoff_min) {
+    return absl::InvalidArgumentError(
+        "RemoteTier: the breaker backoff must satisfy 0 < min <= max");
+  }
+  auto impl = std::make_shared<Impl>(options);
   impl->ns_digest = ns.digest();
   KVTIER_ASSIGN_OR_RETURN(impl->allocator,
                           BlockAllocator::Create(Tier::kRemote, options.capacity_blocks));
   impl->contents = std::make_unique<internal::SlotContents>(options.capacity_blocks);
   TierInfo& info = impl->info;
   info.tier = Tier::kRemote;
-  info.name = absl::StrCat("remote(", options.transport->name(), ", ",
-                           absl::string_view(CodecName(options.codec).data(),
-                                             CodecName(options.codec).size()),
-                           options.hmac_secret.empty() ? "" : ", hmac", ")");
+  info.name = absl::StrCat(
+      "remote(", options.transport->name(), ", ",
+      absl::string_view(CodecName(options.codec).data(), CodecName(options.codec).size()),
+      options.hmac_secret.empty() ? "" : ", hmac", ")");
   info.capacity_blocks = options.capacity_blocks;
-  info.block_bytes = ns.geometry().bytes_per_block();
+  info.block_bytes = block_bytes;
   info.capacity_bytes = info.capacity_blocks * info.block_bytes;
   info.metadata_bytes =
       info.capacity_blocks * (8 + internal::SlotContents::kBytesPerSlot + kFrameHeaderBytes);
@@ -63,67 +99,128 @@ const TierInfo& RemoteTier::info() const { return impl_->info; }
 BlockAllocator& RemoteTier::allocator() { return *impl_->allocator; }
 int64_t RemoteTier::corrupt_reads() const { return impl_->corrupt_reads.load(); }
 
-std::string RemoteTier::StoreKey(const BlockKey& key) const {
-  return RemoteBlockKey(impl_->options.key_prefix, impl_->ns_digest, key);
+RemoteHealth RemoteTier::health() const {
+  switch (impl_->breaker.state()) {
+    case internal::CircuitBreaker::State::kClosed:
+      return RemoteHealth::kHealthy;
+    case internal::CircuitBreaker::State::kOpen:
+      return RemoteHealth::kBypassed;
+    case internal::CircuitBreaker::State::kHalfOpen:
+      return RemoteHealth::kProbing;
+  }
+  return RemoteHealth::kHealthy;
 }
+int64_t RemoteTier::breaker_opened() const { return impl_->breaker.opened(); }
+int64_t RemoteTier::bypassed_requests() const { return impl_->breaker.bypassed(); }
+
+std::string RemoteTier::StoreKey(const BlockKey& key) const { return impl_->StoreKey(key); }
 
 Completion RemoteTier::WriteBlock(SlotId slot, const BlockKey& key, absl::Span<const std::byte> src,
                                   const BlockIoOptions& options) {
-  if (absl::Status s = internal::CheckBlockIoNow(impl_->info, slot, src.size(), options.deadline);
-      !s.ok()) {
-    return Completion::Done(std::move(s));
-  }
-  auto frame = std::make_shared<std::vector<std::byte>>();
-  if (absl::Status s = EncodeFrame(impl_->ns_digest, key, src, impl_->options.codec,
-                                   impl_->options.hmac_secret, frame.get());
-      !s.ok()) {
-    return Completion::Done(std::move(s));
-  }
-  impl_->contents->Invalidate(slot);
-  const TransportPut put{StoreKey(key), *frame};
-  Completion stored = impl_->options.transport->Put({&put, 1}, options.deadline)[0];
-  Completion done;
-  std::shared_ptr<Impl> impl = impl_;
-  stored.OnDone([impl, frame, slot, key, done](const absl::Status& s) {
-    if (s.ok()) impl->contents->Set(slot, key);
-    done.Complete(s);
-  });
-  return done;
+  const BlockWrite write{slot, key, src};
+  return WriteBlocks({&write, 1}, options)[0];
 }
 
 Completion RemoteTier::ReadBlock(SlotId slot, const BlockKey& key, absl::Span<std::byte> dst,
                                  const BlockIoOptions& options) {
-  if (absl::Status s = internal::CheckBlockIoNow(impl_->info, slot, dst.size(), options.deadline);
-      !s.ok()) {
-    return Completion::Done(std::move(s));
-  }
-  if (absl::Status s = impl_->contents->Check(slot, key, impl_->info); !s.ok()) {
-    return Completion::Done(std::move(s));
-  }
-  auto value = std::make_shared<std::vector<std::byte>>();
-  // No valid frame is larger than the header plus a block that compression made slightly bigger.
-  const TransportGet get{StoreKey(key), value.get(),
-                         static_cast<int64_t>(kFrameHeaderBytes) + impl_->info.block_bytes +
-                             impl_->info.block_bytes / 128 + 4096};
-  Completion fetched = impl_->options.transport->Get({&get, 1}, options.deadline)[0];
-  Completion done;
-  std::shared_ptr<Impl> impl = impl_;
-  fetched.OnDone([impl, value, slot, key, dst, done](const absl::Status& s) {
+  const BlockRead read{slot, key, dst};
+  return ReadBlocks({&read, 1}, options)[0];
+}
+
+std::vector<Completion> RemoteTier::WriteBlocks(absl::Span<const BlockWrite> writes,
+                                                const BlockIoOptions& options) {
+  std::vector<Completion> out(writes.size());
+  // Frames live until the store has them; index `i` of `puts` is write `index[i]`.
+  auto frames = std::make_shared<std::vector<std::vector<std::byte>>>(writes.size());
+  std::vector<TransportPut> puts;
+  std::vector<size_t> index;
+  puts.reserve(writes.size());
+  for (size_t i = 0; i < writes.size(); ++i) {
+    const BlockWrite& w = writes[i];
+    absl::Status s = internal::CheckBlockIoNow(impl_->info, w.slot, w.src.size(), options.deadline);
+    if (s.ok()) {
+      s = EncodeFrame(impl_->ns_digest, w.key, w.src, impl_->options.codec,
+                      impl_->options.hmac_secret, &(*frames)[i]);
+    }
     if (!s.ok()) {
-      if (absl::IsDataLoss(s)) impl->corrupt_reads.fetch_add(1);  // e.g. an oversized value
-      if (absl::IsNotFound(s) || absl::IsDataLoss(s)) impl->contents->Invalidate(slot);
-      done.Complete(s);
-      return;
+      out[i] = Completion::Done(std::move(s));
+      continue;
     }
-    absl::Status decoded =
-        DecodeFrame(*value, impl->ns_digest, key, impl->options.hmac_secret, dst);
-    if (!decoded.ok()) {
-      impl->corrupt_reads.fetch_add(1);
-      impl->contents->Invalidate(slot);
+    impl_->contents->Invalidate(w.slot);
+    puts.push_back(TransportPut{impl_->StoreKey(w.key), (*frames)[i]});
+    index.push_back(i);
+  }
+  if (puts.empty()) return out;
+  if (absl::Status admitted = impl_->breaker.Admit(absl::Now()); !admitted.ok()) {
+    for (size_t i : index) out[i] = Completion::Done(admitted);
+    return out;
+  }
+  std::vector<Completion> stored = impl_->options.transport->Put(puts, options.deadline);
+  std::shared_ptr<Impl> impl = impl_;
+  for (size_t j = 0; j < index.size(); ++j) {
+    const size_t i = index[j];
+    Completion done;
+    out[i] = done;
+    stored[j].OnDone(
+        [impl, frames, slot = writes[i].slot, key = writes[i].key, done](const absl::Status& s) {
+          impl->breaker.Report(s, absl::Now());
+          if (s.ok()) impl->contents->Set(slot, key);
+          done.Complete(s);
+        });
+  }
+  return out;
+}
+
+std::vector<Completion> RemoteTier::ReadBlocks(absl::Span<const BlockRead> reads,
+                                               const BlockIoOptions& options) {
+  std::vector<Completion> out(reads.size());
+  auto values = std::make_shared<std::vector<std::vector<std::byte>>>(reads.size());
+  std::vector<TransportGet> gets;
+  std::vector<size_t> index;
+  gets.reserve(reads.size());
+  for (size_t i = 0; i < reads.size(); ++i) {
+    const BlockRead& r = reads[i];
+    absl::Status s = internal::CheckBlockIoNow(impl_->info, r.slot, r.dst.size(), options.deadline);
+    if (s.ok()) s = impl_->contents->Check(r.slot, r.key, impl_->info);
+    if (!s.ok()) {
+      out[i] = Completion::Done(std::move(s));
+      continue;
     }
-    done.Complete(std::move(decoded));
-  });
-  return done;
+    gets.push_back(TransportGet{impl_->StoreKey(r.key), &(*values)[i], impl_->MaxFrameBytes()});
+    index.push_back(i);
+  }
+  if (gets.empty()) return out;
+  if (absl::Status admitted = impl_->breaker.Admit(absl::Now()); !admitted.ok()) {
+    for (size_t i : index) out[i] = Completion::Done(admitted);
+    return out;
+  }
+  std::vector<Completion> fetched = impl_->options.transport->Get(gets, options.deadline);
+  std::shared_ptr<Impl> impl = impl_;
+  for (size_t j = 0; j < index.size(); ++j) {
+    const size_t i = index[j];
+    Completion done;
+    out[i] = done;
+    fetched[j].OnDone([impl, values, i, slot = reads[i].slot, key = reads[i].key,
+                       dst = reads[i].dst, done](const absl::Status& s) {
+      impl->breaker.Report(s, absl::Now());
+      if (!s.ok()) {
+        if (absl::IsDataLoss(s)) impl->corrupt_reads.fetch_add(1);  // e.g. an oversized value
+        if (absl::IsNotFound(s) || absl::IsDataLoss(s)) impl->contents->Invalidate(slot);
+        done.Complete(s);
+        return;
+      }
+      std::vector<std::byte>& value = (*values)[i];
+      absl::Status decoded =
+          DecodeFrame(value, impl->ns_digest, key, impl->options.hmac_secret, dst);
+      std::vector<std::byte>().swap(value);  // a batch's values need not all live until the last
+      if (!decoded.ok()) {
+        impl->corrupt_reads.fetch_add(1);
+        impl->contents->Invalidate(slot);
+      }
+      done.Complete(std::move(decoded));
+    });
+  }
+  return out;
 }
 
 }  // namespace kvtier

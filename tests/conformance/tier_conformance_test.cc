@@ -13,15 +13,17 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kvtier/cuda_hbm.h"
+#include "kvtier/directory_transport.h"
 #include "kvtier/dram_tier.h"
 #include "kvtier/emulated_hbm.h"
-#include "kvtier/directory_transport.h"
 #include "kvtier/in_process_transport.h"
 #include "kvtier/nvme_tier.h"
+#include "kvtier/redis_transport.h"
 #include "kvtier/remote_tier.h"
 #include "kvtier/tier_backend.h"
 #include "tests/testing/fault_injecting_tier.h"
 #include "tests/testing/random_bytes.h"
+#include "tests/testing/redis_server.h"
 #include "tests/testing/status_matchers.h"
 
 namespace kvtier {
@@ -35,8 +37,8 @@ constexpr int64_t kSlots = 16;
 // 3 layers, 2 KV heads of 32, 8 tokens per block, bf16: 6144-byte blocks (not a multiple of a
 // page, so no backend can get away with page-sized assumptions).
 KvGeometry SmallGeometry() {
-  return *KvGeometry::Create({.num_layers = 3, .num_kv_heads = 2, .head_dim = 32,
-                              .tokens_per_block = 8});
+  return *KvGeometry::Create(
+      {.num_layers = 3, .num_kv_heads = 2, .head_dim = 32, .tokens_per_block = 8});
 }
 
 struct BackendFactory {
@@ -66,13 +68,45 @@ absl::StatusOr<std::unique_ptr<TierBackend>> MakeNvme(NvmeEngine engine) {
 }
 
 CacheNamespace SmallNamespace() {
-  return *CacheNamespace::Create(SmallGeometry(), {.model_id = "conformance", .weights_fingerprint = "w"});
+  return *CacheNamespace::Create(SmallGeometry(),
+                                 {.model_id = "conformance", .weights_fingerprint = "w"});
 }
 
 absl::StatusOr<std::unique_ptr<TierBackend>> MakeRemote(std::shared_ptr<Transport> transport) {
-  return Upcast(RemoteTier::Create(SmallNamespace(), {.transport = std::move(transport),
-                                                      .capacity_blocks = kSlots,
-                                                      .codec = Codec::kShuffleLz4}));
+  return Upcast(RemoteTier::Create(
+      SmallNamespace(),
+      {.transport = std::move(transport), .capacity_blocks = kSlots, .codec = Codec::kShuffleLz4}));
+}
+
+// A remote tier over a real Redis (standalone, or a 3-node cluster) started for this test and
+// stopped with the tier: the transport holds the servers alive through a deleter.
+absl::StatusOr<std::unique_ptr<TierBackend>> MakeRedisRemote(bool cluster) {
+  if (!testing::RedisServerAvailable()) {
+    return absl::FailedPreconditionError("redis-server is not installed");
+  }
+  std::shared_ptr<void> servers;
+  RedisTransportOptions options;
+  options.cluster = cluster;
+  if (cluster) {
+    auto c = testing::RedisCluster::Start(3);
+    if (!c.ok()) return c.status();
+    options.endpoints = {(*c)->node(0).address()};
+    servers = std::shared_ptr<testing::RedisCluster>(std::move(*c));
+  } else {
+    auto server = testing::RedisServer::Start();
+    if (!server.ok()) return server.status();
+    options.endpoints = {(*server)->address()};
+    servers = std::shared_ptr<testing::RedisServer>(std::move(*server));
+  }
+  auto transport = RedisTransport::Create(options);
+  if (!transport.ok()) return transport.status();
+  RedisTransport* raw = transport->release();
+  // The transport goes first (its connections close), then the servers.
+  std::shared_ptr<Transport> shared(raw, [servers](RedisTransport* t) mutable {
+    delete t;
+    servers.reset();
+  });
+  return MakeRemote(std::move(shared));
 }
 
 std::vector<BackendFactory> Backends() {
@@ -114,6 +148,8 @@ std::vector<BackendFactory> Backends() {
          // The directory is left for the OS to clean: values are few and small.
          return MakeRemote(std::shared_ptr<Transport>(std::move(*transport)));
        }},
+      {"RemoteRedis", [] { return MakeRedisRemote(/*cluster=*/false); }},
+      {"RemoteRedisCluster", [] { return MakeRedisRemote(/*cluster=*/true); }},
   };
 }
 
@@ -132,6 +168,10 @@ class TierConformanceTest : public ::testing::TestWithParam<BackendFactory> {
     if (!tier.ok() && GetParam().name.starts_with("CudaHbm") &&
         (absl::IsUnavailable(tier.status()) || absl::IsUnimplemented(tier.status()))) {
       GTEST_SKIP() << "no CUDA device: " << tier.status().message();
+    }
+    if (!tier.ok() && GetParam().name.starts_with("RemoteRedis") &&
+        absl::IsFailedPrecondition(tier.status())) {
+      GTEST_SKIP() << tier.status().message();
     }
     ASSERT_TRUE(tier.ok()) << tier.status();
     faulty_ = new testing::FaultInjectingTier(std::move(*tier));

@@ -36,7 +36,7 @@ struct RemoteTierOptions {
   std::shared_ptr<Transport> transport;  // shared: one store connection may serve many tiers
   int64_t capacity_blocks = 0;           // >= 1
   std::string key_prefix = "kvtier:";
-  Codec codec = Codec::kNone;
+  Codec codec = Codec::kNone;  // kFp8E4m3 is lossy (codec.h) and needs bf16 KV
   // A per-deployment secret: frames carry HMAC-SHA256 instead of XXH3-128. Empty: no MAC.
   std::string hmac_secret;
   // Consecutive store failures that open the circuit breaker; 0 never opens it.
@@ -55,8 +55,8 @@ class RemoteTier final : public TierBackend {
  public:
   // Errors: kInvalidArgument for a null transport, capacity_blocks < 1 or so large that its bytes
   // overflow int64, a key prefix longer than 64 bytes or with characters other than letters,
-  // digits and . _ : - (every transport can store those), breaker_failures < 0, or a backoff
-  // with min <= 0 or max < min.
+  // digits and . _ : - (every transport can store those), codec fp8_e4m3 on KV that is not bf16,
+  // breaker_failures < 0, or a backoff with min <= 0 or max < min.
   static absl::StatusOr<std::unique_ptr<RemoteTier>> Create(const CacheNamespace& ns,
                                                             const RemoteTierOptions& options);
   ~RemoteTier() override;

@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "internal/strings.h"
+#include "remote/fp8.h"
 
 namespace kvtier {
 namespace {
@@ -36,7 +37,9 @@ void Unshuffle(const std::byte* in, absl::Span<std::byte> out) {
 
 bool Shuffled(Codec c) { return c == Codec::kShuffleLz4 || c == Codec::kShuffleZstd; }
 bool UsesLz4(Codec c) { return c == Codec::kLz4 || c == Codec::kShuffleLz4; }
-bool Known(Codec c) { return static_cast<uint8_t>(c) <= static_cast<uint8_t>(Codec::kShuffleZstd); }
+bool Known(Codec c) { return static_cast<uint8_t>(c) <= static_cast<uint8_t>(Codec::kFp8E4m3); }
+// Codecs that read the block as 16-bit elements.
+bool Elementwise(Codec c) { return Shuffled(c) || c == Codec::kFp8E4m3; }
 
 }  // namespace
 
@@ -52,17 +55,20 @@ std::string_view CodecName(Codec codec) {
       return "shuffle_lz4";
     case Codec::kShuffleZstd:
       return "shuffle_zstd";
+    case Codec::kFp8E4m3:
+      return "fp8_e4m3";
   }
   return "unknown";
 }
 
 absl::StatusOr<Codec> ParseCodec(std::string_view name) {
-  for (Codec c : {Codec::kNone, Codec::kLz4, Codec::kZstd, Codec::kShuffleLz4,
-                  Codec::kShuffleZstd}) {
+  for (Codec c : {Codec::kNone, Codec::kLz4, Codec::kZstd, Codec::kShuffleLz4, Codec::kShuffleZstd,
+                  Codec::kFp8E4m3}) {
     if (absl::AsciiStrToLower(ToAbsl(name)) == ToAbsl(CodecName(c))) return c;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown codec \"", ToAbsl(name), "\" (none, lz4, zstd, shuffle_lz4, shuffle_zstd)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown codec \"", ToAbsl(name),
+                   "\" (none, lz4, zstd, shuffle_lz4, shuffle_zstd, fp8_e4m3)"));
 }
 
 absl::Status Compress(Codec codec, absl::Span<const std::byte> raw, std::vector<std::byte>* out) {
@@ -76,16 +82,22 @@ absl::Status Compress(Codec codec, absl::Span<const std::byte> raw, std::vector<
     return absl::OkStatus();
   }
   if (raw.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
-    return absl::InvalidArgumentError(absl::StrCat("Compress: ", raw.size(), " bytes is too large"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Compress: ", raw.size(), " bytes is too large"));
+  }
+  if (Elementwise(codec) && raw.size() % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("Compress: ", ToAbsl(CodecName(codec)),
+                                                   " needs 16-bit elements; got ", raw.size(),
+                                                   " bytes"));
+  }
+  if (codec == Codec::kFp8E4m3) {
+    out->resize(4 + raw.size() / 2);
+    internal::EncodeBf16AsFp8E4m3(raw, out->data());
+    return absl::OkStatus();
   }
   std::vector<std::byte> shuffled;
   absl::Span<const std::byte> input = raw;
   if (Shuffled(codec)) {
-    if (raw.size() % 2 != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Compress: ", ToAbsl(CodecName(codec)), " needs 16-bit elements; got ", raw.size(),
-          " bytes"));
-    }
     shuffled.resize(raw.size());
     Shuffle(raw, shuffled.data());
     input = shuffled;
@@ -116,14 +128,15 @@ absl::Status Decompress(Codec codec, absl::Span<const std::byte> encoded,
         absl::StrCat("Decompress: unknown codec ", static_cast<int>(codec)));
   }
   auto wrong_size = [&](int64_t got) {
-    return absl::DataLossError(absl::StrCat("Decompress(", ToAbsl(CodecName(codec)),
-                                            "): decoded ", got, " bytes, expected ", raw.size()));
+    return absl::DataLossError(absl::StrCat("Decompress(", ToAbsl(CodecName(codec)), "): decoded ",
+                                            got, " bytes, expected ", raw.size()));
   };
   if (codec == Codec::kNone) {
     if (encoded.size() != raw.size()) return wrong_size(static_cast<int64_t>(encoded.size()));
     std::memcpy(raw.data(), encoded.data(), raw.size());
     return absl::OkStatus();
   }
+  if (codec == Codec::kFp8E4m3) return internal::DecodeFp8E4m3AsBf16(encoded, raw);
   if (raw.size() > static_cast<size_t>(std::numeric_limits<int>::max()) ||
       encoded.size() > static_cast<size_t>(std::numeric_limits<int>::max()) ||
       (Shuffled(codec) && raw.size() % 2 != 0)) {

@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "internal/status_macros.h"
+#include "internal/strings.h"
 #include "kvtier/value_frame.h"
 #include "remote/circuit_breaker.h"
 #include "tiers/slot_contents.h"
@@ -62,6 +63,11 @@ absl::StatusOr<std::unique_ptr<RemoteTier>> RemoteTier::Create(const CacheNamesp
           absl::StrCat("RemoteTier: the key prefix \"", options.key_prefix,
                        "\" may use only letters, digits and . _ : -"));
     }
+  }
+  if (options.codec == Codec::kFp8E4m3 && ns.geometry().dtype() != KvDtype::kBf16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RemoteTier: codec fp8_e4m3 converts bf16 KV; this namespace's dtype is ",
+                     internal::ToAbsl(KvDtypeName(ns.geometry().dtype()))));
   }
   if (options.breaker_failures < 0) {
     return absl::InvalidArgumentError(

@@ -1,0 +1,172 @@
+#include "remote/circuit_breaker.h"
+
+#include <memory>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kvtier/in_process_transport.h"
+#include "kvtier/remote_tier.h"
+#include "tests/testing/random_bytes.h"
+#include "tests/testing/status_matchers.h"
+
+namespace kvtier {
+namespace {
+
+using ::absl::StatusCode;
+using internal::CircuitBreaker;
+using ::kvtier::testing::IsError;
+using State = CircuitBreaker::State;
+
+const absl::Time kT0 = absl::FromUnixSeconds(1'000'000);
+const absl::Status kDown = absl::UnavailableError("store down");
+
+TEST(CircuitBreakerTest, OpensAfterConsecutiveFailuresOnly) {
+  CircuitBreaker b(3, absl::Milliseconds(100), absl::Seconds(1));
+  for (int round = 0; round < 3; ++round) {
+    KVTIER_ASSERT_OK(b.Admit(kT0));
+    b.Report(kDown, kT0);
+    b.Report(absl::DeadlineExceededError("slow"), kT0);
+    // Any answer from the store, a miss or a corrupt value included, resets the count.
+    b.Report(round == 0 ? absl::OkStatus()
+                        : (round == 1 ? absl::NotFoundError("miss") : absl::DataLossError("bad")),
+             kT0);
+    EXPECT_EQ(b.state(), State::kClosed);
+  }
+  // Cancellations and argument errors are not the store's health.
+  b.Report(kDown, kT0);
+  b.Report(kDown, kT0);
+  b.Report(absl::CancelledError("shutdown"), kT0);
+  b.Report(absl::InvalidArgumentError("bad key"), kT0);
+  EXPECT_EQ(b.state(), State::kClosed);
+  b.Report(kDown, kT0);
+  EXPECT_EQ(b.state(), State::kOpen);
+  EXPECT_EQ(b.opened(), 1);
+  EXPECT_THAT(b.Admit(kT0 + absl::Milliseconds(50)),
+              IsError(StatusCode::kUnavailable, "circuit open after 3 consecutive failures"));
+  EXPECT_THAT(b.Admit(kT0 + absl::Milliseconds(50)),
+              IsError(StatusCode::kUnavailable, "store down"));
+  EXPECT_EQ(b.bypassed(), 2);
+}
+
+TEST(CircuitBreakerTest, ProbesWithDoublingBackoffAndClosesOnSuccess) {
+  CircuitBreaker b(1, absl::Milliseconds(100), absl::Milliseconds(350));
+  b.Report(kDown, kT0);
+  ASSERT_EQ(b.state(), State::kOpen);
+  EXPECT_FALSE(b.Admit(kT0 + absl::Milliseconds(99)).ok());
+  // One probe after the backoff; others wait for its outcome.
+  absl::Time t = kT0 + absl::Milliseconds(100);
+  KVTIER_ASSERT_OK(b.Admit(t));
+  EXPECT_EQ(b.state(), State::kHalfOpen);
+  EXPECT_THAT(b.Admit(t), IsError(StatusCode::kUnavailable, "a probe is in flight"));
+  // The probe fails: open again for twice as long (200 ms), then 350 ms (the cap), then 350 ms.
+  for (const absl::Duration backoff :
+       {absl::Milliseconds(200), absl::Milliseconds(350), absl::Milliseconds(350)}) {
+    b.Report(kDown, t);
+    EXPECT_EQ(b.state(), State::kOpen);
+    EXPECT_FALSE(b.Admit(t + backoff - absl::Milliseconds(1)).ok());
+    t += backoff;
+    KVTIER_ASSERT_OK(b.Admit(t));
+  }
+  EXPECT_EQ(b.probes(), 4);
+  b.Report(absl::NotFoundError("the store answered"), t);
+  EXPECT_EQ(b.state(), State::kClosed);
+  KVTIER_EXPECT_OK(b.Admit(t));
+  // Closed again, the backoff starts over from the minimum.
+  b.Report(kDown, t);
+  EXPECT_FALSE(b.Admit(t + absl::Milliseconds(99)).ok());
+  KVTIER_EXPECT_OK(b.Admit(t + absl::Milliseconds(100)));
+  EXPECT_EQ(b.opened(), 2);
+}
+
+TEST(CircuitBreakerTest, AProbeThatNeverReportsIsReplacedAfterTheMaximumBackoff) {
+  CircuitBreaker b(1, absl::Milliseconds(10), absl::Seconds(1));
+  b.Report(kDown, kT0);
+  KVTIER_ASSERT_OK(b.Admit(kT0 + absl::Milliseconds(10)));
+  EXPECT_FALSE(b.Admit(kT0 + absl::Milliseconds(500)).ok());
+  KVTIER_EXPECT_OK(b.Admit(kT0 + absl::Milliseconds(1010)));
+}
+
+TEST(CircuitBreakerTest, ZeroThresholdNeverOpens) {
+  CircuitBreaker b(0, absl::Milliseconds(10), absl::Seconds(1));
+  for (int i = 0; i < 100; ++i) b.Report(kDown, kT0);
+  EXPECT_EQ(b.state(), State::kClosed);
+  KVTIER_EXPECT_OK(b.Admit(kT0));
+}
+
+// The breaker inside RemoteTier: a failing store is bypassed without being asked, and used again
+// once a probe gets an answer.
+TEST(RemoteTierBreakerTest, BypassesAFailingStoreAndRecovers) {
+  const KvGeometry geometry = *KvGeometry::Create(
+      {.num_layers = 1, .num_kv_heads = 1, .head_dim = 64, .tokens_per_block = 4});
+  auto ns = CacheNamespace::Create(geometry, {.model_id = "m", .weights_fingerprint = "w"});
+  ASSERT_TRUE(ns.ok());
+  auto store = std::make_shared<InProcessTransport>();
+  auto tier = RemoteTier::Create(*ns, {.transport = store,
+                                       .capacity_blocks = 2,
+                                       .breaker_failures = 2,
+                                       .breaker_backoff_min = absl::Milliseconds(30),
+                                       .breaker_backoff_max = absl::Milliseconds(30)});
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  const std::vector<std::byte> block = testing::RandomBytes(geometry.bytes_per_block(), 1);
+  std::vector<std::byte> out(block.size());
+  const BlockKey key{1, 2};
+  KVTIER_ASSERT_OK((*tier)->WriteBlock(SlotId(0), key, block).Wait());
+
+  store->SetFailure(kDown);
+  EXPECT_THAT((*tier)->ReadBlock(SlotId(0), key, absl::MakeSpan(out)).Wait(),
+              IsError(StatusCode::kUnavailable, "store down"));
+  EXPECT_THAT((*tier)->WriteBlock(SlotId(1), key, block).Wait(),
+              IsError(StatusCode::kUnavailable, "store down"));
+  EXPECT_EQ((*tier)->health(), RemoteHealth::kBypassed);
+  // Now refused by the tier itself; the slot written before is not forgotten.
+  store->SetFailure(absl::OkStatus());
+  EXPECT_THAT((*tier)->ReadBlock(SlotId(0), key, absl::MakeSpan(out)).Wait(),
+              IsError(StatusCode::kUnavailable, "circuit open"));
+  EXPECT_EQ((*tier)->bypassed_requests(), 1);
+  absl::SleepFor(absl::Milliseconds(40));
+  KVTIER_EXPECT_OK((*tier)->ReadBlock(SlotId(0), key, absl::MakeSpan(out)).Wait());
+  EXPECT_EQ(out, block);
+  EXPECT_EQ((*tier)->health(), RemoteHealth::kHealthy);
+  EXPECT_EQ((*tier)->breaker_opened(), 1);
+}
+
+TEST(RemoteTierBreakerTest, RejectsBadOptions) {
+  const KvGeometry geometry = *KvGeometry::Create(
+      {.num_layers = 1, .num_kv_heads = 1, .head_dim = 64, .tokens_per_block = 4});
+  auto ns = CacheNamespace::Create(geometry, {.model_id = "m", .weights_fingerprint = "w"});
+  ASSERT_TRUE(ns.ok());
+  auto store = std::make_shared<InProcessTransport>();
+  auto make = [&](RemoteTierOptions o) {
+    o.transport = store;
+    if (o.capacity_blocks == 0) o.capacity_blocks = 1;
+    return RemoteTier::Create(*ns, o).status();
+  };
+  EXPECT_THAT(make({.key_prefix = "a/../b"}), IsError(StatusCode::kInvalidArgument, "key prefix"));
+  EXPECT_THAT(make({.key_prefix = "sp ace"}), IsError(StatusCode::kInvalidArgument, "key prefix"));
+  EXPECT_THAT(make({.capacity_blocks = int64_t{1} << 62}),
+              IsError(StatusCode::kInvalidArgument, "overflows"));
+  EXPECT_THAT(make({.breaker_failures = -1}),
+              IsError(StatusCode::kInvalidArgument, "breaker_failures"));
+  EXPECT_THAT(make({.breaker_backoff_min = absl::ZeroDuration()}),
+              IsError(StatusCode::kInvalidArgument, "backoff"));
+  EXPECT_THAT(
+      make({.breaker_backoff_min = absl::Seconds(2), .breaker_backoff_max = absl::Seconds(1)}),
+      IsError(StatusCode::kInvalidArgument, "backoff"));
+  KVTIER_EXPECT_OK(make({.key_prefix = "prod-1.kv:"}));
+  KVTIER_EXPECT_OK(make({.codec = Codec::kFp8E4m3}));
+  // The lossy FP8 codec reads bf16 elements; on fp16 KV it would decode garbage.
+  const KvGeometry fp16 = *KvGeometry::Create({.num_layers = 1,
+                                               .num_kv_heads = 1,
+                                               .head_dim = 64,
+                                               .dtype = KvDtype::kFp16,
+                                               .tokens_per_block = 4});
+  auto ns16 = CacheNamespace::Create(fp16, {.model_id = "m", .weights_fingerprint = "w"});
+  ASSERT_TRUE(ns16.ok());
+  EXPECT_THAT(RemoteTier::Create(
+                  *ns16, {.transport = store, .capacity_blocks = 1, .codec = Codec::kFp8E4m3})
+                  .status(),
+              IsError(StatusCode::kInvalidArgument, "fp16"));
+}
+
+}  // namespace
+}  // namespace kvtier

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "kvtier/transport.h"
 
 namespace kvtier {
@@ -30,11 +31,15 @@ enum class FsyncPolicy : uint8_t {
 struct DirectoryTransportOptions {
   std::string root;  // created if missing
   FsyncPolicy fsync = FsyncPolicy::kNone;
+  // Create removes temporary files older than this, left by writers that crashed before the
+  // rename (any process sharing the root may have left them); zero keeps them.
+  absl::Duration stale_temporary_age = absl::Hours(1);
 };
 
 class DirectoryTransport final : public Transport {
  public:
   // Errors: kInvalidArgument for an empty root; kUnavailable if it cannot be created or used.
+  // Also sweeps stale temporary files (options.stale_temporary_age).
   static absl::StatusOr<std::unique_ptr<DirectoryTransport>> Create(
       const DirectoryTransportOptions& options);
 
@@ -48,8 +53,10 @@ class DirectoryTransport final : public Transport {
   std::vector<Completion> Delete(absl::Span<const std::string> keys, absl::Time deadline) override;
 
  private:
-  explicit DirectoryTransport(const DirectoryTransportOptions& options) : options_(options) {}
+  DirectoryTransport(const DirectoryTransportOptions& options, uint64_t nonce)
+      : options_(options), nonce_(nonce) {}
   DirectoryTransportOptions options_;
+  uint64_t nonce_;  // random per transport: temporary names never collide across hosts
   std::atomic<uint64_t> next_tmp_{0};
 };
 

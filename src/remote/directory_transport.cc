@@ -1,6 +1,7 @@
 #include "kvtier/directory_transport.h"
 
 #include <fcntl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 
 namespace kvtier {
 namespace {
@@ -24,16 +26,16 @@ absl::Status FromErrno(int err, const std::string& what) {
 // The file name for `key`, or an error for a key that could name anything but one file.
 absl::StatusOr<std::string> FileName(const std::string& key) {
   if (key.empty() || key.size() > 200) {
-    return absl::InvalidArgumentError(absl::StrCat("directory: a key of ", key.size(),
-                                                   " bytes (1 to 200)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("directory: a key of ", key.size(), " bytes (1 to 200)"));
   }
   std::string name = key;
   for (char& c : name) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
                     c == '.' || c == '_' || c == '-' || c == ':';
     if (!ok) {
-      return absl::InvalidArgumentError(absl::StrCat("directory: key \"", key,
-                                                     "\" has a character outside [A-Za-z0-9._:-]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("directory: key \"", key, "\" has a character outside [A-Za-z0-9._:-]"));
     }
   }
   if (name == "." || name == ".." || name.starts_with(".tmp")) {
@@ -55,6 +57,24 @@ bool WriteAll(int fd, const std::byte* data, size_t n) {
   return true;
 }
 
+// Removes temporary files (".tmp.*") older than `age`: left by a writer that crashed between
+// creating and renaming one. A live writer's temporary file is seconds old. Best effort: an
+// entry that vanishes meanwhile (another process swept it) is fine.
+void SweepStaleTemporaries(const std::string& root, absl::Duration age) {
+  if (age <= absl::ZeroDuration()) return;
+  std::error_code ec;
+  const auto cutoff = std::filesystem::file_time_type::clock::now() -
+                      std::chrono::duration_cast<std::filesystem::file_time_type::duration>(
+                          absl::ToChronoSeconds(age));
+  for (std::filesystem::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    if (!it->path().filename().string().starts_with(".tmp.")) continue;
+    std::error_code entry_ec;
+    if (!it->is_regular_file(entry_ec) || entry_ec) continue;
+    const auto written = it->last_write_time(entry_ec);
+    if (!entry_ec && written < cutoff) std::filesystem::remove(it->path(), entry_ec);
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DirectoryTransport>> DirectoryTransport::Create(
@@ -69,10 +89,17 @@ absl::StatusOr<std::unique_ptr<DirectoryTransport>> DirectoryTransport::Create(
     return absl::UnavailableError(absl::StrCat("directory: cannot use ", options.root, ": ",
                                                ec ? ec.message() : "not a directory"));
   }
-  return std::unique_ptr<DirectoryTransport>(new DirectoryTransport(options));
+  uint64_t nonce = 0;
+  if (getrandom(&nonce, sizeof(nonce), 0) != static_cast<ssize_t>(sizeof(nonce))) {
+    return FromErrno(errno, "directory: getrandom");
+  }
+  SweepStaleTemporaries(options.root, options.stale_temporary_age);
+  return std::unique_ptr<DirectoryTransport>(new DirectoryTransport(options, nonce));
 }
 
-std::string DirectoryTransport::name() const { return absl::StrCat("directory(", options_.root, ")"); }
+std::string DirectoryTransport::name() const {
+  return absl::StrCat("directory(", options_.root, ")");
+}
 
 std::vector<Completion> DirectoryTransport::Put(absl::Span<const TransportPut> items,
                                                 absl::Time deadline) {
@@ -88,10 +115,11 @@ std::vector<Completion> DirectoryTransport::Put(absl::Span<const TransportPut> i
       continue;
     }
     const std::string path = options_.root + "/" + *name;
-    // Unique across processes (pid), transports in one process (this) and calls (counter).
+    // Unique across hosts sharing the mount and transports (a random nonce per transport; pids
+    // and addresses repeat between hosts) and calls (counter). O_EXCL catches the impossible.
     const std::string tmp =
-        absl::StrCat(options_.root, "/.tmp.", getpid(), ".", reinterpret_cast<uintptr_t>(this),
-                     ".", next_tmp_.fetch_add(1), ".", *name);
+        absl::StrCat(options_.root, "/.tmp.", absl::Hex(nonce_, absl::kZeroPad16), ".",
+                     next_tmp_.fetch_add(1), ".", *name);
     // 0600: KV reveals the prompts it came from, and frames are not encrypted.
     const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
@@ -116,7 +144,8 @@ std::vector<Completion> DirectoryTransport::Put(absl::Span<const TransportPut> i
     }
     if (!ok) {
       unlink(tmp.c_str());
-      out.push_back(Completion::Done(FromErrno(err == 0 ? EIO : err, "directory: writing " + path)));
+      out.push_back(
+          Completion::Done(FromErrno(err == 0 ? EIO : err, "directory: writing " + path)));
       continue;
     }
     if (options_.fsync == FsyncPolicy::kFileAndDirectory) {
@@ -179,8 +208,8 @@ std::vector<Completion> DirectoryTransport::Get(absl::Span<const TransportGet> i
       done += static_cast<size_t>(r);
     }
     close(fd);
-    out.push_back(Completion::Done(ok ? absl::OkStatus()
-                                      : absl::UnavailableError("directory: short read of " + path)));
+    out.push_back(Completion::Done(
+        ok ? absl::OkStatus() : absl::UnavailableError("directory: short read of " + path)));
   }
   return out;
 }

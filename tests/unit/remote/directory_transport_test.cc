@@ -1,9 +1,11 @@
 #include "kvtier/directory_transport.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 
 #include <vector>
@@ -177,6 +179,35 @@ TEST(InProcessTransportTest, FailureHookAndMissingKeys) {
   EXPECT_THAT(t.Exists(missing, kNoDeadline)[0].Wait(), IsError(StatusCode::kNotFound, "nope"));
   EXPECT_THAT(t.Delete(missing, kNoDeadline)[0].Wait(), IsError(StatusCode::kNotFound, "nope"));
   EXPECT_EQ(t.MutableValueForTest("nope"), nullptr);
+}
+
+// A writer that crashed between create and rename leaves a temporary file forever; the next
+// transport on the root removes those older than stale_temporary_age and nothing else.
+TEST(DirectoryTransportTest, CreateSweepsStaleTemporariesOnly) {
+  testing::TempDir dir;
+  const std::string root = dir.path();
+  auto write_file = [&](const std::string& name, absl::Duration age) {
+    const std::string path = root + "/" + name;
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("x", f);
+    std::fclose(f);
+    const timespec t = absl::ToTimespec(absl::Now() - age);
+    const timespec times[2] = {t, t};
+    ASSERT_EQ(utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
+  };
+  write_file(".tmp.0123456789abcdef.7.kvtier:old", absl::Hours(2));
+  write_file(".tmp.0123456789abcdef.8.kvtier:young", absl::Minutes(1));
+  write_file("kvtier:value", absl::Hours(5));  // a value, however old, is not a temporary
+  auto t = DirectoryTransport::Create({.root = root, .stale_temporary_age = absl::Hours(1)});
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_FALSE(std::filesystem::exists(root + "/.tmp.0123456789abcdef.7.kvtier:old"));
+  EXPECT_TRUE(std::filesystem::exists(root + "/.tmp.0123456789abcdef.8.kvtier:young"));
+  EXPECT_TRUE(std::filesystem::exists(root + "/kvtier:value"));
+  // Zero keeps everything.
+  write_file(".tmp.0123456789abcdef.9.kvtier:old2", absl::Hours(2));
+  ASSERT_TRUE(DirectoryTransport::Create({.root = root, .stale_temporary_age = absl::ZeroDuration()}).ok());
+  EXPECT_TRUE(std::filesystem::exists(root + "/.tmp.0123456789abcdef.9.kvtier:old2"));
 }
 
 }  // namespace

@@ -15,7 +15,9 @@
 // Slots are this worker's budget of blocks in the store (capacity_blocks); the store itself may
 // hold far more, written by other workers of the same namespace.
 //
-// Thread-safety: as TierBackend. Ownership: the tier shares ownership of its Transport.
+// Thread-safety: as TierBackend. Ownership: the tier shares ownership of its Transport; callbacks
+// the transport fires hold no reference to it, so the transport is destroyed on the thread that
+// drops its last owner (never inside its own completion callbacks).
 #ifndef KVTIER_REMOTE_TIER_H_
 #define KVTIER_REMOTE_TIER_H_
 
@@ -88,8 +90,9 @@ class RemoteTier final : public TierBackend {
 
  private:
   struct Impl;
-  explicit RemoteTier(std::shared_ptr<Impl> impl);
-  std::shared_ptr<Impl> impl_;
+  RemoteTier(std::shared_ptr<Impl> impl, std::shared_ptr<Transport> transport);
+  std::shared_ptr<Impl> impl_;            // shared with completion callbacks
+  std::shared_ptr<Transport> transport_;  // never with callbacks: see remote_tier.cc
 };
 
 }  // namespace kvtier

@@ -4,7 +4,8 @@
 // deadline (kDeadlineExceeded otherwise), so a dead or slow store is never waited on without
 // bound. Values are opaque bytes; framing, checksums and compression are the remote tier's.
 //
-// Thread-safety: implementations are thread-safe. Ownership: value buffers passed to Put and
+// Thread-safety: implementations are thread-safe. A transport may not be destroyed from inside a
+// completion callback it fired (its destructor may join the thread running it). Ownership: value buffers passed to Put and
 // the output vectors passed to Get must stay valid until their Completion fires; keys and the
 // item arrays themselves are copied before a call returns. A transport's deadline is a bound on
 // waiting for the store; one whose I/O is a blocking system call (the directory transport)

@@ -16,10 +16,15 @@
 
 namespace kvtier {
 
+// What completion callbacks share with the tier. It holds no transport: a callback runs on the
+// transport's thread and may drop the last reference to this state there, which must never
+// destroy the transport on its own thread (it would join itself).
 struct RemoteTier::Impl {
-  Impl(const RemoteTierOptions& o)
-      : options(o), breaker(o.breaker_failures, o.breaker_backoff_min, o.breaker_backoff_max) {}
-  RemoteTierOptions options;
+  explicit Impl(const RemoteTierOptions& o)
+      : options(o), breaker(o.breaker_failures, o.breaker_backoff_min, o.breaker_backoff_max) {
+    options.transport.reset();
+  }
+  RemoteTierOptions options;  // without the transport
   std::array<uint8_t, 16> ns_digest{};
   TierInfo info;
   std::unique_ptr<BlockAllocator> allocator;
@@ -79,6 +84,7 @@ absl::StatusOr<std::unique_ptr<RemoteTier>> RemoteTier::Create(const CacheNamesp
         "RemoteTier: the breaker backoff must satisfy 0 < min <= max");
   }
   auto impl = std::make_shared<Impl>(options);
+  std::shared_ptr<Transport> transport = options.transport;
   impl->ns_digest = ns.digest();
   KVTIER_ASSIGN_OR_RETURN(impl->allocator,
                           BlockAllocator::Create(Tier::kRemote, options.capacity_blocks));
@@ -95,10 +101,11 @@ absl::StatusOr<std::unique_ptr<RemoteTier>> RemoteTier::Create(const CacheNamesp
   info.metadata_bytes =
       info.capacity_blocks * (8 + internal::SlotContents::kBytesPerSlot + kFrameHeaderBytes);
   info.capabilities = kCapPersistent | kCapChecksummed;
-  return std::unique_ptr<RemoteTier>(new RemoteTier(std::move(impl)));
+  return std::unique_ptr<RemoteTier>(new RemoteTier(std::move(impl), std::move(transport)));
 }
 
-RemoteTier::RemoteTier(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+RemoteTier::RemoteTier(std::shared_ptr<Impl> impl, std::shared_ptr<Transport> transport)
+    : impl_(std::move(impl)), transport_(std::move(transport)) {}
 RemoteTier::~RemoteTier() = default;
 
 const TierInfo& RemoteTier::info() const { return impl_->info; }
@@ -161,7 +168,7 @@ std::vector<Completion> RemoteTier::WriteBlocks(absl::Span<const BlockWrite> wri
     for (size_t i : index) out[i] = Completion::Done(admitted);
     return out;
   }
-  std::vector<Completion> stored = impl_->options.transport->Put(puts, options.deadline);
+  std::vector<Completion> stored = transport_->Put(puts, options.deadline);
   std::shared_ptr<Impl> impl = impl_;
   for (size_t j = 0; j < index.size(); ++j) {
     const size_t i = index[j];
@@ -200,7 +207,7 @@ std::vector<Completion> RemoteTier::ReadBlocks(absl::Span<const BlockRead> reads
     for (size_t i : index) out[i] = Completion::Done(admitted);
     return out;
   }
-  std::vector<Completion> fetched = impl_->options.transport->Get(gets, options.deadline);
+  std::vector<Completion> fetched = transport_->Get(gets, options.deadline);
   std::shared_ptr<Impl> impl = impl_;
   for (size_t j = 0; j < index.size(); ++j) {
     const size_t i = index[j];

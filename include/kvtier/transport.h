@@ -5,17 +5,18 @@
 // bound. Values are opaque bytes; framing, checksums and compression are the remote tier's.
 //
 // Thread-safety: implementations are thread-safe. A transport may not be destroyed from inside a
-// completion callback it fired (its destructor may join the thread running it). Ownership: value buffers passed to Put and
-// the output vectors passed to Get must stay valid until their Completion fires; keys and the
-// item arrays themselves are copied before a call returns. A transport's deadline is a bound on
-// waiting for the store; one whose I/O is a blocking system call (the directory transport)
-// checks it before each item starts.
+// completion callback it fired (its destructor may join the thread running it). Ownership: value
+// buffers passed to Put and the output vectors passed to Get must stay valid until their Completion
+// fires; keys and the item arrays themselves are copied before a call returns. A transport's
+// deadline is a bound on waiting for the store; one whose I/O is a blocking system call (the
+// directory transport) checks it before each item starts.
 #ifndef KVTIER_TRANSPORT_H_
 #define KVTIER_TRANSPORT_H_
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,12 +31,23 @@ namespace kvtier {
 struct TransportPut {
   std::string key;
   absl::Span<const std::byte> value;
+  // Stored in front of `value`: the value is value_prefix then value. Lets a caller send a frame
+  // header and an untouched block without first joining them into one buffer.
+  absl::Span<const std::byte> value_prefix;
 };
+
+// Consumes a stored value in place: called once, on a transport thread, with bytes valid only
+// during the call, and only if the item has not completed (so never after its deadline fired).
+// Its status becomes the item's. Must not block.
+using TransportSink = std::function<absl::Status(absl::Span<const std::byte> stored)>;
 
 struct TransportGet {
   std::string key;
-  std::vector<std::byte>* value = nullptr;  // replaced with the stored bytes
+  std::vector<std::byte>* value = nullptr;  // replaced with the stored bytes (unless `sink`)
   int64_t max_bytes = 0;  // a larger stored value is kDataLoss, not read; 0: no limit
+  // When set, the stored bytes go to `sink` instead of `value` (which may then be null), so a
+  // reader can verify and decode straight from the transport's receive buffer.
+  TransportSink sink;
 };
 
 class Transport {
@@ -49,8 +61,9 @@ class Transport {
   // the store does not answer; kResourceExhausted when it is full; kDeadlineExceeded.
   virtual std::vector<Completion> Put(absl::Span<const TransportPut> items,
                                       absl::Time deadline) = 0;
-  // Reads each key. Errors: kNotFound for a missing key; kInvalidArgument for a null output;
-  // kUnavailable, kDeadlineExceeded as for Put.
+  // Reads each key. Errors: kNotFound for a missing key; kInvalidArgument for neither output nor
+  // sink; the sink's own error;
+  // kDataLoss for a value over max_bytes; kUnavailable, kDeadlineExceeded as for Put.
   virtual std::vector<Completion> Get(absl::Span<const TransportGet> items,
                                       absl::Time deadline) = 0;
   // OK if the key exists, kNotFound if not; other errors as for Put.

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "kvtier/block_key.h"
 #include "kvtier/codec.h"
@@ -36,6 +37,16 @@ inline constexpr uint16_t kFrameVersion = 1;
 absl::Status EncodeFrame(const std::array<uint8_t, 16>& ns_digest, const BlockKey& key,
                          absl::Span<const std::byte> block, Codec codec,
                          std::string_view hmac_secret, std::vector<std::byte>* out);
+
+// The same frame in two parts, so a transport can send them without joining them (no copy of
+// the block for Codec::kNone): `*header` gets the frame's first kFrameHeaderBytes, and the
+// returned span is the payload, which is `block` itself for Codec::kNone and the encoded bytes
+// in `*payload_storage` otherwise (valid as long as those are). Header then payload is, byte for
+// byte, what EncodeFrame writes. Errors: as EncodeFrame; kInvalidArgument for a null output.
+absl::StatusOr<absl::Span<const std::byte>> EncodeFrameParts(
+    const std::array<uint8_t, 16>& ns_digest, const BlockKey& key,
+    absl::Span<const std::byte> block, Codec codec, std::string_view hmac_secret,
+    std::array<std::byte, kFrameHeaderBytes>* header, std::vector<std::byte>* payload_storage);
 
 // Checks every field of `frame` against what the reader expects and decodes its payload into
 // `block`, which must be exactly the original size. Errors: kDataLoss naming the first field

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "remote/transport_items.h"
 
 namespace kvtier {
 namespace {
@@ -127,7 +128,8 @@ std::vector<Completion> DirectoryTransport::Put(absl::Span<const TransportPut> i
       out.push_back(Completion::Done(FromErrno(e, "directory: creating " + tmp)));
       continue;
     }
-    bool ok = WriteAll(fd, p.value.data(), p.value.size());
+    bool ok = WriteAll(fd, p.value_prefix.data(), p.value_prefix.size()) &&
+              WriteAll(fd, p.value.data(), p.value.size());
     int err = ok ? 0 : errno;
     if (ok && options_.fsync != FsyncPolicy::kNone && fsync(fd) != 0) {
       ok = false;
@@ -168,9 +170,12 @@ std::vector<Completion> DirectoryTransport::Get(absl::Span<const TransportGet> i
   std::vector<Completion> out;
   for (const TransportGet& g : items) {
     absl::StatusOr<std::string> name = FileName(g.key);
-    if (!name.ok() || g.value == nullptr) {
-      out.push_back(Completion::Done(
-          name.ok() ? absl::InvalidArgumentError("directory: null output") : name.status()));
+    if (!name.ok()) {
+      out.push_back(Completion::Done(name.status()));
+      continue;
+    }
+    if (absl::Status s = internal::CheckGetItem(g, "directory"); !s.ok()) {
+      out.push_back(Completion::Done(std::move(s)));
       continue;
     }
     if (absl::Now() > deadline) {
@@ -195,11 +200,14 @@ std::vector<Completion> DirectoryTransport::Get(absl::Span<const TransportGet> i
           "directory: ", path, " is not a regular file of at most ", g.max_bytes, " bytes"))));
       continue;
     }
-    g.value->resize(static_cast<size_t>(st.st_size));
+    // Read into the caller's vector, or a scratch one for a sink.
+    std::vector<std::byte> scratch;
+    std::vector<std::byte>& buffer = g.sink ? scratch : *g.value;
+    buffer.resize(static_cast<size_t>(st.st_size));
     size_t done = 0;
     bool ok = true;
-    while (done < g.value->size()) {
-      const ssize_t r = read(fd, g.value->data() + done, g.value->size() - done);
+    while (done < buffer.size()) {
+      const ssize_t r = read(fd, buffer.data() + done, buffer.size() - done);
       if (r < 0 && errno == EINTR) continue;
       if (r <= 0) {
         ok = false;
@@ -208,8 +216,11 @@ std::vector<Completion> DirectoryTransport::Get(absl::Span<const TransportGet> i
       done += static_cast<size_t>(r);
     }
     close(fd);
-    out.push_back(Completion::Done(
-        ok ? absl::OkStatus() : absl::UnavailableError("directory: short read of " + path)));
+    if (!ok) {
+      out.push_back(Completion::Done(absl::UnavailableError("directory: short read of " + path)));
+    } else {
+      out.push_back(Completion::Done(g.sink ? g.sink(buffer) : absl::OkStatus()));
+    }
   }
   return out;
 }

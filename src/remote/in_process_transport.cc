@@ -5,6 +5,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "internal/mutex.h"
+#include "remote/transport_items.h"
 
 namespace kvtier {
 
@@ -38,7 +39,9 @@ InProcessTransport::~InProcessTransport() = default;
 std::vector<Completion> InProcessTransport::Put(absl::Span<const TransportPut> items,
                                                 absl::Time deadline) {
   return impl_->Each(items, deadline, [this](const TransportPut& p) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    impl_->values[p.key].assign(p.value.begin(), p.value.end());
+    std::vector<std::byte>& stored = impl_->values[p.key];
+    stored.assign(p.value_prefix.begin(), p.value_prefix.end());
+    stored.insert(stored.end(), p.value.begin(), p.value.end());
     return absl::OkStatus();
   });
 }
@@ -46,13 +49,12 @@ std::vector<Completion> InProcessTransport::Put(absl::Span<const TransportPut> i
 std::vector<Completion> InProcessTransport::Get(absl::Span<const TransportGet> items,
                                                 absl::Time deadline) {
   return impl_->Each(items, deadline, [this](const TransportGet& g) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    if (g.value == nullptr) return absl::InvalidArgumentError("in_process: null output");
+    if (absl::Status s = internal::CheckGetItem(g, "in_process"); !s.ok()) return s;
     auto it = impl_->values.find(g.key);
     if (it == impl_->values.end()) {
       return absl::NotFoundError(absl::StrCat("in_process: no value at ", g.key));
     }
-    *g.value = it->second;
-    return absl::OkStatus();
+    return internal::DeliverValue(g, it->second, "in_process");
   });
 }
 

@@ -143,24 +143,35 @@ Completion RemoteTier::ReadBlock(SlotId slot, const BlockKey& key, absl::Span<st
 std::vector<Completion> RemoteTier::WriteBlocks(absl::Span<const BlockWrite> writes,
                                                 const BlockIoOptions& options) {
   std::vector<Completion> out(writes.size());
-  // Frames live until the store has them; index `i` of `puts` is write `index[i]`.
-  auto frames = std::make_shared<std::vector<std::vector<std::byte>>>(writes.size());
+  // Each frame goes as its header and its payload: with codec none the payload is the caller's
+  // block itself (WriteBlock's contract keeps it valid until the completion), so no copy.
+  struct Frame {
+    std::array<std::byte, kFrameHeaderBytes> header;
+    std::vector<std::byte> storage;  // the encoded payload, for codecs other than none
+  };
+  auto frames = std::make_shared<std::vector<Frame>>(writes.size());
   std::vector<TransportPut> puts;
   std::vector<size_t> index;
   puts.reserve(writes.size());
   for (size_t i = 0; i < writes.size(); ++i) {
     const BlockWrite& w = writes[i];
-    absl::Status s = internal::CheckBlockIoNow(impl_->info, w.slot, w.src.size(), options.deadline);
-    if (s.ok()) {
-      s = EncodeFrame(impl_->ns_digest, w.key, w.src, impl_->options.codec,
-                      impl_->options.hmac_secret, &(*frames)[i]);
-    }
-    if (!s.ok()) {
+    Frame& f = (*frames)[i];
+    if (absl::Status s =
+            internal::CheckBlockIoNow(impl_->info, w.slot, w.src.size(), options.deadline);
+        !s.ok()) {
       out[i] = Completion::Done(std::move(s));
       continue;
     }
+    absl::StatusOr<absl::Span<const std::byte>> payload =
+        EncodeFrameParts(impl_->ns_digest, w.key, w.src, impl_->options.codec,
+                         impl_->options.hmac_secret, &f.header, &f.storage);
+    if (!payload.ok()) {
+      out[i] = Completion::Done(payload.status());
+      continue;
+    }
     impl_->contents->Invalidate(w.slot);
-    puts.push_back(TransportPut{impl_->StoreKey(w.key), (*frames)[i]});
+    puts.push_back(
+        TransportPut{.key = impl_->StoreKey(w.key), .value = *payload, .value_prefix = f.header});
     index.push_back(i);
   }
   if (puts.empty()) return out;
@@ -187,7 +198,6 @@ std::vector<Completion> RemoteTier::WriteBlocks(absl::Span<const BlockWrite> wri
 std::vector<Completion> RemoteTier::ReadBlocks(absl::Span<const BlockRead> reads,
                                                const BlockIoOptions& options) {
   std::vector<Completion> out(reads.size());
-  auto values = std::make_shared<std::vector<std::vector<std::byte>>>(reads.size());
   std::vector<TransportGet> gets;
   std::vector<size_t> index;
   gets.reserve(reads.size());
@@ -199,7 +209,16 @@ std::vector<Completion> RemoteTier::ReadBlocks(absl::Span<const BlockRead> reads
       out[i] = Completion::Done(std::move(s));
       continue;
     }
-    gets.push_back(TransportGet{impl_->StoreKey(r.key), &(*values)[i], impl_->MaxFrameBytes()});
+    // The frame is verified and decoded into the caller's block straight from the transport's
+    // receive buffer (the sink runs only while the read has not completed, so never after its
+    // deadline fired and the caller may have reused `dst`).
+    TransportGet get;
+    get.key = impl_->StoreKey(r.key);
+    get.max_bytes = impl_->MaxFrameBytes();
+    get.sink = [impl = impl_, key = r.key, dst = r.dst](absl::Span<const std::byte> frame) {
+      return DecodeFrame(frame, impl->ns_digest, key, impl->options.hmac_secret, dst);
+    };
+    gets.push_back(std::move(get));
     index.push_back(i);
   }
   if (gets.empty()) return out;
@@ -213,24 +232,12 @@ std::vector<Completion> RemoteTier::ReadBlocks(absl::Span<const BlockRead> reads
     const size_t i = index[j];
     Completion done;
     out[i] = done;
-    fetched[j].OnDone([impl, values, i, slot = reads[i].slot, key = reads[i].key,
-                       dst = reads[i].dst, done](const absl::Status& s) {
+    fetched[j].OnDone([impl, slot = reads[i].slot, done](const absl::Status& s) {
       impl->breaker.Report(s, absl::Now());
-      if (!s.ok()) {
-        if (absl::IsDataLoss(s)) impl->corrupt_reads.fetch_add(1);  // e.g. an oversized value
-        if (absl::IsNotFound(s) || absl::IsDataLoss(s)) impl->contents->Invalidate(slot);
-        done.Complete(s);
-        return;
-      }
-      std::vector<std::byte>& value = (*values)[i];
-      absl::Status decoded =
-          DecodeFrame(value, impl->ns_digest, key, impl->options.hmac_secret, dst);
-      std::vector<std::byte>().swap(value);  // a batch's values need not all live until the last
-      if (!decoded.ok()) {
-        impl->corrupt_reads.fetch_add(1);
-        impl->contents->Invalidate(slot);
-      }
-      done.Complete(std::move(decoded));
+      // kDataLoss: an oversized value, or one that failed verification in the sink.
+      if (absl::IsDataLoss(s)) impl->corrupt_reads.fetch_add(1);
+      if (absl::IsNotFound(s) || absl::IsDataLoss(s)) impl->contents->Invalidate(slot);
+      done.Complete(s);
     });
   }
   return out;

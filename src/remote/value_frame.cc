@@ -5,6 +5,7 @@
 #include <openssl/evp.h>
 #include <openssl/params.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/status/status.h"
@@ -29,39 +30,65 @@ uint64_t LoadLe(const std::byte* p, int bytes) {
   return v;
 }
 
-// The checksum field's value for a header (its first kChecksumOffset bytes) and payload.
-absl::Status Checksum(const std::byte* header, absl::Span<const std::byte> payload,
-                      std::string_view secret, std::array<std::byte, kChecksumBytes>* out) {
-  out->fill(std::byte{0});
-  if (secret.empty()) {
-    XXH3_state_t state;
-    XXH3_128bits_reset(&state);
-    XXH3_128bits_update(&state, header, kChecksumOffset);
-    XXH3_128bits_update(&state, payload.data(), payload.size());
-    const XXH128_hash_t h = XXH3_128bits_digest(&state);
-    internal::StoreU64Be(reinterpret_cast<uint8_t*>(out->data()), h.high64);
-    internal::StoreU64Be(reinterpret_cast<uint8_t*>(out->data()) + 8, h.low64);
-    return absl::OkStatus();
+// The checksum field's value, computed incrementally over the header's first kChecksumOffset
+// bytes and then the payload: XXH3-128, or HMAC-SHA256 with a secret.
+class FrameDigest {
+ public:
+  explicit FrameDigest(std::string_view secret) {
+    if (secret.empty()) {
+      XXH3_128bits_reset(&xxh_);
+      return;
+    }
+    mac_ = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
+    ctx_ = mac_ != nullptr ? EVP_MAC_CTX_new(mac_) : nullptr;
+    char digest[] = "SHA256";
+    const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+                                 OSSL_PARAM_construct_end()};
+    ok_ =
+        ctx_ != nullptr && EVP_MAC_init(ctx_, reinterpret_cast<const unsigned char*>(secret.data()),
+                                        secret.size(), params) == 1;
   }
-  EVP_MAC* mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
-  EVP_MAC_CTX* ctx = mac != nullptr ? EVP_MAC_CTX_new(mac) : nullptr;
-  char digest[] = "SHA256";
-  const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
-                               OSSL_PARAM_construct_end()};
-  size_t len = 0;
-  const bool ok =
-      ctx != nullptr &&
-      EVP_MAC_init(ctx, reinterpret_cast<const unsigned char*>(secret.data()), secret.size(),
-                   params) == 1 &&
-      EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(header), kChecksumOffset) == 1 &&
-      EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(payload.data()),
-                     payload.size()) == 1 &&
-      EVP_MAC_final(ctx, reinterpret_cast<unsigned char*>(out->data()), &len, out->size()) == 1 &&
-      len == kChecksumBytes;
-  EVP_MAC_CTX_free(ctx);
-  EVP_MAC_free(mac);
-  return ok ? absl::OkStatus() : absl::InternalError("OpenSSL: HMAC-SHA256 failed");
-}
+  ~FrameDigest() {
+    EVP_MAC_CTX_free(ctx_);
+    EVP_MAC_free(mac_);
+  }
+  FrameDigest(const FrameDigest&) = delete;
+  FrameDigest& operator=(const FrameDigest&) = delete;
+
+  void Update(const std::byte* data, size_t n) {
+    if (n == 0) return;
+    if (mac_ == nullptr) {
+      XXH3_128bits_update(&xxh_, data, n);
+    } else {
+      ok_ = ok_ && EVP_MAC_update(ctx_, reinterpret_cast<const unsigned char*>(data), n) == 1;
+    }
+  }
+  absl::Status Final(std::array<std::byte, kChecksumBytes>* out) {
+    out->fill(std::byte{0});
+    if (mac_ == nullptr) {
+      const XXH128_hash_t h = XXH3_128bits_digest(&xxh_);
+      internal::StoreU64Be(reinterpret_cast<uint8_t*>(out->data()), h.high64);
+      internal::StoreU64Be(reinterpret_cast<uint8_t*>(out->data()) + 8, h.low64);
+      return absl::OkStatus();
+    }
+    size_t len = 0;
+    ok_ = ok_ &&
+          EVP_MAC_final(ctx_, reinterpret_cast<unsigned char*>(out->data()), &len, out->size()) ==
+              1 &&
+          len == kChecksumBytes;
+    return ok_ ? absl::OkStatus() : absl::InternalError("OpenSSL: HMAC-SHA256 failed");
+  }
+
+ private:
+  XXH3_state_t xxh_;
+  EVP_MAC* mac_ = nullptr;
+  EVP_MAC_CTX* ctx_ = nullptr;
+  bool ok_ = true;
+};
+
+// Copy and digest together, a cache-sized piece at a time: the digest reads what was just
+// written while it is still in cache, so the payload crosses memory once, as a plain copy does.
+constexpr size_t kCopyChunk = 64 * 1024;
 
 absl::Status Corrupt(const BlockKey& key, std::string_view why) {
   return absl::DataLossError(absl::StrCat("remote value for block ", key.ToHex(), ": ",
@@ -70,14 +97,20 @@ absl::Status Corrupt(const BlockKey& key, std::string_view why) {
 
 }  // namespace
 
-absl::Status EncodeFrame(const std::array<uint8_t, 16>& ns_digest, const BlockKey& key,
-                         absl::Span<const std::byte> block, Codec codec,
-                         std::string_view hmac_secret, std::vector<std::byte>* out) {
-  if (out == nullptr) return absl::InvalidArgumentError("EncodeFrame: out is null");
-  std::vector<std::byte> payload;
-  KVTIER_RETURN_IF_ERROR(Compress(codec, block, &payload));
-  std::vector<uint8_t> header;
-  internal::ByteWriter w(&header);
+absl::StatusOr<absl::Span<const std::byte>> EncodeFrameParts(
+    const std::array<uint8_t, 16>& ns_digest, const BlockKey& key,
+    absl::Span<const std::byte> block, Codec codec, std::string_view hmac_secret,
+    std::array<std::byte, kFrameHeaderBytes>* header, std::vector<std::byte>* payload_storage) {
+  if (header == nullptr || payload_storage == nullptr) {
+    return absl::InvalidArgumentError("EncodeFrameParts: null output");
+  }
+  absl::Span<const std::byte> payload = block;  // codec none: the block itself, no copy
+  if (codec != Codec::kNone) {
+    KVTIER_RETURN_IF_ERROR(Compress(codec, block, payload_storage));
+    payload = *payload_storage;
+  }
+  std::vector<uint8_t> fields;
+  internal::ByteWriter w(&fields);
   w.U32(kMagic);
   w.U8(static_cast<uint8_t>(kFrameVersion));
   w.U8(static_cast<uint8_t>(kFrameVersion >> 8));
@@ -88,12 +121,29 @@ absl::Status EncodeFrame(const std::array<uint8_t, 16>& ns_digest, const BlockKe
   w.Bytes(key_bytes.data(), key_bytes.size());
   w.U64(block.size());
   w.U64(payload.size());
+  std::memcpy(header->data(), fields.data(), kChecksumOffset);
+  FrameDigest digest(hmac_secret);
+  digest.Update(header->data(), kChecksumOffset);
+  digest.Update(payload.data(), payload.size());
+  std::array<std::byte, kChecksumBytes> sum;
+  KVTIER_RETURN_IF_ERROR(digest.Final(&sum));
+  std::memcpy(header->data() + kChecksumOffset, sum.data(), sum.size());
+  return payload;
+}
+
+absl::Status EncodeFrame(const std::array<uint8_t, 16>& ns_digest, const BlockKey& key,
+                         absl::Span<const std::byte> block, Codec codec,
+                         std::string_view hmac_secret, std::vector<std::byte>* out) {
+  if (out == nullptr) return absl::InvalidArgumentError("EncodeFrame: out is null");
+  std::array<std::byte, kFrameHeaderBytes> header;
+  std::vector<std::byte> storage;
+  KVTIER_ASSIGN_OR_RETURN(
+      absl::Span<const std::byte> payload,
+      EncodeFrameParts(ns_digest, key, block, codec, hmac_secret, &header, &storage));
   out->resize(kFrameHeaderBytes + payload.size());
   std::memcpy(out->data(), header.data(), header.size());
-  std::array<std::byte, kChecksumBytes> sum;
-  KVTIER_RETURN_IF_ERROR(Checksum(out->data(), payload, hmac_secret, &sum));
-  std::memcpy(out->data() + kChecksumOffset, sum.data(), sum.size());
-  if (!payload.empty()) std::memcpy(out->data() + kFrameHeaderBytes, payload.data(), payload.size());
+  if (!payload.empty())
+    std::memcpy(out->data() + kFrameHeaderBytes, payload.data(), payload.size());
   return absl::OkStatus();
 }
 
@@ -134,12 +184,27 @@ absl::Status DecodeFrame(absl::Span<const std::byte> frame,
                                      " bytes, header says ", payload_bytes));
   }
   const absl::Span<const std::byte> payload = frame.subspan(kFrameHeaderBytes);
+  FrameDigest digest(hmac_secret);
+  digest.Update(h, kChecksumOffset);
+  // Codec none: copy and check in one pass (a mismatch leaves `block` written; callers ignore it
+  // on error, as the contract says).
+  const bool copy_while_checking = codec == Codec::kNone && payload.size() == block.size();
+  if (copy_while_checking) {
+    for (size_t at = 0; at < payload.size(); at += kCopyChunk) {
+      const size_t n = std::min(kCopyChunk, payload.size() - at);
+      std::memcpy(block.data() + at, payload.data() + at, n);
+      digest.Update(block.data() + at, n);
+    }
+  } else {
+    digest.Update(payload.data(), payload.size());
+  }
   std::array<std::byte, kChecksumBytes> want;
-  KVTIER_RETURN_IF_ERROR(Checksum(h, payload, hmac_secret, &want));
+  KVTIER_RETURN_IF_ERROR(digest.Final(&want));
   // Constant time: a MAC check must not tell a forger how many leading bytes were right.
   if (CRYPTO_memcmp(h + kChecksumOffset, want.data(), want.size()) != 0) {
     return Corrupt(key, keyed ? "HMAC mismatch" : "checksum mismatch");
   }
+  if (copy_while_checking) return absl::OkStatus();
   if (absl::Status s = Decompress(codec, payload, block); !s.ok()) {
     return Corrupt(key, absl::StrCat("payload does not decode: ", s.message()));
   }

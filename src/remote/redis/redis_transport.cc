@@ -22,6 +22,7 @@
 #include "remote/redis/key_slot.h"
 #include "remote/redis/redis_connection.h"
 #include "remote/redis/redis_endpoint.h"
+#include "remote/transport_items.h"
 
 namespace kvtier {
 
@@ -42,9 +43,11 @@ struct Batch;
 struct Item {
   Op op = Op::kGet;
   std::string key;
-  absl::Span<const std::byte> value;      // kSet
-  std::vector<std::byte>* out = nullptr;  // kGet
-  int64_t max_bytes = 0;                  // kGet
+  absl::Span<const std::byte> value_prefix;  // kSet: stored before `value`
+  absl::Span<const std::byte> value;         // kSet
+  std::vector<std::byte>* out = nullptr;     // kGet, unless `sink`
+  TransportSink sink;                        // kGet
+  int64_t max_bytes = 0;                     // kGet
   Completion done;
   Batch* batch = nullptr;
   std::atomic<bool> claimed{false};
@@ -71,7 +74,8 @@ struct Work {
 };
 
 int64_t ValueBytes(const Item& item) {
-  return item.op == Op::kSet ? static_cast<int64_t>(item.value.size()) : 0;
+  return item.op == Op::kSet ? static_cast<int64_t>(item.value_prefix.size() + item.value.size())
+                             : 0;
 }
 
 }  // namespace
@@ -112,11 +116,17 @@ struct RedisTransport::Impl {
     item->done.Complete(std::move(status));
     Release(item->batch);
   }
-  void FinishGet(Item* item, const redisReply* reply) {
-    if (!item->Claim()) return;
-    const auto* bytes = reinterpret_cast<const std::byte*>(reply->str);
-    item->out->assign(bytes, bytes + reply->len);
-    item->done.Complete(absl::OkStatus());
+  // A GET's value, straight from hiredis's receive buffer while the reply is parsed: into the
+  // item's sink (a RemoteTier verifies and decodes into the block) or its output vector.
+  void Deliver(Item* item, absl::Span<const std::byte> bytes) {
+    if (!item->Claim()) return;  // completed already (deadline): the bytes are dropped
+    absl::Status status = absl::OkStatus();
+    if (item->sink) {
+      status = item->sink(bytes);
+    } else {
+      item->out->assign(bytes.begin(), bytes.end());
+    }
+    item->done.Complete(std::move(status));
     Release(item->batch);
   }
   void Release(Batch* batch) {
@@ -406,30 +416,31 @@ void RedisTransport::Impl::RunOnNode(int node, absl::Span<Item* const> items,
       Item* item = chunk[i];
       if (item->ask_node >= 0) {
         item->ask_node = -1;
-        (*conn)->Append({"ASKING"});
+        (*conn)->Queue({{"ASKING"}});
         command_item.push_back(-1);
       }
       command_item.push_back(static_cast<int>(i));
       const std::string_view key = item->key;
       switch (item->op) {
         case Op::kSet: {
-          const std::string_view value(reinterpret_cast<const char*>(item->value.data()),
-                                       item->value.size());
+          const RedisConnection::Arg value{
+              {reinterpret_cast<const char*>(item->value_prefix.data()), item->value_prefix.size()},
+              {reinterpret_cast<const char*>(item->value.data()), item->value.size()}};
           if (ttl_ms.empty()) {
-            (*conn)->Append({"SET", key, value});
+            (*conn)->Queue({{"SET"}, {key}, value});
           } else {
-            (*conn)->Append({"SET", key, value, "PX", ttl_ms});
+            (*conn)->Queue({{"SET"}, {key}, value, {"PX"}, {ttl_ms}});
           }
           break;
         }
         case Op::kGet:
-          (*conn)->Append({"GET", key});
+          (*conn)->Queue({{"GET"}, {key}});
           break;
         case Op::kExists:
-          (*conn)->Append({"EXISTS", key});
+          (*conn)->Queue({{"EXISTS"}, {key}});
           break;
         case Op::kDel:
-          (*conn)->Append({"DEL", key});
+          (*conn)->Queue({{"DEL"}, {key}});
           break;
       }
     }
@@ -438,14 +449,27 @@ void RedisTransport::Impl::RunOnNode(int node, absl::Span<Item* const> items,
     // Each item completes as its reply arrives, not when the whole pipeline is in.
     size_t received = 0;
     size_t answered = 0;  // items of `chunk` with a reply
+    // GET values go to their item while hiredis parses them, without a copy into a reply.
+    const RedisConnection::StringSink sink = [&](size_t index, absl::Span<const std::byte> value) {
+      if (index >= command_item.size() || command_item[index] < 0) return false;
+      Item* item = chunk[static_cast<size_t>(command_item[index])];
+      if (item->op != Op::kGet ||
+          (item->max_bytes > 0 && static_cast<int64_t>(value.size()) > item->max_bytes)) {
+        return false;  // HandleReply reports it
+      }
+      Deliver(item, value);
+      return true;
+    };
     const absl::Status io = (*conn)->RoundTrip(
-        std::min(options.command_timeout, latest - absl::Now()), [&](RedisReplyPtr reply) {
+        std::min(options.command_timeout, latest - absl::Now()),
+        [&](RedisReplyPtr reply) {
           const int i = command_item[received++];
           if (i < 0) return;  // ASKING's +OK; an error shows on the command itself
           HandleReply(chunk[static_cast<size_t>(i)], reply.get(), node, retry, refresh,
                       refresh_from);
           answered = static_cast<size_t>(i) + 1;
-        });
+        },
+        &sink);
     if (io.ok()) continue;
     counters.io_errors.fetch_add(1);
     for (size_t i = answered; i < chunk.size(); ++i) {
@@ -513,6 +537,7 @@ void RedisTransport::Impl::HandleReply(Item* item, const redisReply* reply, int 
   }
   switch (item->op) {
     case Op::kGet:
+      if (internal::IsConsumed(reply)) return;  // delivered while parsed
       if (reply->type == REDIS_REPLY_NIL) {
         Finish(item, absl::NotFoundError(absl::StrCat("redis: no value at ", item->key)));
       } else if (reply->type != REDIS_REPLY_STRING) {
@@ -523,7 +548,8 @@ void RedisTransport::Impl::HandleReply(Item* item, const redisReply* reply, int 
                absl::DataLossError(absl::StrCat("redis: value at ", item->key, " is ", reply->len,
                                                 " bytes; at most ", item->max_bytes, " expected")));
       } else {
-        FinishGet(item, reply);
+        // Only a reply the sink refused gets here with bytes: a copy is the fallback.
+        Deliver(item, {reinterpret_cast<const std::byte*>(reply->str), reply->len});
       }
       return;
     case Op::kSet:
@@ -708,7 +734,11 @@ Item* AddItem(Batch& batch, Op op, const std::string& key) {
 std::vector<Completion> RedisTransport::Put(absl::Span<const TransportPut> items,
                                             absl::Time deadline) {
   std::shared_ptr<Batch> batch = NewBatch(items.size(), deadline);
-  for (const TransportPut& p : items) AddItem(*batch, Op::kSet, p.key)->value = p.value;
+  for (const TransportPut& p : items) {
+    Item* item = AddItem(*batch, Op::kSet, p.key);
+    item->value_prefix = p.value_prefix;
+    item->value = p.value;
+  }
   return impl_->Submit(std::move(batch));
 }
 
@@ -718,9 +748,10 @@ std::vector<Completion> RedisTransport::Get(absl::Span<const TransportGet> items
   for (const TransportGet& g : items) {
     Item* item = AddItem(*batch, Op::kGet, g.key);
     item->out = g.value;
+    item->sink = g.sink;
     item->max_bytes = g.max_bytes;
-    if (g.value == nullptr && item->Claim()) {
-      item->done.Complete(absl::InvalidArgumentError("redis: null output for Get"));
+    if (absl::Status s = internal::CheckGetItem(g, "redis"); !s.ok() && item->Claim()) {
+      item->done.Complete(std::move(s));
     }
   }
   return impl_->Submit(std::move(batch));

@@ -16,11 +16,12 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "kvtier/block_key.h"
@@ -36,18 +37,27 @@ struct TransportPut {
   absl::Span<const std::byte> value_prefix;
 };
 
-// Consumes a stored value in place: called once, on a transport thread, with bytes valid only
-// during the call, and only if the item has not completed (so never after its deadline fired).
-// Its status becomes the item's. Must not block.
-using TransportSink = std::function<absl::Status(absl::Span<const std::byte> stored)>;
+// Receives a stored value in place, so a transport that can (Redis) moves it straight from the
+// network into the buffers where it belongs. Begin gets the value's length in bytes and returns
+// the buffers to fill, in order, whose sizes sum to that length, or an error (the value is then
+// dropped and the item fails with it). Finish runs once they are filled; its status is the
+// item's. Both run on a transport thread, at most once each, only while the item has not
+// completed (so never after its deadline fired), and must not block. When a value cannot be
+// received whole (connection lost), the item fails and Finish is not called: the buffers may
+// then hold part of the value and must be ignored.
+class TransportReceiver {
+ public:
+  virtual ~TransportReceiver() = default;
+  virtual absl::StatusOr<std::vector<absl::Span<std::byte>>> Begin(int64_t length) = 0;
+  virtual absl::Status Finish() = 0;
+};
 
 struct TransportGet {
   std::string key;
-  std::vector<std::byte>* value = nullptr;  // replaced with the stored bytes (unless `sink`)
+  std::vector<std::byte>* value = nullptr;  // replaced with the stored bytes (unless `receiver`)
   int64_t max_bytes = 0;  // a larger stored value is kDataLoss, not read; 0: no limit
-  // When set, the stored bytes go to `sink` instead of `value` (which may then be null), so a
-  // reader can verify and decode straight from the transport's receive buffer.
-  TransportSink sink;
+  // When set, the value goes to the receiver instead of `value` (which may then be null).
+  std::shared_ptr<TransportReceiver> receiver;
 };
 
 class Transport {
@@ -62,7 +72,7 @@ class Transport {
   virtual std::vector<Completion> Put(absl::Span<const TransportPut> items,
                                       absl::Time deadline) = 0;
   // Reads each key. Errors: kNotFound for a missing key; kInvalidArgument for neither output nor
-  // sink; the sink's own error;
+  // receiver; the receiver's own errors;
   // kDataLoss for a value over max_bytes; kUnavailable, kDeadlineExceeded as for Put.
   virtual std::vector<Completion> Get(absl::Span<const TransportGet> items,
                                       absl::Time deadline) = 0;

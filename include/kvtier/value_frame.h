@@ -57,6 +57,14 @@ absl::Status DecodeFrame(absl::Span<const std::byte> frame,
                          const std::array<uint8_t, 16>& ns_digest, const BlockKey& key,
                          std::string_view hmac_secret, absl::Span<std::byte> block);
 
+// DecodeFrame for a frame received in two pieces: `header` (kFrameHeaderBytes) and `payload`,
+// which may be `block` itself (a payload received straight into the block: checked in place,
+// and decoded from a copy if it is encoded). Errors: as DecodeFrame.
+absl::Status DecodeFrameParts(absl::Span<const std::byte> header,
+                              absl::Span<const std::byte> payload,
+                              const std::array<uint8_t, 16>& ns_digest, const BlockKey& key,
+                              std::string_view hmac_secret, absl::Span<std::byte> block);
+
 }  // namespace kvtier
 
 #endif  // KVTIER_VALUE_FRAME_H_

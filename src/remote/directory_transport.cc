@@ -200,9 +200,9 @@ std::vector<Completion> DirectoryTransport::Get(absl::Span<const TransportGet> i
           "directory: ", path, " is not a regular file of at most ", g.max_bytes, " bytes"))));
       continue;
     }
-    // Read into the caller's vector, or a scratch one for a sink.
+    // Read into the caller's vector, or a scratch one for a receiver.
     std::vector<std::byte> scratch;
-    std::vector<std::byte>& buffer = g.sink ? scratch : *g.value;
+    std::vector<std::byte>& buffer = g.receiver != nullptr ? scratch : *g.value;
     buffer.resize(static_cast<size_t>(st.st_size));
     size_t done = 0;
     bool ok = true;
@@ -219,7 +219,9 @@ std::vector<Completion> DirectoryTransport::Get(absl::Span<const TransportGet> i
     if (!ok) {
       out.push_back(Completion::Done(absl::UnavailableError("directory: short read of " + path)));
     } else {
-      out.push_back(Completion::Done(g.sink ? g.sink(buffer) : absl::OkStatus()));
+      out.push_back(Completion::Done(g.receiver != nullptr
+                                         ? internal::DeliverValue(g, buffer, "directory")
+                                         : absl::OkStatus()));
     }
   }
   return out;

@@ -195,6 +195,47 @@ std::vector<Completion> RemoteTier::WriteBlocks(absl::Span<const BlockWrite> wri
   return out;
 }
 
+namespace {
+
+// Receives one frame: header into its own array, payload into the destination block when it has
+// the block's size (codec none), else into scratch memory to decode from.
+class FrameReceiver final : public TransportReceiver {
+ public:
+  FrameReceiver(std::shared_ptr<const void> keep, const std::array<uint8_t, 16>& ns_digest,
+                const std::string& secret, const BlockKey& key, absl::Span<std::byte> dst)
+      : keep_(std::move(keep)), ns_digest_(ns_digest), secret_(secret), key_(key), dst_(dst) {}
+
+  absl::StatusOr<std::vector<absl::Span<std::byte>>> Begin(int64_t length) override {
+    if (length < static_cast<int64_t>(kFrameHeaderBytes)) {
+      return absl::DataLossError(absl::StrCat("remote value for block ", key_.ToHex(), ": ", length,
+                                              " bytes, shorter than a frame header"));
+    }
+    const auto payload_bytes = static_cast<size_t>(length) - kFrameHeaderBytes;
+    if (payload_bytes == dst_.size()) {
+      payload_ = dst_;
+    } else {
+      scratch_.resize(payload_bytes);
+      payload_ = absl::MakeSpan(scratch_);
+    }
+    return std::vector<absl::Span<std::byte>>{absl::MakeSpan(header_), payload_};
+  }
+  absl::Status Finish() override {
+    return DecodeFrameParts(header_, payload_, ns_digest_, key_, secret_, dst_);
+  }
+
+ private:
+  std::shared_ptr<const void> keep_;  // the tier state that owns ns_digest_ and secret_
+  const std::array<uint8_t, 16>& ns_digest_;
+  const std::string& secret_;
+  BlockKey key_;
+  absl::Span<std::byte> dst_;
+  std::array<std::byte, kFrameHeaderBytes> header_{};
+  std::vector<std::byte> scratch_;
+  absl::Span<std::byte> payload_;
+};
+
+}  // namespace
+
 std::vector<Completion> RemoteTier::ReadBlocks(absl::Span<const BlockRead> reads,
                                                const BlockIoOptions& options) {
   std::vector<Completion> out(reads.size());
@@ -209,15 +250,13 @@ std::vector<Completion> RemoteTier::ReadBlocks(absl::Span<const BlockRead> reads
       out[i] = Completion::Done(std::move(s));
       continue;
     }
-    // The frame is verified and decoded into the caller's block straight from the transport's
-    // receive buffer (the sink runs only while the read has not completed, so never after its
-    // deadline fired and the caller may have reused `dst`).
+    // The frame's header lands in the receiver and its payload straight in the caller's block
+    // (or in scratch memory when it is encoded); then it is verified and decoded.
     TransportGet get;
     get.key = impl_->StoreKey(r.key);
     get.max_bytes = impl_->MaxFrameBytes();
-    get.sink = [impl = impl_, key = r.key, dst = r.dst](absl::Span<const std::byte> frame) {
-      return DecodeFrame(frame, impl->ns_digest, key, impl->options.hmac_secret, dst);
-    };
+    get.receiver = std::make_shared<FrameReceiver>(impl_, impl_->ns_digest,
+                                                   impl_->options.hmac_secret, r.key, r.dst);
     gets.push_back(std::move(get));
     index.push_back(i);
   }
@@ -234,7 +273,7 @@ std::vector<Completion> RemoteTier::ReadBlocks(absl::Span<const BlockRead> reads
     out[i] = done;
     fetched[j].OnDone([impl, slot = reads[i].slot, done](const absl::Status& s) {
       impl->breaker.Report(s, absl::Now());
-      // kDataLoss: an oversized value, or one that failed verification in the sink.
+      // kDataLoss: an oversized value, or one that failed verification in the receiver.
       if (absl::IsDataLoss(s)) impl->corrupt_reads.fetch_add(1);
       if (absl::IsNotFound(s) || absl::IsDataLoss(s)) impl->contents->Invalidate(slot);
       done.Complete(s);

@@ -1,9 +1,11 @@
 // What every transport does with a TransportGet once it has the stored bytes, and the size of a
-// TransportPut's value, so each transport handles max_bytes, sinks and prefixes the same way.
+// TransportPut's value, so each transport handles max_bytes, receivers and prefixes the same way.
 #ifndef KVTIER_REMOTE_TRANSPORT_ITEMS_H_
 #define KVTIER_REMOTE_TRANSPORT_ITEMS_H_
 
+#include <cstring>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -11,18 +13,18 @@
 
 namespace kvtier::internal {
 
-// kInvalidArgument if the item has neither an output nor a sink.
+// kInvalidArgument if the item has neither an output nor a receiver.
 inline absl::Status CheckGetItem(const TransportGet& g, std::string_view transport) {
-  if (g.value == nullptr && !g.sink) {
+  if (g.value == nullptr && g.receiver == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat(absl::string_view(transport.data(), transport.size()),
-                     ": a Get item needs an output or a sink"));
+                     ": a Get item needs an output or a receiver"));
   }
   return absl::OkStatus();
 }
 
-// Hands `stored` to the item: kDataLoss over max_bytes, else the sink's status, else a copy into
-// *value.
+// Hands `stored` to the item: kDataLoss over max_bytes, else through its receiver (copied into
+// the buffers Begin names, then Finish), else copied into *value.
 inline absl::Status DeliverValue(const TransportGet& g, absl::Span<const std::byte> stored,
                                  std::string_view transport) {
   if (g.max_bytes > 0 && static_cast<int64_t>(stored.size()) > g.max_bytes) {
@@ -30,9 +32,23 @@ inline absl::Status DeliverValue(const TransportGet& g, absl::Span<const std::by
                                             ": value at ", g.key, " is ", stored.size(),
                                             " bytes; at most ", g.max_bytes, " expected"));
   }
-  if (g.sink) return g.sink(stored);
-  g.value->assign(stored.begin(), stored.end());
-  return absl::OkStatus();
+  if (g.receiver == nullptr) {
+    g.value->assign(stored.begin(), stored.end());
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::vector<absl::Span<std::byte>>> buffers =
+      g.receiver->Begin(static_cast<int64_t>(stored.size()));
+  if (!buffers.ok()) return buffers.status();
+  size_t at = 0;
+  for (const absl::Span<std::byte>& b : *buffers) {
+    if (b.size() > stored.size() - at) {
+      return absl::InternalError("receiver buffers longer than the value");
+    }
+    std::memcpy(b.data(), stored.data() + at, b.size());
+    at += b.size();
+  }
+  if (at != stored.size()) return absl::InternalError("receiver buffers shorter than the value");
+  return g.receiver->Finish();
 }
 
 inline int64_t PutBytes(const TransportPut& p) {

@@ -153,7 +153,18 @@ absl::Status DecodeFrame(absl::Span<const std::byte> frame,
   if (frame.size() < kFrameHeaderBytes) {
     return Corrupt(key, absl::StrCat(frame.size(), " bytes, shorter than a frame header"));
   }
-  const std::byte* h = frame.data();
+  return DecodeFrameParts(frame.first(kFrameHeaderBytes), frame.subspan(kFrameHeaderBytes),
+                          ns_digest, key, hmac_secret, block);
+}
+
+absl::Status DecodeFrameParts(absl::Span<const std::byte> header,
+                              absl::Span<const std::byte> payload,
+                              const std::array<uint8_t, 16>& ns_digest, const BlockKey& key,
+                              std::string_view hmac_secret, absl::Span<std::byte> block) {
+  if (header.size() != kFrameHeaderBytes) {
+    return Corrupt(key, absl::StrCat("a header of ", header.size(), " bytes"));
+  }
+  const std::byte* h = header.data();
   if (LoadLe(h, 4) != kMagic) return Corrupt(key, "bad magic");
   if (LoadLe(h + 4, 2) != kFrameVersion) {
     return Corrupt(key, absl::StrCat("unsupported frame version ", LoadLe(h + 4, 2)));
@@ -179,16 +190,17 @@ absl::Status DecodeFrame(absl::Span<const std::byte> frame,
   if (raw_bytes != block.size()) {
     return Corrupt(key, absl::StrCat("a block of ", raw_bytes, " bytes, expected ", block.size()));
   }
-  if (payload_bytes != frame.size() - kFrameHeaderBytes) {
-    return Corrupt(key, absl::StrCat("payload of ", frame.size() - kFrameHeaderBytes,
-                                     " bytes, header says ", payload_bytes));
+  if (payload_bytes != payload.size()) {
+    return Corrupt(
+        key, absl::StrCat("payload of ", payload.size(), " bytes, header says ", payload_bytes));
   }
-  const absl::Span<const std::byte> payload = frame.subspan(kFrameHeaderBytes);
   FrameDigest digest(hmac_secret);
   digest.Update(h, kChecksumOffset);
-  // Codec none: copy and check in one pass (a mismatch leaves `block` written; callers ignore it
-  // on error, as the contract says).
-  const bool copy_while_checking = codec == Codec::kNone && payload.size() == block.size();
+  const bool in_place = payload.data() == block.data();
+  // Codec none: verify in place, or copy and verify in one pass (a mismatch leaves `block`
+  // written; callers ignore it on error, as the contract says).
+  const bool copy_while_checking =
+      codec == Codec::kNone && payload.size() == block.size() && !in_place;
   if (copy_while_checking) {
     for (size_t at = 0; at < payload.size(); at += kCopyChunk) {
       const size_t n = std::min(kCopyChunk, payload.size() - at);
@@ -204,8 +216,13 @@ absl::Status DecodeFrame(absl::Span<const std::byte> frame,
   if (CRYPTO_memcmp(h + kChecksumOffset, want.data(), want.size()) != 0) {
     return Corrupt(key, keyed ? "HMAC mismatch" : "checksum mismatch");
   }
-  if (copy_while_checking) return absl::OkStatus();
-  if (absl::Status s = Decompress(codec, payload, block); !s.ok()) {
+  if (copy_while_checking || (in_place && codec == Codec::kNone)) return absl::OkStatus();
+  // A payload received in `block` itself but encoded: decode from a copy.
+  std::vector<std::byte> copy;
+  if (in_place) copy.assign(payload.begin(), payload.end());
+  if (absl::Status s =
+          Decompress(codec, in_place ? absl::Span<const std::byte>(copy) : payload, block);
+      !s.ok()) {
     return Corrupt(key, absl::StrCat("payload does not decode: ", s.message()));
   }
   return absl::OkStatus();

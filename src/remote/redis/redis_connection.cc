@@ -5,7 +5,9 @@
 #include <sys/uio.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
+#include <charconv>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -67,83 +69,7 @@ absl::StatusOr<std::unique_ptr<RedisConnection>> RedisConnection::Connect(
   return conn;
 }
 
-redisReplyObjectFunctions RedisConnection::reply_functions_ = {
-    &RedisConnection::CreateString, &RedisConnection::CreateArray, &RedisConnection::CreateInteger,
-    &RedisConnection::CreateNil, &freeReplyObject};
-
-RedisConnection::RedisConnection(redisContext* ctx, std::string address)
-    : ctx_(ctx), address_(std::move(address)) {
-  // Our reply objects are hiredis's redisReply, allocated as hiredis does (calloc/malloc, freed
-  // by freeReplyObject), plus the string sink; privdata reaches every read task.
-  ctx_->reader->fn = &reply_functions_;
-  ctx_->reader->privdata = this;
-  // Keep the receive buffer between replies: hiredis otherwise frees it once idle above 16 KiB
-  // and regrows it by doubling for the next 2 MiB value (about one extra copy of every value).
-  // It stays about one value plus 16 KiB per connection.
-  ctx_->reader->maxbuf = 0;
-}
-
 RedisConnection::~RedisConnection() { redisFree(ctx_); }
-
-redisReply* RedisConnection::NewReply(const redisReadTask* task, int type) {
-  auto* r = static_cast<redisReply*>(calloc(1, sizeof(redisReply)));
-  if (r == nullptr) return nullptr;
-  r->type = type;
-  if (task->parent != nullptr) {
-    auto* parent = static_cast<redisReply*>(task->parent->obj);
-    parent->element[task->idx] = r;
-  } else {
-    static_cast<RedisConnection*>(task->privdata)->replies_begun_++;
-  }
-  return r;
-}
-
-void* RedisConnection::CreateString(const redisReadTask* task, char* str, size_t len) {
-  auto* self = static_cast<RedisConnection*>(task->privdata);
-  const size_t index = self->replies_begun_;  // this reply's, if it is top-level
-  redisReply* r = NewReply(task, task->type);
-  if (r == nullptr) return nullptr;
-  r->len = len;
-  if (task->parent == nullptr && task->type == REDIS_REPLY_STRING && self->sink_ != nullptr &&
-      (*self->sink_)(index, {reinterpret_cast<const std::byte*>(str), len})) {
-    r->integer = 1;  // consumed: no copy of the bytes
-    return r;
-  }
-  r->str = static_cast<char*>(malloc(len + 1));
-  if (r->str == nullptr) {
-    // hiredis frees a partially built reply through its parent; a top-level one is ours.
-    if (task->parent == nullptr) free(r);
-    return nullptr;
-  }
-  std::memcpy(r->str, str, len);
-  r->str[len] = '\0';
-  return r;
-}
-
-void* RedisConnection::CreateArray(const redisReadTask* task, int elements) {
-  redisReply* r = NewReply(task, REDIS_REPLY_ARRAY);
-  if (r == nullptr) return nullptr;
-  if (elements > 0) {
-    r->element =
-        static_cast<redisReply**>(calloc(static_cast<size_t>(elements), sizeof(redisReply*)));
-    if (r->element == nullptr) {
-      if (task->parent == nullptr) free(r);
-      return nullptr;
-    }
-  }
-  r->elements = static_cast<size_t>(elements);
-  return r;
-}
-
-void* RedisConnection::CreateInteger(const redisReadTask* task, long long value) {
-  redisReply* r = NewReply(task, REDIS_REPLY_INTEGER);
-  if (r != nullptr) r->integer = value;
-  return r;
-}
-
-void* RedisConnection::CreateNil(const redisReadTask* task) {
-  return NewReply(task, REDIS_REPLY_NIL);
-}
 
 void RedisConnection::AddPiece(std::string_view bytes) {
   if (bytes.empty()) return;
@@ -191,12 +117,7 @@ absl::Status RedisConnection::SendQueued() {
     const ssize_t sent = sendmsg(ctx_->fd, &msg, MSG_NOSIGNAL);
     if (sent < 0) {
       if (errno == EINTR) continue;
-      const int e = errno;
-      broken_ = true;
-      const std::string message =
-          absl::StrCat("redis ", address_, ": sending a pipeline: ", std::strerror(e));
-      return e == EAGAIN || e == EWOULDBLOCK ? absl::DeadlineExceededError(message)
-                                             : absl::UnavailableError(message);
+      return SocketError("sending a pipeline", errno);
     }
     size_t left = static_cast<size_t>(sent);
     while (first < iov.size() && left >= iov[first].iov_len) {
@@ -254,26 +175,24 @@ absl::Status RedisConnection::ErrorStatus(std::string_view what) const {
   return absl::UnavailableError(message);
 }
 
+absl::Status RedisConnection::SocketError(std::string_view what, int err) {
+  broken_ = true;
+  const std::string message =
+      absl::StrCat("redis ", address_, ": ", absl::string_view(what.data(), what.size()), ": ",
+                   err == 0 ? "connection closed by the server" : std::strerror(err));
+  // SO_RCVTIMEO / SO_SNDTIMEO (redisSetTimeout) expire as EAGAIN.
+  return err == EAGAIN || err == EWOULDBLOCK ? absl::DeadlineExceededError(message)
+                                             : absl::UnavailableError(message);
+}
+
 absl::Status RedisConnection::RoundTrip(absl::Duration timeout,
-                                        absl::FunctionRef<void(RedisReplyPtr reply)> on_reply,
-                                        const StringSink* sink) {
-  const int expected = appended_ + queued_;
-  const bool direct = queued_ > 0;
-  const bool mixed = appended_ > 0 && queued_ > 0;
+                                        absl::FunctionRef<void(RedisReplyPtr reply)> on_reply) {
+  const int expected = appended_;
   appended_ = 0;
-  queued_ = 0;
-  struct Reset {
-    RedisConnection* self;
-    ~Reset() {
-      self->small_.clear();
-      self->pieces_.clear();
-      self->sink_ = nullptr;
-    }
-  } reset{this};
   if (broken_) {
     return absl::UnavailableError(absl::StrCat("redis ", address_, ": connection broken"));
   }
-  if (mixed) {  // their relative order would be lost
+  if (queued_ > 0) {  // their relative order would be lost
     broken_ = true;
     return absl::InternalError(absl::StrCat("redis ", address_, ": Append and Queue mixed"));
   }
@@ -281,18 +200,202 @@ absl::Status RedisConnection::RoundTrip(absl::Duration timeout,
     broken_ = true;
     return s;
   }
-  if (direct) KVTIER_RETURN_IF_ERROR(SendQueued());
-  sink_ = sink;
-  replies_begun_ = 0;
   for (int i = 0; i < expected; ++i) {
     void* reply = nullptr;
     if (redisGetReply(ctx_, &reply) != REDIS_OK || reply == nullptr) {
       broken_ = true;
-      return ErrorStatus(i == 0 && !direct ? "sending a pipeline" : "reading replies");
+      return ErrorStatus(i == 0 ? "sending a pipeline" : "reading replies");
     }
     on_reply(RedisReplyPtr(static_cast<redisReply*>(reply)));
   }
   return absl::OkStatus();
+}
+
+absl::Status RedisConnection::RoundTripQueued(
+    absl::Duration timeout, absl::FunctionRef<BulkTarget(size_t index, int64_t length)> target,
+    absl::FunctionRef<void(size_t index, const Reply& reply)> on_reply) {
+  const int expected = queued_;
+  queued_ = 0;
+  struct Reset {
+    RedisConnection* self;
+    ~Reset() {
+      self->small_.clear();
+      self->pieces_.clear();
+    }
+  } reset{this};
+  if (broken_) {
+    return absl::UnavailableError(absl::StrCat("redis ", address_, ": connection broken"));
+  }
+  if (appended_ > 0) {
+    broken_ = true;
+    return absl::InternalError(absl::StrCat("redis ", address_, ": Append and Queue mixed"));
+  }
+  if (absl::Status s = SetTimeout(timeout); !s.ok()) {
+    broken_ = true;
+    return s;
+  }
+  KVTIER_RETURN_IF_ERROR(SendQueued());
+  for (int i = 0; i < expected; ++i) {
+    Reply reply;
+    KVTIER_RETURN_IF_ERROR(ReadReply(static_cast<size_t>(i), target, &reply));
+    on_reply(static_cast<size_t>(i), reply);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RedisConnection::ReadMore() {
+  if (rpos_ == rend_) {
+    rpos_ = rend_ = 0;
+  } else if (rend_ == rbuf_.size()) {
+    if (rpos_ == 0) {
+      broken_ = true;
+      return absl::UnavailableError(
+          absl::StrCat("redis ", address_, ": a reply line longer than ", rbuf_.size(), " bytes"));
+    }
+    std::memmove(rbuf_.data(), rbuf_.data() + rpos_, rend_ - rpos_);
+    rend_ -= rpos_;
+    rpos_ = 0;
+  }
+  while (true) {
+    const ssize_t n = recv(ctx_->fd, rbuf_.data() + rend_, rbuf_.size() - rend_, 0);
+    if (n > 0) {
+      rend_ += static_cast<size_t>(n);
+      return absl::OkStatus();
+    }
+    if (n < 0 && errno == EINTR) continue;
+    return SocketError("reading replies", n == 0 ? 0 : errno);
+  }
+}
+
+absl::Status RedisConnection::ReadLine(std::string_view* line) {
+  size_t scanned = 0;  // bytes after rpos_ known to hold no complete CRLF (ReadMore keeps them)
+  while (true) {
+    const char* begin = rbuf_.data() + rpos_;
+    const size_t available = rend_ - rpos_;
+    const void* found = std::memchr(begin + scanned, '\r', available - scanned);
+    if (found != nullptr) {
+      const size_t at = static_cast<size_t>(static_cast<const char*>(found) - begin);
+      if (at + 1 < available) {
+        if (begin[at + 1] != '\n') {
+          broken_ = true;
+          return absl::UnavailableError(absl::StrCat("redis ", address_, ": malformed reply line"));
+        }
+        *line = std::string_view(begin, at);
+        rpos_ += at + 2;
+        return absl::OkStatus();
+      }
+      scanned = at;  // a '\r' at the very end: look at it again with the next byte
+    } else {
+      scanned = available;
+    }
+    KVTIER_RETURN_IF_ERROR(ReadMore());
+  }
+}
+
+absl::Status RedisConnection::ReadInto(absl::Span<std::byte> out) {
+  // What is buffered first, then straight from the socket into `out`.
+  const size_t buffered = std::min(out.size(), rend_ - rpos_);
+  std::memcpy(out.data(), rbuf_.data() + rpos_, buffered);
+  rpos_ += buffered;
+  size_t done = buffered;
+  while (done < out.size()) {
+    const ssize_t n = recv(ctx_->fd, out.data() + done, out.size() - done, 0);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    return SocketError("reading a value", n == 0 ? 0 : errno);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RedisConnection::ReadReply(
+    size_t index, absl::FunctionRef<BulkTarget(size_t index, int64_t length)> target,
+    Reply* reply) {
+  std::string_view line;
+  KVTIER_RETURN_IF_ERROR(ReadLine(&line));
+  auto protocol_error = [&](std::string_view what) {
+    broken_ = true;
+    return absl::UnavailableError(absl::StrCat(
+        "redis ", address_, ": protocol error: ", absl::string_view(what.data(), what.size())));
+  };
+  if (line.empty()) return protocol_error("an empty reply line");
+  const std::string_view body = line.substr(1);
+  auto parse_int = [&](long long* v) {
+    const auto [end, ec] = std::from_chars(body.data(), body.data() + body.size(), *v);
+    return ec == std::errc() && end == body.data() + body.size();
+  };
+  switch (line.front()) {
+    case '+':
+      reply->type = REDIS_REPLY_STATUS;
+      reply->text = std::string(body);
+      return absl::OkStatus();
+    case '-':
+      reply->type = REDIS_REPLY_ERROR;
+      reply->text = std::string(body);
+      return absl::OkStatus();
+    case ':':
+      reply->type = REDIS_REPLY_INTEGER;
+      if (!parse_int(&reply->integer)) return protocol_error("a malformed integer reply");
+      return absl::OkStatus();
+    case '$':
+      break;
+    default:
+      return protocol_error(
+          absl::StrCat("unexpected reply type '", std::string(line.substr(0, 1)), "'"));
+  }
+  long long length = 0;
+  if (!parse_int(&length) || length < -1) return protocol_error("a malformed bulk length");
+  if (length == -1) {
+    reply->type = REDIS_REPLY_NIL;
+    return absl::OkStatus();
+  }
+  reply->type = REDIS_REPLY_STRING;
+  BulkTarget where = target(index, length);
+  if (!where.buffers.empty()) {
+    int64_t total = 0;
+    for (const absl::Span<std::byte>& b : where.buffers) total += static_cast<int64_t>(b.size());
+    if (total != length) return protocol_error("bulk buffers do not match the value's length");
+    for (const absl::Span<std::byte>& b : where.buffers) KVTIER_RETURN_IF_ERROR(ReadInto(b));
+    reply->delivered = true;
+  } else if (where.skip) {
+    std::vector<std::byte> sink(static_cast<size_t>(std::min<long long>(length, 1 << 20)));
+    for (long long left = length; left > 0;) {
+      const size_t n =
+          static_cast<size_t>(std::min<long long>(left, static_cast<long long>(sink.size())));
+      KVTIER_RETURN_IF_ERROR(ReadInto(absl::MakeSpan(sink).first(n)));
+      left -= static_cast<long long>(n);
+    }
+    reply->skipped = true;
+  } else {
+    reply->text.resize(static_cast<size_t>(length));
+    KVTIER_RETURN_IF_ERROR(
+        ReadInto({reinterpret_cast<std::byte*>(reply->text.data()), reply->text.size()}));
+  }
+  std::array<std::byte, 2> crlf;
+  KVTIER_RETURN_IF_ERROR(ReadInto(absl::MakeSpan(crlf)));
+  if (crlf[0] != std::byte{'\r'} || crlf[1] != std::byte{'\n'}) {
+    return protocol_error("a bulk string not followed by CRLF");
+  }
+  return absl::OkStatus();
+}
+
+std::string DescribeReply(const RedisConnection::Reply& r) {
+  switch (r.type) {
+    case REDIS_REPLY_ERROR:
+      return absl::StrCat("error: ", r.text);
+    case REDIS_REPLY_STATUS:
+      return absl::StrCat("status: ", r.text);
+    case REDIS_REPLY_STRING:
+      return "a string";
+    case REDIS_REPLY_INTEGER:
+      return absl::StrCat("integer ", r.integer);
+    case REDIS_REPLY_NIL:
+      return "nil";
+    default:
+      return absl::StrCat("reply type ", r.type);
+  }
 }
 
 std::string DescribeReply(const redisReply* r) {

@@ -1,6 +1,10 @@
-// One blocking hiredis connection to one Redis server, used by one thread at a time (the
-// transport's worker that owns it). Commands are appended, then sent and answered in one round
-// trip (pipelining).
+// One blocking connection to one Redis server, used by one thread at a time (the transport's
+// worker that owns it). hiredis makes the connection and runs control commands (AUTH, SELECT,
+// CLUSTER SLOTS: Append + RoundTrip). Data commands (Queue + RoundTripQueued) are written and
+// read by this class itself: sendmsg with large arguments by reference, and a small RESP2 reader
+// (https://redis.io/docs/reference/protocol-spec/) that receives a bulk string straight into the
+// buffers its consumer names, so a 2 MiB value crosses memory once (kernel to destination)
+// instead of three times through hiredis (stack buffer, reader buffer, reply object).
 #ifndef KVTIER_REMOTE_REDIS_REDIS_CONNECTION_H_
 #define KVTIER_REMOTE_REDIS_REDIS_CONNECTION_H_
 
@@ -60,42 +64,61 @@ class RedisConnection {
   void Queue(std::initializer_list<Arg> argv);
   int queued() const { return queued_; }
 
-  // Consumes a top-level bulk-string reply in place, while the reply is parsed: gets the index
-  // of the reply in this round trip and its bytes (valid only during the call); returns true if
-  // it took them, and the reply then reaches on_reply as a STRING with str == nullptr (see
-  // IsConsumed). Must not block.
-  using StringSink = std::function<bool(size_t index, absl::Span<const std::byte> bytes)>;
-
   // Sends every queued command and reads one reply for each, in order, handing each to
   // `on_reply` as soon as it is parsed (so a caller can finish early items while later replies
   // are still arriving). Each socket wait is bounded by `timeout`. Errors: kDeadlineExceeded when
   // a wait timed out, kUnavailable for another socket error or a protocol error; the replies
   // before it were handed over, and the connection is broken (drop it).
   absl::Status RoundTrip(absl::Duration timeout,
-                         absl::FunctionRef<void(RedisReplyPtr reply)> on_reply,
-                         const StringSink* sink = nullptr);
+                         absl::FunctionRef<void(RedisReplyPtr reply)> on_reply);
   // The same, collecting the replies.
   absl::Status RoundTrip(absl::Duration timeout, std::vector<RedisReplyPtr>* replies) {
     return RoundTrip(timeout, [replies](RedisReplyPtr r) { replies->push_back(std::move(r)); });
   }
 
+  // A reply to a queued command. A bulk string goes to the buffers that BulkTarget named
+  // (`delivered`), is skipped (`skipped`, when the target asked for that), or is kept in `text`.
+  struct Reply {
+    int type = REDIS_REPLY_NIL;  // REDIS_REPLY_STATUS, _ERROR, _INTEGER, _STRING or _NIL
+    std::string text;            // status or error line, or a kept bulk string
+    long long integer = 0;
+    bool delivered = false;
+    bool skipped = false;
+  };
+  // Where the bulk-string reply to queued command `index` goes: buffers whose sizes sum to
+  // `length` (filled in order), `skip` set to drop the bytes unread by anyone, or neither to
+  // keep them in Reply::text.
+  struct BulkTarget {
+    std::vector<absl::Span<std::byte>> buffers;
+    bool skip = false;
+  };
+  // Sends the queued commands and reads one reply each, in order: `target` is asked where each
+  // bulk string goes before its bytes are read, and `on_reply` gets every reply once it is
+  // whole. Socket waits are bounded by `timeout`. Errors: as RoundTrip, and kUnavailable for a
+  // protocol error or buffers that do not match the bulk's length; the connection is then
+  // broken, and a bulk being received may have partly filled its buffers.
+  absl::Status RoundTripQueued(absl::Duration timeout,
+                               absl::FunctionRef<BulkTarget(size_t index, int64_t length)> target,
+                               absl::FunctionRef<void(size_t index, const Reply& reply)> on_reply);
+
   bool broken() const { return broken_; }
   const std::string& address() const { return address_; }
 
  private:
-  RedisConnection(redisContext* ctx, std::string address);
+  RedisConnection(redisContext* ctx, std::string address)
+      : ctx_(ctx), address_(std::move(address)) {}
   absl::Status SetTimeout(absl::Duration timeout);
   absl::Status ErrorStatus(std::string_view what) const;
+  absl::Status SocketError(std::string_view what, int err);
   absl::Status SendQueued();
   void AddPiece(std::string_view bytes);
-
-  // hiredis reply-object functions: hiredis's own, plus the string sink.
-  static void* CreateString(const redisReadTask* task, char* str, size_t len);
-  static void* CreateArray(const redisReadTask* task, int elements);
-  static void* CreateInteger(const redisReadTask* task, long long value);
-  static void* CreateNil(const redisReadTask* task);
-  static redisReply* NewReply(const redisReadTask* task, int type);
-  static redisReplyObjectFunctions reply_functions_;
+  // The RESP reader over the socket: buffered lines, and bulk bytes straight into buffers.
+  absl::Status ReadMore();
+  absl::Status ReadLine(std::string_view* line);
+  absl::Status ReadInto(absl::Span<std::byte> out);
+  absl::Status ReadReply(size_t index,
+                         absl::FunctionRef<BulkTarget(size_t index, int64_t length)> target,
+                         Reply* reply);
 
   redisContext* ctx_;
   std::string address_;
@@ -111,18 +134,15 @@ class RedisConnection {
   std::string small_;
   std::vector<Piece> pieces_;
   int queued_ = 0;
-  // During a RoundTrip: the sink and how many top-level replies have begun.
-  const StringSink* sink_ = nullptr;
-  size_t replies_begun_ = 0;
+  // Receive buffer of the RESP reader: bytes [rpos_, rend_) are unread.
+  std::vector<char> rbuf_ = std::vector<char>(64 * 1024);
+  size_t rpos_ = 0;
+  size_t rend_ = 0;
 };
-
-// True for a reply whose bytes a StringSink took.
-inline bool IsConsumed(const redisReply* r) {
-  return r->type == REDIS_REPLY_STRING && r->str == nullptr && r->integer == 1;
-}
 
 // A one-line description of a reply for error messages ("error: MOVED 3999 ...").
 std::string DescribeReply(const redisReply* reply);
+std::string DescribeReply(const RedisConnection::Reply& reply);
 
 }  // namespace kvtier::internal
 

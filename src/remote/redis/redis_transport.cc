@@ -43,11 +43,12 @@ struct Batch;
 struct Item {
   Op op = Op::kGet;
   std::string key;
-  absl::Span<const std::byte> value_prefix;  // kSet: stored before `value`
-  absl::Span<const std::byte> value;         // kSet
-  std::vector<std::byte>* out = nullptr;     // kGet, unless `sink`
-  TransportSink sink;                        // kGet
-  int64_t max_bytes = 0;                     // kGet
+  absl::Span<const std::byte> value_prefix;     // kSet: stored before `value`
+  absl::Span<const std::byte> value;            // kSet
+  std::vector<std::byte>* out = nullptr;        // kGet, unless `receiver`
+  std::shared_ptr<TransportReceiver> receiver;  // kGet
+  bool receiving = false;  // claimed by the worker, value being received (Begin ran)
+  int64_t max_bytes = 0;   // kGet
   Completion done;
   Batch* batch = nullptr;
   std::atomic<bool> claimed{false};
@@ -116,16 +117,45 @@ struct RedisTransport::Impl {
     item->done.Complete(std::move(status));
     Release(item->batch);
   }
-  // A GET's value, straight from hiredis's receive buffer while the reply is parsed: into the
-  // item's sink (a RemoteTier verifies and decodes into the block) or its output vector.
-  void Deliver(Item* item, absl::Span<const std::byte> bytes) {
-    if (!item->Claim()) return;  // completed already (deadline): the bytes are dropped
-    absl::Status status = absl::OkStatus();
-    if (item->sink) {
-      status = item->sink(bytes);
-    } else {
-      item->out->assign(bytes.begin(), bytes.end());
+  // Where a GET's value goes, asked before its bytes are read: the item's receiver's buffers or
+  // its output vector, so the value moves from the socket straight to them. A value for an item
+  // that has completed (deadline) or is refused is skipped. The item is then claimed, and
+  // completes in ValueReceived (or in FailReceiving if the connection breaks meanwhile).
+  RedisConnection::BulkTarget ValueTarget(Item* item, int64_t length) {
+    RedisConnection::BulkTarget skip{.skip = true};
+    if (item->max_bytes > 0 && length > item->max_bytes) {
+      Finish(item,
+             absl::DataLossError(absl::StrCat("redis: value at ", item->key, " is ", length,
+                                              " bytes; at most ", item->max_bytes, " expected")));
+      return skip;
     }
+    if (!item->Claim()) return skip;  // completed already: the bytes are dropped
+    if (item->receiver != nullptr) {
+      absl::StatusOr<std::vector<absl::Span<std::byte>>> buffers = item->receiver->Begin(length);
+      if (!buffers.ok()) {
+        Complete(item, buffers.status());
+        return skip;
+      }
+      item->receiving = true;
+      if (length == 0) return skip;  // nothing to read; ValueReceived finishes it
+      return {.buffers = *std::move(buffers)};
+    }
+    item->receiving = true;
+    item->out->resize(static_cast<size_t>(length));
+    if (length == 0) return skip;
+    return {.buffers = {absl::MakeSpan(*item->out)}};
+  }
+  void ValueReceived(Item* item) {
+    if (!item->receiving) return;  // skipped: completed elsewhere
+    item->receiving = false;
+    Complete(item, item->receiver != nullptr ? item->receiver->Finish() : absl::OkStatus());
+  }
+  void FailReceiving(Item* item, const absl::Status& status) {
+    item->receiving = false;
+    Complete(item, status);
+  }
+  // Completes an item this worker has claimed.
+  void Complete(Item* item, absl::Status status) {
     item->done.Complete(std::move(status));
     Release(item->batch);
   }
@@ -220,8 +250,8 @@ struct RedisTransport::Impl {
   void RunOnNode(int node, absl::Span<Item* const> items,
                  std::vector<std::unique_ptr<RedisConnection>>& conns, std::vector<Item*>* retry,
                  bool* refresh, int* refresh_from);
-  void HandleReply(Item* item, const redisReply* reply, int node, std::vector<Item*>* retry,
-                   bool* refresh, int* refresh_from);
+  void HandleReply(Item* item, const RedisConnection::Reply& reply, int node,
+                   std::vector<Item*>* retry, bool* refresh, int* refresh_from);
 
   // ---- submitting ----
   std::vector<Completion> Submit(std::shared_ptr<Batch> batch);
@@ -447,33 +477,34 @@ void RedisTransport::Impl::RunOnNode(int node, absl::Span<Item* const> items,
     counters.commands.fetch_add(static_cast<int64_t>(chunk.size()));
     counters.round_trips.fetch_add(1);
     // Each item completes as its reply arrives, not when the whole pipeline is in.
-    size_t received = 0;
     size_t answered = 0;  // items of `chunk` with a reply
-    // GET values go to their item while hiredis parses them, without a copy into a reply.
-    const RedisConnection::StringSink sink = [&](size_t index, absl::Span<const std::byte> value) {
-      if (index >= command_item.size() || command_item[index] < 0) return false;
-      Item* item = chunk[static_cast<size_t>(command_item[index])];
-      if (item->op != Op::kGet ||
-          (item->max_bytes > 0 && static_cast<int64_t>(value.size()) > item->max_bytes)) {
-        return false;  // HandleReply reports it
-      }
-      Deliver(item, value);
-      return true;
-    };
-    const absl::Status io = (*conn)->RoundTrip(
+    const absl::Status io = (*conn)->RoundTripQueued(
         std::min(options.command_timeout, latest - absl::Now()),
-        [&](RedisReplyPtr reply) {
-          const int i = command_item[received++];
-          if (i < 0) return;  // ASKING's +OK; an error shows on the command itself
-          HandleReply(chunk[static_cast<size_t>(i)], reply.get(), node, retry, refresh,
-                      refresh_from);
-          answered = static_cast<size_t>(i) + 1;
+        [&](size_t index, int64_t length) -> RedisConnection::BulkTarget {
+          const int i = command_item[index];
+          Item* item = i < 0 ? nullptr : chunk[static_cast<size_t>(i)];
+          if (item == nullptr || item->op != Op::kGet) return {};  // kept, then reported
+          return ValueTarget(item, length);
         },
-        &sink);
+        [&](size_t index, const RedisConnection::Reply& reply) {
+          const int i = command_item[index];
+          answered = static_cast<size_t>(std::max(i + 1, static_cast<int>(answered)));
+          if (i < 0) return;  // ASKING's +OK; an error shows on the command itself
+          Item* item = chunk[static_cast<size_t>(i)];
+          if (reply.delivered || reply.skipped) {
+            ValueReceived(item);
+            return;
+          }
+          HandleReply(item, reply, node, retry, refresh, refresh_from);
+        });
     if (io.ok()) continue;
     counters.io_errors.fetch_add(1);
     for (size_t i = answered; i < chunk.size(); ++i) {
       Item* item = chunk[i];
+      if (item->receiving) {  // its value was cut off mid-way
+        FailReceiving(item, io);
+        continue;
+      }
       // No reply. A connection that had sat idle may have died with a server restart: send once
       // more on a fresh one. A timeout is not retried (the server is slow, not gone).
       if (reused && !item->retried && !absl::IsDeadlineExceeded(io)) {
@@ -486,11 +517,11 @@ void RedisTransport::Impl::RunOnNode(int node, absl::Span<Item* const> items,
   }
 }
 
-void RedisTransport::Impl::HandleReply(Item* item, const redisReply* reply, int node,
+void RedisTransport::Impl::HandleReply(Item* item, const RedisConnection::Reply& reply, int node,
                                        std::vector<Item*>* retry, bool* refresh,
                                        int* refresh_from) {
-  if (reply->type == REDIS_REPLY_ERROR) {
-    const std::string_view error(reply->str, reply->len);
+  if (reply.type == REDIS_REPLY_ERROR) {
+    const std::string_view error = reply.text;
     const bool moved = absl::StartsWith(internal::ToAbsl(error), "MOVED ");
     const bool ask = absl::StartsWith(internal::ToAbsl(error), "ASK ");
     if (options.cluster && (moved || ask)) {
@@ -537,23 +568,16 @@ void RedisTransport::Impl::HandleReply(Item* item, const redisReply* reply, int 
   }
   switch (item->op) {
     case Op::kGet:
-      if (internal::IsConsumed(reply)) return;  // delivered while parsed
-      if (reply->type == REDIS_REPLY_NIL) {
+      // A string reply was delivered through ValueTarget; here only nil or a wrong type.
+      if (reply.type == REDIS_REPLY_NIL) {
         Finish(item, absl::NotFoundError(absl::StrCat("redis: no value at ", item->key)));
-      } else if (reply->type != REDIS_REPLY_STRING) {
+      } else {
         Finish(item, absl::UnavailableError(absl::StrCat("redis: GET answered with ",
                                                          internal::DescribeReply(reply))));
-      } else if (item->max_bytes > 0 && static_cast<int64_t>(reply->len) > item->max_bytes) {
-        Finish(item,
-               absl::DataLossError(absl::StrCat("redis: value at ", item->key, " is ", reply->len,
-                                                " bytes; at most ", item->max_bytes, " expected")));
-      } else {
-        // Only a reply the sink refused gets here with bytes: a copy is the fallback.
-        Deliver(item, {reinterpret_cast<const std::byte*>(reply->str), reply->len});
       }
       return;
     case Op::kSet:
-      if (reply->type == REDIS_REPLY_STATUS) {
+      if (reply.type == REDIS_REPLY_STATUS) {
         Finish(item, absl::OkStatus());
       } else {
         Finish(item, absl::UnavailableError(absl::StrCat("redis: SET answered with ",
@@ -562,10 +586,10 @@ void RedisTransport::Impl::HandleReply(Item* item, const redisReply* reply, int 
       return;
     case Op::kExists:
     case Op::kDel:
-      if (reply->type != REDIS_REPLY_INTEGER) {
+      if (reply.type != REDIS_REPLY_INTEGER) {
         Finish(item, absl::UnavailableError(
                          absl::StrCat("redis: answered with ", internal::DescribeReply(reply))));
-      } else if (reply->integer == 0) {
+      } else if (reply.integer == 0) {
         Finish(item, absl::NotFoundError(absl::StrCat("redis: no value at ", item->key)));
       } else {
         Finish(item, absl::OkStatus());
@@ -748,7 +772,7 @@ std::vector<Completion> RedisTransport::Get(absl::Span<const TransportGet> items
   for (const TransportGet& g : items) {
     Item* item = AddItem(*batch, Op::kGet, g.key);
     item->out = g.value;
-    item->sink = g.sink;
+    item->receiver = g.receiver;
     item->max_bytes = g.max_bytes;
     if (absl::Status s = internal::CheckGetItem(g, "redis"); !s.ok() && item->Claim()) {
       item->done.Complete(std::move(s));

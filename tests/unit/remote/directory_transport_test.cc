@@ -59,7 +59,7 @@ TEST(DirectoryTransportTest, KeysCannotEscapeTheRootAndDeadlinesHold) {
               IsError(StatusCode::kDeadlineExceeded, "deadline"));
   const std::vector<TransportGet> null_out = {{"k", nullptr}};
   EXPECT_THAT((*t)->Get(null_out, kNoDeadline)[0].Wait(),
-              IsError(StatusCode::kInvalidArgument, "an output or a sink"));
+              IsError(StatusCode::kInvalidArgument, "an output or a receiver"));
   EXPECT_THAT(DirectoryTransport::Create({.root = ""}),
               IsError(StatusCode::kInvalidArgument, "root is empty"));
 }

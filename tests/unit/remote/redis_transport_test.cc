@@ -198,7 +198,7 @@ TEST_F(RedisStandaloneTest, RejectsBadItemsWithoutSendingThem) {
                                         {.key = std::string(65537, 'x'), .value = &out}},
                                        In(absl::Seconds(5)));
   EXPECT_THAT(got[0].Wait(), IsError(StatusCode::kInvalidArgument, "key of 0 bytes"));
-  EXPECT_THAT(got[1].Wait(), IsError(StatusCode::kInvalidArgument, "an output or a sink"));
+  EXPECT_THAT(got[1].Wait(), IsError(StatusCode::kInvalidArgument, "an output or a receiver"));
   EXPECT_THAT(got[2].Wait(), IsError(StatusCode::kInvalidArgument, "65537"));
   EXPECT_EQ(t->stats().commands, 0);
   EXPECT_THAT(t->Get({{.key = "k", .value = &out}}, absl::Now() - absl::Seconds(1))[0].Wait(),

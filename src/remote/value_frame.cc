@@ -12,9 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "internal/byte_writer.h"
 #include "internal/status_macros.h"
-
-#define XXH_INLINE_ALL
-#include <xxhash.h>
+#include "internal/xxh3_update.h"
 
 namespace kvtier {
 namespace {
@@ -37,6 +35,7 @@ class FrameDigest {
   explicit FrameDigest(std::string_view secret) {
     if (secret.empty()) {
       XXH3_128bits_reset(&xxh_);
+      avx2_ = internal::Xxh3Avx2Usable();
       return;
     }
     mac_ = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
@@ -58,7 +57,7 @@ class FrameDigest {
   void Update(const std::byte* data, size_t n) {
     if (n == 0) return;
     if (mac_ == nullptr) {
-      XXH3_128bits_update(&xxh_, data, n);
+      internal::Xxh3_128Update(&xxh_, data, n, avx2_);
     } else {
       ok_ = ok_ && EVP_MAC_update(ctx_, reinterpret_cast<const unsigned char*>(data), n) == 1;
     }
@@ -81,6 +80,7 @@ class FrameDigest {
 
  private:
   XXH3_state_t xxh_;
+  bool avx2_ = false;
   EVP_MAC* mac_ = nullptr;
   EVP_MAC_CTX* ctx_ = nullptr;
   bool ok_ = true;

@@ -6,8 +6,9 @@
 // HMAC helps (XXH3 is public): set hmac_secret for any store shared beyond one trust domain.
 // Frames are not encrypted.
 //
-// Health: a circuit breaker watches the store. After breaker_failures consecutive failures
-// (kUnavailable or kDeadlineExceeded: the store did not answer) the tier is bypassed: reads and
+// Health: a circuit breaker watches the store. After breaker_failures consecutive failed requests
+// (a request is one call, batched or not; it failed when no block of it got an answer:
+// kUnavailable or kDeadlineExceeded for all) the tier is bypassed: reads and
 // writes fail at once with kUnavailable, so lookups miss without waiting on a dead store. After
 // a backoff (doubling from breaker_backoff_min to _max) one request probes the store; an answer
 // closes the breaker.
@@ -17,7 +18,8 @@
 //
 // Thread-safety: as TierBackend. Ownership: the tier shares ownership of its Transport; callbacks
 // the transport fires hold no reference to it, so the transport is destroyed on the thread that
-// drops its last owner (never inside its own completion callbacks).
+// drops its last owner. Do not drop the last owner of the tier (or of a shared transport) inside
+// a completion callback: the transport's destructor joins the thread that runs it.
 #ifndef KVTIER_REMOTE_TIER_H_
 #define KVTIER_REMOTE_TIER_H_
 

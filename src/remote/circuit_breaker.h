@@ -6,8 +6,8 @@
 // the maximum. A probe that never reports is given up after the maximum backoff.
 //
 // What counts: the store not answering (kUnavailable, kDeadlineExceeded) is a failure; any
-// answer, including "no such key" or a corrupt value, is a success; kCancelled and argument
-// errors count as neither.
+// answer, including "no such key", a refusal or a corrupt value, is a success; kCancelled and
+// argument errors count as neither. A batched request reports once (remote_tier.cc).
 //
 // Thread-safety: thread-safe.
 #ifndef KVTIER_REMOTE_CIRCUIT_BREAKER_H_
@@ -32,8 +32,9 @@ class CircuitBreaker {
   CircuitBreaker(int failures_to_open, absl::Duration backoff_min, absl::Duration backoff_max)
       : failures_to_open_(failures_to_open), backoff_min_(backoff_min), backoff_max_(backoff_max) {}
 
-  // OK if a request may go to the store at `now`; kUnavailable saying why not otherwise.
-  absl::Status Admit(absl::Time now) {
+  // OK if a request (of `blocks` blocks, for the bypass count) may go to the store at `now`;
+  // kUnavailable saying why not otherwise.
+  absl::Status Admit(absl::Time now, int64_t blocks = 1) {
     MutexLock lock(&mu_);
     switch (state_) {
       case State::kClosed:
@@ -54,7 +55,7 @@ class CircuitBreaker {
         }
         break;
     }
-    ++bypassed_;
+    bypassed_ += blocks;
     return absl::UnavailableError(
         absl::StrCat("remote store bypassed: circuit open after ", consecutive_failures_,
                      " consecutive failures (last: ", last_failure_, ")",
@@ -63,7 +64,7 @@ class CircuitBreaker {
                          : std::string("; a probe is in flight")));
   }
 
-  // Records the outcome of an admitted request.
+  // Records the outcome of an admitted request (one per request, however many blocks).
   void Report(const absl::Status& status, absl::Time now) {
     const bool failure = absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status);
     const bool neutral = absl::IsCancelled(status) || absl::IsInvalidArgument(status);

@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "internal/mutex.h"
 #include "internal/status_macros.h"
 #include "internal/strings.h"
 #include "kvtier/value_frame.h"
@@ -197,6 +198,40 @@ std::vector<Completion> RemoteTier::WriteBlocks(absl::Span<const BlockWrite> wri
 
 namespace {
 
+// One breaker report for a whole batch, once its last block completes: an answer for any block
+// is the store's health; only a batch none of whose blocks got one is a failure (so one slow
+// batch of many blocks counts once, not once per block).
+class BatchHealth {
+ public:
+  BatchHealth(internal::CircuitBreaker* breaker, size_t blocks, std::shared_ptr<const void> keep)
+      : breaker_(breaker), pending_(static_cast<int64_t>(blocks)), keep_(std::move(keep)) {}
+  void Add(const absl::Status& s) {
+    {
+      internal::MutexLock lock(&mu_);
+      if (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) {
+        if (failure_.ok()) failure_ = s;
+      } else if (!absl::IsCancelled(s) && !absl::IsInvalidArgument(s)) {
+        answered_ = true;
+      }
+    }
+    if (pending_.fetch_sub(1) != 1) return;
+    internal::MutexLock lock(&mu_);
+    if (answered_) {
+      breaker_->Report(absl::OkStatus(), absl::Now());
+    } else if (!failure_.ok()) {
+      breaker_->Report(failure_, absl::Now());
+    }
+  }
+
+ private:
+  internal::CircuitBreaker* breaker_;
+  std::atomic<int64_t> pending_;
+  std::shared_ptr<const void> keep_;  // owns *breaker_
+  internal::Mutex mu_;
+  bool answered_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
+};
+
 // Receives one frame: header into its own array, payload into the destination block when it has
 // the block's size (codec none), else into scratch memory to decode from.
 class FrameReceiver final : public TransportReceiver {
@@ -261,18 +296,20 @@ std::vector<Completion> RemoteTier::ReadBlocks(absl::Span<const BlockRead> reads
     index.push_back(i);
   }
   if (gets.empty()) return out;
-  if (absl::Status admitted = impl_->breaker.Admit(absl::Now()); !admitted.ok()) {
+  if (absl::Status admitted = impl_->breaker.Admit(absl::Now(), static_cast<int64_t>(index.size()));
+      !admitted.ok()) {
     for (size_t i : index) out[i] = Completion::Done(admitted);
     return out;
   }
   std::vector<Completion> fetched = transport_->Get(gets, options.deadline);
   std::shared_ptr<Impl> impl = impl_;
+  auto health = std::make_shared<BatchHealth>(&impl_->breaker, index.size(), impl_);
   for (size_t j = 0; j < index.size(); ++j) {
     const size_t i = index[j];
     Completion done;
     out[i] = done;
-    fetched[j].OnDone([impl, slot = reads[i].slot, done](const absl::Status& s) {
-      impl->breaker.Report(s, absl::Now());
+    fetched[j].OnDone([impl, health, slot = reads[i].slot, done](const absl::Status& s) {
+      health->Add(s);
       // kDataLoss: an oversized value, or one that failed verification in the receiver.
       if (absl::IsDataLoss(s)) impl->corrupt_reads.fetch_add(1);
       if (absl::IsNotFound(s) || absl::IsDataLoss(s)) impl->contents->Invalidate(slot);

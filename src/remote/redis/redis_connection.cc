@@ -1,5 +1,6 @@
 #include "remote/redis/redis_connection.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/uio.h>
@@ -100,9 +101,27 @@ void RedisConnection::Queue(std::initializer_list<Arg> argv) {
   ++queued_;
 }
 
-absl::Status RedisConnection::SendQueued() {
-  // iovecs over the pieces, sent with sendmsg: partial sends resume where they stopped, and
-  // MSG_NOSIGNAL keeps a dead peer from raising SIGPIPE.
+absl::Status RedisConnection::Wait(short events, absl::Time deadline, std::string_view what) {
+  while (true) {
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      broken_ = true;
+      return absl::DeadlineExceededError(absl::StrCat("redis ", address_, ": ",
+                                                      absl::string_view(what.data(), what.size()),
+                                                      ": no progress by the deadline"));
+    }
+    const int64_t ms = std::min<int64_t>(
+        absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))), INT_MAX);
+    pollfd p{ctx_->fd, events, 0};
+    const int r = poll(&p, 1, static_cast<int>(ms));
+    if (r > 0) return absl::OkStatus();  // ready, or an error the next call reports
+    if (r < 0 && errno != EINTR) return SocketError(what, errno);
+  }
+}
+
+absl::Status RedisConnection::SendQueued(absl::Time deadline) {
+  // iovecs over the pieces, sent with sendmsg: partial sends resume where they stopped;
+  // MSG_NOSIGNAL keeps a dead peer from raising SIGPIPE, MSG_DONTWAIT lets poll() bound the wait.
   std::vector<iovec> iov(pieces_.size());
   for (size_t i = 0; i < pieces_.size(); ++i) {
     const Piece& p = pieces_[i];
@@ -114,9 +133,13 @@ absl::Status RedisConnection::SendQueued() {
     msghdr msg{};
     msg.msg_iov = iov.data() + first;
     msg.msg_iovlen = std::min<size_t>(iov.size() - first, IOV_MAX);
-    const ssize_t sent = sendmsg(ctx_->fd, &msg, MSG_NOSIGNAL);
+    const ssize_t sent = sendmsg(ctx_->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (sent < 0) {
       if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        KVTIER_RETURN_IF_ERROR(Wait(POLLOUT, deadline, "sending a pipeline"));
+        continue;
+      }
       return SocketError("sending a pipeline", errno);
     }
     size_t left = static_cast<size_t>(sent);
@@ -212,7 +235,9 @@ absl::Status RedisConnection::RoundTrip(absl::Duration timeout,
 }
 
 absl::Status RedisConnection::RoundTripQueued(
-    absl::Duration timeout, absl::FunctionRef<BulkTarget(size_t index, int64_t length)> target,
+    absl::Time send_deadline, absl::Time read_deadline,
+    absl::FunctionRef<BulkTarget(size_t index, int64_t length)> target,
+    absl::FunctionRef<void()> on_sent,
     absl::FunctionRef<void(size_t index, const Reply& reply)> on_reply) {
   const int expected = queued_;
   queued_ = 0;
@@ -230,20 +255,17 @@ absl::Status RedisConnection::RoundTripQueued(
     broken_ = true;
     return absl::InternalError(absl::StrCat("redis ", address_, ": Append and Queue mixed"));
   }
-  if (absl::Status s = SetTimeout(timeout); !s.ok()) {
-    broken_ = true;
-    return s;
-  }
-  KVTIER_RETURN_IF_ERROR(SendQueued());
+  KVTIER_RETURN_IF_ERROR(SendQueued(send_deadline));
+  on_sent();
   for (int i = 0; i < expected; ++i) {
     Reply reply;
-    KVTIER_RETURN_IF_ERROR(ReadReply(static_cast<size_t>(i), target, &reply));
+    KVTIER_RETURN_IF_ERROR(ReadReply(static_cast<size_t>(i), target, read_deadline, &reply));
     on_reply(static_cast<size_t>(i), reply);
   }
   return absl::OkStatus();
 }
 
-absl::Status RedisConnection::ReadMore() {
+absl::Status RedisConnection::ReadMore(absl::Time deadline) {
   if (rpos_ == rend_) {
     rpos_ = rend_ = 0;
   } else if (rend_ == rbuf_.size()) {
@@ -257,17 +279,21 @@ absl::Status RedisConnection::ReadMore() {
     rpos_ = 0;
   }
   while (true) {
-    const ssize_t n = recv(ctx_->fd, rbuf_.data() + rend_, rbuf_.size() - rend_, 0);
+    const ssize_t n = recv(ctx_->fd, rbuf_.data() + rend_, rbuf_.size() - rend_, MSG_DONTWAIT);
     if (n > 0) {
       rend_ += static_cast<size_t>(n);
       return absl::OkStatus();
     }
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      KVTIER_RETURN_IF_ERROR(Wait(POLLIN, deadline, "reading replies"));
+      continue;
+    }
     return SocketError("reading replies", n == 0 ? 0 : errno);
   }
 }
 
-absl::Status RedisConnection::ReadLine(std::string_view* line) {
+absl::Status RedisConnection::ReadLine(std::string_view* line, absl::Time deadline) {
   size_t scanned = 0;  // bytes after rpos_ known to hold no complete CRLF (ReadMore keeps them)
   while (true) {
     const char* begin = rbuf_.data() + rpos_;
@@ -288,23 +314,27 @@ absl::Status RedisConnection::ReadLine(std::string_view* line) {
     } else {
       scanned = available;
     }
-    KVTIER_RETURN_IF_ERROR(ReadMore());
+    KVTIER_RETURN_IF_ERROR(ReadMore(deadline));
   }
 }
 
-absl::Status RedisConnection::ReadInto(absl::Span<std::byte> out) {
+absl::Status RedisConnection::ReadInto(absl::Span<std::byte> out, absl::Time deadline) {
   // What is buffered first, then straight from the socket into `out`.
   const size_t buffered = std::min(out.size(), rend_ - rpos_);
-  std::memcpy(out.data(), rbuf_.data() + rpos_, buffered);
+  if (buffered > 0) std::memcpy(out.data(), rbuf_.data() + rpos_, buffered);
   rpos_ += buffered;
   size_t done = buffered;
   while (done < out.size()) {
-    const ssize_t n = recv(ctx_->fd, out.data() + done, out.size() - done, 0);
+    const ssize_t n = recv(ctx_->fd, out.data() + done, out.size() - done, MSG_DONTWAIT);
     if (n > 0) {
       done += static_cast<size_t>(n);
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      KVTIER_RETURN_IF_ERROR(Wait(POLLIN, deadline, "reading a value"));
+      continue;
+    }
     return SocketError("reading a value", n == 0 ? 0 : errno);
   }
   return absl::OkStatus();
@@ -312,9 +342,9 @@ absl::Status RedisConnection::ReadInto(absl::Span<std::byte> out) {
 
 absl::Status RedisConnection::ReadReply(
     size_t index, absl::FunctionRef<BulkTarget(size_t index, int64_t length)> target,
-    Reply* reply) {
+    absl::Time deadline, Reply* reply) {
   std::string_view line;
-  KVTIER_RETURN_IF_ERROR(ReadLine(&line));
+  KVTIER_RETURN_IF_ERROR(ReadLine(&line, deadline));
   auto protocol_error = [&](std::string_view what) {
     broken_ = true;
     return absl::UnavailableError(absl::StrCat(
@@ -347,34 +377,43 @@ absl::Status RedisConnection::ReadReply(
   }
   long long length = 0;
   if (!parse_int(&length) || length < -1) return protocol_error("a malformed bulk length");
+  if (length > kMaxBulkBytes) {
+    return protocol_error(
+        absl::StrCat("a bulk string of ", length, " bytes (at most ", kMaxBulkBytes, ")"));
+  }
   if (length == -1) {
     reply->type = REDIS_REPLY_NIL;
     return absl::OkStatus();
   }
   reply->type = REDIS_REPLY_STRING;
   BulkTarget where = target(index, length);
+  // Bytes going into someone's buffers (and the CRLF after them) are bounded by their deadline.
+  const absl::Time bulk_deadline =
+      where.buffers.empty() ? deadline : std::min(deadline, where.deadline);
   if (!where.buffers.empty()) {
     int64_t total = 0;
     for (const absl::Span<std::byte>& b : where.buffers) total += static_cast<int64_t>(b.size());
     if (total != length) return protocol_error("bulk buffers do not match the value's length");
-    for (const absl::Span<std::byte>& b : where.buffers) KVTIER_RETURN_IF_ERROR(ReadInto(b));
+    for (const absl::Span<std::byte>& b : where.buffers) {
+      KVTIER_RETURN_IF_ERROR(ReadInto(b, bulk_deadline));
+    }
     reply->delivered = true;
   } else if (where.skip) {
     std::vector<std::byte> sink(static_cast<size_t>(std::min<long long>(length, 1 << 20)));
     for (long long left = length; left > 0;) {
       const size_t n =
           static_cast<size_t>(std::min<long long>(left, static_cast<long long>(sink.size())));
-      KVTIER_RETURN_IF_ERROR(ReadInto(absl::MakeSpan(sink).first(n)));
+      KVTIER_RETURN_IF_ERROR(ReadInto(absl::MakeSpan(sink).first(n), deadline));
       left -= static_cast<long long>(n);
     }
     reply->skipped = true;
   } else {
     reply->text.resize(static_cast<size_t>(length));
     KVTIER_RETURN_IF_ERROR(
-        ReadInto({reinterpret_cast<std::byte*>(reply->text.data()), reply->text.size()}));
+        ReadInto({reinterpret_cast<std::byte*>(reply->text.data()), reply->text.size()}, deadline));
   }
   std::array<std::byte, 2> crlf;
-  KVTIER_RETURN_IF_ERROR(ReadInto(absl::MakeSpan(crlf)));
+  KVTIER_RETURN_IF_ERROR(ReadInto(absl::MakeSpan(crlf), bulk_deadline));
   if (crlf[0] != std::byte{'\r'} || crlf[1] != std::byte{'\n'}) {
     return protocol_error("a bulk string not followed by CRLF");
   }

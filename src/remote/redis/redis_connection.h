@@ -91,15 +91,22 @@ class RedisConnection {
   struct BulkTarget {
     std::vector<absl::Span<std::byte>> buffers;
     bool skip = false;
+    // Receiving into `buffers` must end by then (the owner of the buffers gives up then).
+    absl::Time deadline = absl::InfiniteFuture();
   };
-  // Sends the queued commands and reads one reply each, in order: `target` is asked where each
-  // bulk string goes before its bytes are read, and `on_reply` gets every reply once it is
-  // whole. Socket waits are bounded by `timeout`. Errors: as RoundTrip, and kUnavailable for a
-  // protocol error or buffers that do not match the bulk's length; the connection is then
-  // broken, and a bulk being received may have partly filled its buffers.
-  absl::Status RoundTripQueued(absl::Duration timeout,
+  // Sends the queued commands (by `send_deadline`), calls `on_sent`, then reads one reply each,
+  // in order, by `read_deadline`: `target` is asked where each bulk string goes before its bytes
+  // are read, and `on_reply` gets every reply once it is whole. Waits use poll() against these
+  // absolute times, so a server that trickles bytes cannot stretch them. Errors:
+  // kDeadlineExceeded when a deadline passed, kUnavailable for a socket or protocol error or
+  // buffers that do not match the bulk's length; the connection is then broken, and a bulk being
+  // received may have partly filled its buffers.
+  absl::Status RoundTripQueued(absl::Time send_deadline, absl::Time read_deadline,
                                absl::FunctionRef<BulkTarget(size_t index, int64_t length)> target,
+                               absl::FunctionRef<void()> on_sent,
                                absl::FunctionRef<void(size_t index, const Reply& reply)> on_reply);
+  // The largest bulk string the reader accepts: Redis's own default proto-max-bulk-len.
+  static constexpr int64_t kMaxBulkBytes = int64_t{512} << 20;
 
   bool broken() const { return broken_; }
   const std::string& address() const { return address_; }
@@ -110,15 +117,17 @@ class RedisConnection {
   absl::Status SetTimeout(absl::Duration timeout);
   absl::Status ErrorStatus(std::string_view what) const;
   absl::Status SocketError(std::string_view what, int err);
-  absl::Status SendQueued();
+  absl::Status SendQueued(absl::Time deadline);
   void AddPiece(std::string_view bytes);
+  // Waits until the socket is ready for `events` or `deadline` passes (kDeadlineExceeded).
+  absl::Status Wait(short events, absl::Time deadline, std::string_view what);
   // The RESP reader over the socket: buffered lines, and bulk bytes straight into buffers.
-  absl::Status ReadMore();
-  absl::Status ReadLine(std::string_view* line);
-  absl::Status ReadInto(absl::Span<std::byte> out);
+  absl::Status ReadMore(absl::Time deadline);
+  absl::Status ReadLine(std::string_view* line, absl::Time deadline);
+  absl::Status ReadInto(absl::Span<std::byte> out, absl::Time deadline);
   absl::Status ReadReply(size_t index,
                          absl::FunctionRef<BulkTarget(size_t index, int64_t length)> target,
-                         Reply* reply);
+                         absl::Time deadline, Reply* reply);
 
   redisContext* ctx_;
   std::string address_;

@@ -19,7 +19,8 @@ std::string RedisEndpoint::address() const {
 }
 
 absl::StatusOr<RedisEndpoint> ParseRedisEndpoint(std::string_view text,
-                                                 std::string_view default_host) {
+                                                 std::string_view default_host,
+                                                 bool server_supplied) {
   auto bad = [&](std::string_view why) {
     return absl::InvalidArgumentError(
         absl::StrCat("redis endpoint \"", ToAbsl(text), "\": ", ToAbsl(why)));
@@ -30,7 +31,7 @@ absl::StatusOr<RedisEndpoint> ParseRedisEndpoint(std::string_view text,
   const std::string_view port_text = text.substr(colon + 1);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
-  } else if (host.find(':') != std::string_view::npos) {
+  } else if (host.find(':') != std::string_view::npos && !server_supplied) {
     return bad("an IPv6 address must be in brackets: [addr]:port");
   }
   int port = 0;

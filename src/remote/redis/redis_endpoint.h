@@ -17,9 +17,12 @@ struct RedisEndpoint {
 };
 
 // Parses "host:port" or "[v6]:port". An empty host (Redis 7 sends ":port" in MOVED when the
-// client should reuse the address it used) becomes `default_host`. Errors: kInvalidArgument.
+// client should reuse the address it used) becomes `default_host`. `server_supplied` accepts
+// what Redis itself writes in MOVED and ASK: an IPv6 address without brackets, the port after
+// the last ':'. Errors: kInvalidArgument.
 absl::StatusOr<RedisEndpoint> ParseRedisEndpoint(std::string_view text,
-                                                 std::string_view default_host);
+                                                 std::string_view default_host,
+                                                 bool server_supplied = false);
 
 }  // namespace kvtier::internal
 

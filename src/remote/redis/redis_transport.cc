@@ -47,18 +47,32 @@ struct Item {
   absl::Span<const std::byte> value;            // kSet
   std::vector<std::byte>* out = nullptr;        // kGet, unless `receiver`
   std::shared_ptr<TransportReceiver> receiver;  // kGet
-  bool receiving = false;  // claimed by the worker, value being received (Begin ran)
+  bool receiving = false;  // owned by the worker: its value is being received (Begin ran)
   int64_t max_bytes = 0;   // kGet
   Completion done;
   Batch* batch = nullptr;
-  std::atomic<bool> claimed{false};
   int redirects = 0;
-  int ask_node = -1;     // after ASK: the next attempt goes to this node, after ASKING
-  bool retried = false;  // sent again once on a fresh connection after a stale one failed
+  int ask_node = -1;       // after ASK: the next attempt goes to this node, after ASKING
+  bool retried = false;    // sent again once on a fresh connection after a stale one failed
+  bool try_again = false;  // the server said TRYAGAIN
 
-  // Whoever claims an item (a worker with its reply, or the deadline timer) completes it; the
-  // other does nothing, so a late reply is never written into the caller's buffer.
-  bool Claim() { return !claimed.exchange(true, std::memory_order_acq_rel); }
+  // Who may complete the item. kFree: whoever claims it first (the deadline timer, or a worker
+  // with its reply). kOwned: a worker is touching the caller's buffers (sending a SET's value,
+  // receiving a GET's), so the timer leaves it alone and the worker bounds that I/O by the
+  // item's deadline itself. kDone: completed. Buffers are therefore never touched after the
+  // Completion fired.
+  enum State : uint8_t { kFree = 0, kOwned = 1, kDone = 2 };
+  std::atomic<uint8_t> state{kFree};
+
+  bool Claim() { return Move(kFree, kDone); }
+  bool Own() { return Move(kFree, kOwned); }
+  bool Disown() { return Move(kOwned, kFree); }
+  bool done_already() const { return state.load(std::memory_order_acquire) == kDone; }
+
+ private:
+  bool Move(uint8_t from, uint8_t to) {
+    return state.compare_exchange_strong(from, to, std::memory_order_acq_rel);
+  }
 };
 
 struct Batch {
@@ -72,11 +86,31 @@ struct Batch {
 struct Work {
   std::vector<std::shared_ptr<Batch>> owners;
   std::vector<Item*> items;
+  // One node's share of another worker's items: served whole and alone, so a small group is
+  // never merged and split off again behind larger ones (starvation).
+  bool handed_off = false;
 };
 
 int64_t ValueBytes(const Item& item) {
   return item.op == Op::kSet ? static_cast<int64_t>(item.value_prefix.size() + item.value.size())
                              : 0;
+}
+
+// The status of an error reply. A server that is not ready (CLUSTERDOWN, LOADING, MASTERDOWN,
+// BUSY, TRYAGAIN) is kUnavailable: the store's health. Any other refusal is an answer from a
+// working store and must not read as one that is down: OOM is kResourceExhausted, NOAUTH,
+// WRONGPASS and NOPERM kPermissionDenied, the rest (ERR, WRONGTYPE, ...) kInternal.
+absl::Status ErrorReplyStatus(const std::string& address, std::string_view error) {
+  const absl::string_view e = internal::ToAbsl(error);
+  const std::string message = absl::StrCat("redis ", address, ": ", e);
+  for (const char* prefix : {"CLUSTERDOWN", "LOADING", "MASTERDOWN", "BUSY", "TRYAGAIN"}) {
+    if (absl::StartsWith(e, prefix)) return absl::UnavailableError(message);
+  }
+  if (absl::StartsWith(e, "OOM")) return absl::ResourceExhaustedError(message);
+  for (const char* prefix : {"NOAUTH", "WRONGPASS", "NOPERM"}) {
+    if (absl::StartsWith(e, prefix)) return absl::PermissionDeniedError(message);
+  }
+  return absl::InternalError(message);
 }
 
 }  // namespace
@@ -92,6 +126,7 @@ struct RedisTransport::Impl {
   RedisTransportOptions options;
   std::string ttl_ms;  // "PX" argument, empty for no TTL
 
+  internal::Mutex refresh_mu;  // held while reading CLUSTER SLOTS; taken before topo_mu
   mutable internal::Mutex topo_mu;
   std::vector<Node> nodes ABSL_GUARDED_BY(topo_mu);
   absl::flat_hash_map<std::string, int> node_by_address ABSL_GUARDED_BY(topo_mu);
@@ -129,21 +164,31 @@ struct RedisTransport::Impl {
                                               " bytes; at most ", item->max_bytes, " expected")));
       return skip;
     }
-    if (!item->Claim()) return skip;  // completed already: the bytes are dropped
+    if (!item->Own()) return skip;  // completed already: the bytes are dropped
+    RedisConnection::BulkTarget target{.deadline = item->batch->deadline};
     if (item->receiver != nullptr) {
       absl::StatusOr<std::vector<absl::Span<std::byte>>> buffers = item->receiver->Begin(length);
       if (!buffers.ok()) {
         Complete(item, buffers.status());
         return skip;
       }
-      item->receiving = true;
-      if (length == 0) return skip;  // nothing to read; ValueReceived finishes it
-      return {.buffers = *std::move(buffers)};
+      int64_t total = 0;
+      for (const absl::Span<std::byte>& b : *buffers) total += static_cast<int64_t>(b.size());
+      if (total != length) {
+        Complete(item, absl::InternalError(absl::StrCat("redis: the receiver named ", total,
+                                                        " bytes for a value of ", length)));
+        return skip;
+      }
+      target.buffers = *std::move(buffers);
+    } else {
+      item->out->resize(static_cast<size_t>(length));
+      target.buffers = {absl::MakeSpan(*item->out)};
     }
     item->receiving = true;
-    item->out->resize(static_cast<size_t>(length));
-    if (length == 0) return skip;
-    return {.buffers = {absl::MakeSpan(*item->out)}};
+    if (length == 0) return skip;  // nothing to read; ValueReceived finishes it
+    // Drop empty buffers: an empty list means "keep the bytes" to the reader.
+    std::erase_if(target.buffers, [](absl::Span<std::byte> b) { return b.empty(); });
+    return target;
   }
   void ValueReceived(Item* item) {
     if (!item->receiving) return;  // skipped: completed elsewhere
@@ -154,8 +199,9 @@ struct RedisTransport::Impl {
     item->receiving = false;
     Complete(item, status);
   }
-  // Completes an item this worker has claimed.
+  // Completes an item this worker owns.
   void Complete(Item* item, absl::Status status) {
+    item->state.store(Item::kDone, std::memory_order_release);
     item->done.Complete(std::move(status));
     Release(item->batch);
   }
@@ -191,9 +237,11 @@ struct RedisTransport::Impl {
   }
 
   // ---- connections (each worker owns its own, indexed by node) ----
+  // Connects with connect_timeout whatever the callers' deadlines (the timer enforces those), so
+  // a tight deadline never makes a healthy server look down.
   absl::StatusOr<RedisConnection*> Connection(int node,
                                               std::vector<std::unique_ptr<RedisConnection>>& conns,
-                                              absl::Time deadline, bool* reused) {
+                                              bool* reused) {
     if (conns.size() <= static_cast<size_t>(node)) conns.resize(static_cast<size_t>(node) + 1);
     std::unique_ptr<RedisConnection>& conn = conns[static_cast<size_t>(node)];
     if (conn != nullptr && !conn->broken()) {
@@ -218,9 +266,8 @@ struct RedisTransport::Impl {
                  .password = options.password,
                  .database = options.database};
     }
-    const absl::Duration timeout = std::min(options.connect_timeout, deadline - absl::Now());
     absl::StatusOr<std::unique_ptr<RedisConnection>> made =
-        RedisConnection::Connect(connect, timeout);
+        RedisConnection::Connect(connect, options.connect_timeout);
     internal::MutexLock lock(&topo_mu);
     Node& n = nodes[static_cast<size_t>(node)];
     if (!made.ok()) {
@@ -259,11 +306,15 @@ struct RedisTransport::Impl {
 
 void RedisTransport::Impl::RefreshSlotMap(std::vector<std::unique_ptr<RedisConnection>>& conns,
                                           int first, bool force, absl::Time deadline) {
+  // One refresh at a time: a worker that finds a refresh under way waits for its map (rather than
+  // failing its keys for want of one), then skips its own as too recent.
+  internal::MutexLock refreshing(&refresh_mu);
   std::vector<int> candidates;
   {
     internal::MutexLock lock(&topo_mu);
     const absl::Time now = absl::Now();
-    if (!force && now - last_refresh < absl::Milliseconds(100)) return;
+    // At most every 100 ms, or 10 ms when a slot has no known owner at all (forced).
+    if (now - last_refresh < (force ? absl::Milliseconds(10) : absl::Milliseconds(100))) return;
     last_refresh = now;
     if (first >= 0) candidates.push_back(first);
     for (int i = 0; i < static_cast<int>(nodes.size()); ++i) {
@@ -273,14 +324,13 @@ void RedisTransport::Impl::RefreshSlotMap(std::vector<std::unique_ptr<RedisConne
   for (int node : candidates) {
     if (absl::Now() >= deadline) return;
     bool reused = false;
-    absl::StatusOr<RedisConnection*> conn = Connection(node, conns, deadline, &reused);
+    absl::StatusOr<RedisConnection*> conn = Connection(node, conns, &reused);
     if (!conn.ok()) continue;
     (*conn)->Append({"CLUSTER", "SLOTS"});
     std::vector<RedisReplyPtr> replies;
-    if (!(*conn)
-             ->RoundTrip(std::min(options.command_timeout, deadline - absl::Now()), &replies)
-             .ok()) {
+    if (!(*conn)->RoundTrip(options.command_timeout, &replies).ok()) {
       counters.io_errors.fetch_add(1);
+      conns[static_cast<size_t>(node)].reset();
       continue;
     }
     const redisReply* r = replies[0].get();
@@ -339,7 +389,11 @@ void RedisTransport::Impl::WorkerLoop() {
       while (queue.empty() && !stopping) queue_cv.Wait(&queue_mu);
       if (queue.empty()) return;  // stopping
       // Several small batches share one round trip, up to max_pipeline items.
-      while (!queue.empty() &&
+      if (queue.front().handed_off) {
+        work = std::move(queue.front());
+        queue.pop_front();
+      }
+      while (!work.handed_off && !queue.empty() && !queue.front().handed_off &&
              (work.items.empty() || work.items.size() + queue.front().items.size() <=
                                         static_cast<size_t>(options.max_pipeline))) {
         Work& next = queue.front();
@@ -355,13 +409,14 @@ void RedisTransport::Impl::WorkerLoop() {
 void RedisTransport::Impl::Execute(Work work,
                                    std::vector<std::unique_ptr<RedisConnection>>& conns) {
   bool map_refreshed = false;
+  bool may_hand_off = !work.handed_off;
   std::vector<Item*> items = std::move(work.items);
   while (!items.empty()) {
     // Group by node, in arrival order within a node.
     std::vector<std::vector<Item*>> by_node;
     absl::Time latest = absl::InfinitePast();
     for (Item* item : items) {
-      if (item->claimed.load(std::memory_order_acquire)) continue;
+      if (item->done_already()) continue;
       if (absl::Now() > item->batch->deadline) {
         Finish(item, absl::DeadlineExceededError("redis: deadline passed before sending"));
         continue;
@@ -392,10 +447,10 @@ void RedisTransport::Impl::Execute(Work work,
     bool handed_off = false;
     {
       internal::MutexLock lock(&queue_mu);
-      if (!stopping) {
+      if (!stopping && may_hand_off) {
         for (size_t node = 0; node < by_node.size(); ++node) {
           if (node == mine || by_node[node].empty()) continue;
-          queue.push_front(Work{work.owners, std::move(by_node[node])});
+          queue.push_front(Work{work.owners, std::move(by_node[node]), /*handed_off=*/true});
           by_node[node].clear();
           handed_off = true;
         }
@@ -411,6 +466,14 @@ void RedisTransport::Impl::Execute(Work work,
       }
     }
     if (refresh) RefreshSlotMap(conns, refresh_from, /*force=*/false, latest);
+    // TRYAGAIN (a slot mid-migration) asks for a short wait before the retry.
+    bool wait = false;
+    for (Item* item : retry) {
+      wait = wait || item->try_again;
+      item->try_again = false;
+    }
+    if (wait) absl::SleepFor(absl::Milliseconds(10));
+    may_hand_off = true;
     items = std::move(retry);
   }
 }
@@ -434,22 +497,29 @@ void RedisTransport::Impl::RunOnNode(int node, absl::Span<Item* const> items,
     begin = end;
 
     bool reused = false;
-    absl::StatusOr<RedisConnection*> conn = Connection(node, conns, latest, &reused);
+    absl::StatusOr<RedisConnection*> conn = Connection(node, conns, &reused);
     if (!conn.ok()) {
       for (Item* item : chunk) Finish(item, conn.status());
       continue;
     }
-    // The item of each command in the pipeline, in order; -1 for an ASKING before its command.
-    std::vector<int> command_item;
+    // A SET's value is sent from the caller's memory, so the item is owned (the timer cannot
+    // complete it) until the send is over, and the send is bounded by its deadline.
+    const absl::Time start = absl::Now();
+    absl::Time send_deadline = start + options.command_timeout;
+    std::vector<Item*> sent;        // the items in the pipeline, in order
+    std::vector<int> command_item;  // per command: index into `sent`, -1 for an ASKING
+    sent.reserve(chunk.size());
     command_item.reserve(chunk.size() + 4);
-    for (size_t i = 0; i < chunk.size(); ++i) {
-      Item* item = chunk[i];
+    for (Item* item : chunk) {
+      if (item->op == Op::kSet ? !item->Own() : item->done_already()) continue;  // timed out
+      if (item->op == Op::kSet) send_deadline = std::min(send_deadline, item->batch->deadline);
       if (item->ask_node >= 0) {
         item->ask_node = -1;
         (*conn)->Queue({{"ASKING"}});
         command_item.push_back(-1);
       }
-      command_item.push_back(static_cast<int>(i));
+      command_item.push_back(static_cast<int>(sent.size()));
+      sent.push_back(item);
       const std::string_view key = item->key;
       switch (item->op) {
         case Op::kSet: {
@@ -474,24 +544,40 @@ void RedisTransport::Impl::RunOnNode(int node, absl::Span<Item* const> items,
           break;
       }
     }
-    counters.commands.fetch_add(static_cast<int64_t>(chunk.size()));
+    if (sent.empty()) continue;
+    // Once sent, SET values are in the kernel: the items are free for the timer again, and one
+    // whose deadline passed during the send completes now.
+    bool released = false;
+    auto release_sets = [&] {
+      released = true;
+      const absl::Time now = absl::Now();
+      for (Item* item : sent) {
+        if (item->op == Op::kSet && item->Disown() && now > item->batch->deadline) {
+          Finish(item, absl::DeadlineExceededError("redis: deadline passed while sending"));
+        }
+      }
+    };
+    counters.commands.fetch_add(static_cast<int64_t>(sent.size()));
     counters.round_trips.fetch_add(1);
-    // Each item completes as its reply arrives, not when the whole pipeline is in.
-    size_t answered = 0;  // items of `chunk` with a reply
+    // Each item completes as its reply arrives, not when the whole pipeline is in. Socket waits
+    // are bounded by command_timeout; callers' deadlines are the timer's (and, for a value being
+    // received into a caller's buffers, the reader's).
+    size_t answered = 0;  // items of `sent` with a reply
     const absl::Status io = (*conn)->RoundTripQueued(
-        std::min(options.command_timeout, latest - absl::Now()),
+        send_deadline, start + options.command_timeout,
         [&](size_t index, int64_t length) -> RedisConnection::BulkTarget {
           const int i = command_item[index];
-          Item* item = i < 0 ? nullptr : chunk[static_cast<size_t>(i)];
+          Item* item = i < 0 ? nullptr : sent[static_cast<size_t>(i)];
           if (item == nullptr || item->op != Op::kGet) return {};  // kept, then reported
           return ValueTarget(item, length);
         },
+        release_sets,
         [&](size_t index, const RedisConnection::Reply& reply) {
           const int i = command_item[index];
           answered = static_cast<size_t>(std::max(i + 1, static_cast<int>(answered)));
           if (i < 0) return;  // ASKING's +OK; an error shows on the command itself
-          Item* item = chunk[static_cast<size_t>(i)];
-          if (reply.delivered || reply.skipped) {
+          Item* item = sent[static_cast<size_t>(i)];
+          if (reply.delivered || reply.skipped || item->receiving) {
             ValueReceived(item);
             return;
           }
@@ -499,8 +585,12 @@ void RedisTransport::Impl::RunOnNode(int node, absl::Span<Item* const> items,
         });
     if (io.ok()) continue;
     counters.io_errors.fetch_add(1);
-    for (size_t i = answered; i < chunk.size(); ++i) {
-      Item* item = chunk[i];
+    // A broken connection (a command cut mid-way, a reply never read) is closed now, not at its
+    // next use: the server must not wait on it, nor keep reading a value the caller gave up.
+    if ((*conn)->broken()) conns[static_cast<size_t>(node)].reset();
+    if (!released) release_sets();
+    for (size_t i = answered; i < sent.size(); ++i) {
+      Item* item = sent[i];
       if (item->receiving) {  // its value was cut off mid-way
         FailReceiving(item, io);
         continue;
@@ -525,14 +615,18 @@ void RedisTransport::Impl::HandleReply(Item* item, const RedisConnection::Reply&
     const bool moved = absl::StartsWith(internal::ToAbsl(error), "MOVED ");
     const bool ask = absl::StartsWith(internal::ToAbsl(error), "ASK ");
     if (options.cluster && (moved || ask)) {
-      // "MOVED <slot> <host>:<port>"; an empty host means the node that replied.
+      // "MOVED <slot> <host>:<port>": an empty host means the node that replied, and an IPv6
+      // host comes without brackets, so the port is after the last ':'.
       const size_t space = error.rfind(' ');
-      absl::StatusOr<internal::RedisEndpoint> target =
-          internal::ParseRedisEndpoint(error.substr(space + 1), EndpointOf(node).host);
-      if (!target.ok() || ++item->redirects > options.max_redirects) {
-        Finish(item, absl::UnavailableError(
-                         absl::StrCat("redis-cluster: gave up on key after ", item->redirects,
-                                      " redirects; last: ", internal::ToAbsl(error))));
+      absl::StatusOr<internal::RedisEndpoint> target = internal::ParseRedisEndpoint(
+          error.substr(space + 1), EndpointOf(node).host, /*server_supplied=*/true);
+      ++item->redirects;
+      if (!target.ok() || item->redirects > options.max_redirects) {
+        *refresh = true;  // the map is what is wrong; learn it again
+        Finish(item, absl::UnavailableError(absl::StrCat(
+                         "redis-cluster: gave up on key after ", item->redirects,
+                         " redirects; last: ", internal::ToAbsl(error),
+                         target.ok() ? "" : absl::StrCat(" (", target.status().message(), ")"))));
         return;
       }
       const int to = NodeIndex(*target);
@@ -556,14 +650,11 @@ void RedisTransport::Impl::HandleReply(Item* item, const RedisConnection::Reply&
     }
     if (options.cluster && absl::StartsWith(internal::ToAbsl(error), "TRYAGAIN") &&
         ++item->redirects <= options.max_redirects) {
-      retry->push_back(item);  // a slot mid-migration; Redis asks to retry shortly
+      item->try_again = true;  // a slot mid-migration; Redis asks to retry shortly
+      retry->push_back(item);
       return;
     }
-    const std::string message =
-        absl::StrCat("redis ", EndpointOf(node).address(), ": ", internal::ToAbsl(error));
-    Finish(item, absl::StartsWith(internal::ToAbsl(error), "OOM")
-                     ? absl::ResourceExhaustedError(message)
-                     : absl::UnavailableError(message));
+    Finish(item, ErrorReplyStatus(EndpointOf(node).address(), error));
     return;
   }
   switch (item->op) {
@@ -604,7 +695,7 @@ std::vector<Completion> RedisTransport::Impl::Submit(std::shared_ptr<Batch> batc
   for (const auto& item : batch->items) out.push_back(item->done);
   // Items that failed validation are claimed already; only the rest are counted and sent.
   int64_t live = 0;
-  for (const auto& item : batch->items) live += item->claimed.load() ? 0 : 1;
+  for (const auto& item : batch->items) live += item->done_already() ? 0 : 1;
   if (live == 0) return out;
   if (absl::Now() > batch->deadline) {
     for (const auto& item : batch->items) {
@@ -628,19 +719,24 @@ std::vector<Completion> RedisTransport::Impl::Submit(std::shared_ptr<Batch> batc
       }
     });
   }
+  bool cancelled = false;
   {
     internal::MutexLock lock(&queue_mu);
-    if (stopping) {
-      for (const auto& item : batch->items)
-        Finish(item.get(), absl::CancelledError("redis: transport destroyed"));
-      return out;
+    cancelled = stopping;
+    if (!cancelled) {
+      Work work;
+      for (const auto& item : batch->items) {
+        if (!item->done_already()) work.items.push_back(item.get());
+      }
+      work.owners.push_back(batch);
+      queue.push_back(std::move(work));
     }
-    Work work;
+  }
+  if (cancelled) {  // completed outside the lock: callbacks may submit again
     for (const auto& item : batch->items) {
-      if (!item->claimed.load(std::memory_order_acquire)) work.items.push_back(item.get());
+      Finish(item.get(), absl::CancelledError("redis: transport destroyed"));
     }
-    work.owners.push_back(std::move(batch));
-    queue.push_back(std::move(work));
+    return out;
   }
   queue_cv.Signal();
   return out;
@@ -745,7 +841,7 @@ Item* AddItem(Batch& batch, Op op, const std::string& key) {
   item->key = key;
   item->batch = &batch;
   if (key.empty() || key.size() > kMaxKeyBytes) {
-    item->claimed.store(true);
+    item->state.store(Item::kDone);
     item->done.Complete(absl::InvalidArgumentError(
         absl::StrCat("redis: a key of ", key.size(), " bytes; 1..", kMaxKeyBytes, " allowed")));
   }

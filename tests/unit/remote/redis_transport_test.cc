@@ -2,6 +2,9 @@
 // tests), plus the parts that need no server: options, URLs, hash slots.
 #include "kvtier/redis_transport.h"
 
+#include <algorithm>
+#include <array>
+#include <atomic>
 #include <string>
 #include <thread>
 #include <vector>
@@ -9,6 +12,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "remote/redis/key_slot.h"
+#include "remote/redis/redis_endpoint.h"
+#include "tests/testing/fake_tcp_server.h"
 #include "tests/testing/random_bytes.h"
 #include "tests/testing/redis_server.h"
 #include "tests/testing/status_matchers.h"
@@ -278,7 +283,7 @@ TEST_F(RedisStandaloneTest, AuthenticatesAndReportsAWrongPassword) {
               IsError(StatusCode::kUnavailable, "AUTH"));
   auto none = Make();
   EXPECT_THAT(none->Get({{.key = "k", .value = &out}}, In(absl::Seconds(5)))[0].Wait(),
-              IsError(StatusCode::kUnavailable, "NOAUTH"));
+              IsError(StatusCode::kPermissionDenied, "NOAUTH"));
   auto right = Make({.password = "pw-1"});
   const std::vector<std::byte> v = Bytes("secret kv");
   KVTIER_ASSERT_OK(right->Put({{.key = "k", .value = v}}, In(absl::Seconds(5)))[0].Wait());
@@ -392,6 +397,149 @@ TEST_F(RedisStandaloneTest, DestroyingWithQueuedWorkCancelsIt) {
   t.reset();
   EXPECT_TRUE(first[0].done());
   EXPECT_THAT(queued[0].Wait(), IsError(StatusCode::kCancelled, "destroyed"));
+}
+
+// ---- scripted servers (tests/testing/fake_tcp_server.h), for what a real one will not do ----
+
+using ::kvtier::testing::FakeTcpServer;
+
+// Found in review: a SET's value was sent from the caller's memory while the deadline timer could
+// already have completed the item, so a caller that reused its buffer after kDeadlineExceeded
+// had the new bytes stored under the old key (or freed memory read). The item is now owned while
+// its value is sent, and the send is bounded by its deadline.
+TEST(RedisFakeServerTest, PutValueIsNeverReadAfterItsCompletion) {
+  std::string received;
+  std::atomic<bool> drained{false};
+  FakeTcpServer server(
+      [&](int fd) {
+        // A slow reader: 64 KiB every 10 ms, until the client goes away.
+        char buf[65536];
+        while (true) {
+          const ssize_t n = read(fd, buf, sizeof(buf));
+          if (n <= 0) break;
+          received.append(buf, static_cast<size_t>(n));
+          absl::SleepFor(absl::Milliseconds(10));
+        }
+        drained = true;
+      },
+      /*receive_buffer=*/64 * 1024);
+  ASSERT_TRUE(server.ok());
+  auto t = RedisTransport::Create(
+      {.endpoints = {server.address()}, .command_timeout = absl::Seconds(30), .connections = 1});
+  ASSERT_TRUE(t.ok());
+  std::vector<std::byte> value(32 << 20, std::byte{0x11});
+  const absl::Time start = absl::Now();
+  const absl::Status s =
+      (*t)->Put({{.key = "big", .value = value}}, start + absl::Milliseconds(150))[0].Wait();
+  EXPECT_THAT(s, IsError(StatusCode::kDeadlineExceeded, ""));
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(800));
+  // The caller reuses its buffer at once, as it may.
+  std::fill(value.begin(), value.end(), std::byte{0xAA});
+  for (int i = 0; i < 500 && !drained; ++i) absl::SleepFor(absl::Milliseconds(20));
+  ASSERT_TRUE(drained) << "the client kept the connection open after giving up";
+  EXPECT_GT(received.size(), 0u);
+  EXPECT_EQ(received.find(static_cast<char>(0xAA)), std::string::npos)
+      << "bytes written after the completion reached the server";
+}
+
+// Found in review: a GET whose value had started arriving was no longer bound by its own
+// deadline but by the longest deadline in its round trip (or command_timeout), so a server that
+// stalled mid-value held a short-deadline read for seconds.
+TEST(RedisFakeServerTest, ValueStallingMidwayCompletesByItsDeadline) {
+  FakeTcpServer server([&](int fd) {
+    FakeTcpServer::ReadUntil(fd, "GET");      // the first round trip: one GET
+    absl::SleepFor(absl::Milliseconds(100));  // meanwhile two more batches queue up
+    FakeTcpServer::WriteAll(fd, "$-1\r\n");
+    FakeTcpServer::ReadUntil(fd, "GET", 2);  // both, in one round trip
+    FakeTcpServer::WriteAll(fd, "$1048576\r\n" + std::string(65536, 'x'));  // then nothing
+    absl::SleepFor(absl::Seconds(3));
+  });
+  ASSERT_TRUE(server.ok());
+  auto t = RedisTransport::Create(
+      {.endpoints = {server.address()}, .command_timeout = absl::Seconds(10), .connections = 1});
+  ASSERT_TRUE(t.ok());
+  std::vector<std::byte> first, a, b;
+  std::vector<Completion> blocker =
+      (*t)->Get({{.key = "first", .value = &first}}, In(absl::Seconds(5)));
+  absl::SleepFor(absl::Milliseconds(30));
+  const absl::Time start = absl::Now();
+  std::vector<Completion> short_one =
+      (*t)->Get({{.key = "a", .value = &a}}, start + absl::Milliseconds(300));
+  std::vector<Completion> long_one =
+      (*t)->Get({{.key = "b", .value = &b}}, start + absl::Seconds(20));
+  EXPECT_THAT(blocker[0].Wait(), IsError(StatusCode::kNotFound, ""));
+  EXPECT_THAT(short_one[0].Wait(), IsError(StatusCode::kDeadlineExceeded, ""));
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(900)) << "held past its deadline";
+  EXPECT_FALSE(long_one[0].Wait().ok());  // the connection was cut under it
+}
+
+// Found in review: a connection made for an item close to its deadline was given only what was
+// left of that deadline; a server slower than that (AUTH taking 50 ms) was then marked down and,
+// through the reconnect backoff, failed every other request.
+TEST(RedisFakeServerTest, ATightDeadlineDoesNotMarkTheServerDown) {
+  FakeTcpServer server([&](int fd) {
+    FakeTcpServer::ReadUntil(fd, "pw");
+    absl::SleepFor(absl::Milliseconds(50));
+    FakeTcpServer::WriteAll(fd, "+OK\r\n");
+    while (FakeTcpServer::ReadUntil(fd, "GET").find("GET") != std::string::npos) {
+      FakeTcpServer::WriteAll(fd, "$-1\r\n");
+    }
+  });
+  ASSERT_TRUE(server.ok());
+  auto t = RedisTransport::Create({.endpoints = {server.address()},
+                                   .password = "pw",
+                                   .connections = 1,
+                                   .reconnect_backoff_min = absl::Seconds(5),
+                                   .reconnect_backoff_max = absl::Seconds(5)});
+  ASSERT_TRUE(t.ok());
+  std::vector<std::byte> out;
+  EXPECT_THAT((*t)->Get({{.key = "k", .value = &out}}, In(absl::Milliseconds(10)))[0].Wait(),
+              IsError(StatusCode::kDeadlineExceeded, ""));
+  EXPECT_THAT((*t)->Get({{.key = "k", .value = &out}}, In(absl::Seconds(3)))[0].Wait(),
+              IsError(StatusCode::kNotFound, ""));
+  EXPECT_EQ((*t)->stats().connect_failures, 0);
+}
+
+// Found in review: a receiver naming buffers that do not add up to the value's length left the
+// item claimed and never completed.
+TEST_F(RedisStandaloneTest, AReceiverNamingWrongBuffersFailsTheItem) {
+  class Wrong final : public TransportReceiver {
+   public:
+    absl::StatusOr<std::vector<absl::Span<std::byte>>> Begin(int64_t) override {
+      return std::vector<absl::Span<std::byte>>{absl::MakeSpan(small_)};
+    }
+    absl::Status Finish() override { return absl::OkStatus(); }
+
+   private:
+    std::array<std::byte, 3> small_{};
+  };
+  auto t = Make();
+  const std::vector<std::byte> v = Bytes("ten bytes!");
+  KVTIER_ASSERT_OK(t->Put({{.key = "w", .value = v}}, In(absl::Seconds(5)))[0].Wait());
+  TransportGet get{.key = "w"};
+  get.receiver = std::make_shared<Wrong>();
+  const absl::Time start = absl::Now();
+  EXPECT_THAT(t->Get({{get}}, In(absl::Seconds(5)))[0].Wait(),
+              IsError(StatusCode::kInternal, "3 bytes for a value of 10"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  // The connection is still in step: the next read works.
+  std::vector<std::byte> out;
+  KVTIER_EXPECT_OK(t->Get({{.key = "w", .value = &out}}, In(absl::Seconds(5)))[0].Wait());
+  EXPECT_EQ(out, v);
+}
+
+TEST(RedisEndpointTest, RedirectAddressesAsRedisWritesThem) {
+  // Redis writes "MOVED 1 ::1:7000" (no brackets) and ":7000" (reuse the address you used).
+  auto v6 = internal::ParseRedisEndpoint("::1:7000", "", /*server_supplied=*/true);
+  ASSERT_TRUE(v6.ok()) << v6.status();
+  EXPECT_EQ(v6->host, "::1");
+  EXPECT_EQ(v6->port, 7000);
+  EXPECT_EQ(v6->address(), "[::1]:7000");
+  auto same = internal::ParseRedisEndpoint(":7001", "10.0.0.5", /*server_supplied=*/true);
+  ASSERT_TRUE(same.ok());
+  EXPECT_EQ(same->address(), "10.0.0.5:7001");
+  // From a user, an unbracketed IPv6 address is ambiguous and refused.
+  EXPECT_FALSE(internal::ParseRedisEndpoint("::1:7000", "").ok());
 }
 
 // ---- a 3-node Redis Cluster ----

@@ -40,15 +40,17 @@ struct TransportPut {
 // Receives a stored value in place, so a transport that can (Redis) moves it straight from the
 // network into the buffers where it belongs. Begin gets the value's length in bytes and returns
 // the buffers to fill, in order, whose sizes sum to that length, or an error (the value is then
-// dropped and the item fails with it). Finish runs once they are filled; its status is the
-// item's. Both run on a transport thread, at most once each, only while the item has not
-// completed (so never after its deadline fired), and must not block. When a value cannot be
-// received whole (connection lost), the item fails and Finish is not called: the buffers may
-// then hold part of the value and must be ignored.
+// dropped and the item fails with it). Received is called with each piece as it lands, in order,
+// the pieces covering the value exactly (so a receiver can checksum bytes while they are still
+// in cache). Finish runs once all have landed; its status is the item's. All run on one
+// transport thread, only while the item has not completed (so never after its deadline fired),
+// and must not block. When a value cannot be received whole (connection lost), the item fails
+// and Finish is not called: the buffers may then hold part of the value and must be ignored.
 class TransportReceiver {
  public:
   virtual ~TransportReceiver() = default;
   virtual absl::StatusOr<std::vector<absl::Span<std::byte>>> Begin(int64_t length) = 0;
+  virtual void Received(absl::Span<const std::byte> piece) = 0;
   virtual absl::Status Finish() = 0;
 };
 

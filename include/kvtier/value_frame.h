@@ -16,6 +16,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string_view>
 #include <vector>
 
@@ -64,6 +65,31 @@ absl::Status DecodeFrameParts(absl::Span<const std::byte> header,
                               absl::Span<const std::byte> payload,
                               const std::array<uint8_t, 16>& ns_digest, const BlockKey& key,
                               std::string_view hmac_secret, absl::Span<std::byte> block);
+
+// DecodeFrameParts for a frame that arrives in pieces (a transport receiving it straight into
+// the block): Header once the header has arrived, Payload with each payload piece in order while
+// it is still in cache, then Finish with the whole payload (which may be `block` itself). The
+// checksum is computed from the pieces, so a payload received into the block is not read again.
+// Same checks and errors as DecodeFrameParts. Not thread-safe; one frame per verifier.
+class FrameVerifier {
+ public:
+  FrameVerifier(const std::array<uint8_t, 16>& ns_digest, const BlockKey& key,
+                std::string_view hmac_secret, absl::Span<std::byte> block);
+  ~FrameVerifier();
+  FrameVerifier(const FrameVerifier&) = delete;
+  FrameVerifier& operator=(const FrameVerifier&) = delete;
+
+  // Checks the header's fields against a payload of `payload_bytes`. Errors: kDataLoss.
+  absl::Status Header(absl::Span<const std::byte> header, size_t payload_bytes);
+  void Payload(absl::Span<const std::byte> piece);
+  // Checks the checksum or MAC over what Payload saw (which must be all of `payload`) and
+  // decodes `payload` into the block. Errors: kDataLoss; the first error of Header if it failed.
+  absl::Status Finish(absl::Span<const std::byte> payload);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 }  // namespace kvtier
 

@@ -233,12 +233,13 @@ class BatchHealth {
 };
 
 // Receives one frame: header into its own array, payload into the destination block when it has
-// the block's size (codec none), else into scratch memory to decode from.
+// the block's size (codec none), else into scratch memory to decode from. The checksum runs over
+// each piece as it lands (FrameVerifier), so a 2 MiB block is not read a second time.
 class FrameReceiver final : public TransportReceiver {
  public:
   FrameReceiver(std::shared_ptr<const void> keep, const std::array<uint8_t, 16>& ns_digest,
                 const std::string& secret, const BlockKey& key, absl::Span<std::byte> dst)
-      : keep_(std::move(keep)), ns_digest_(ns_digest), secret_(secret), key_(key), dst_(dst) {}
+      : keep_(std::move(keep)), key_(key), dst_(dst), verifier_(ns_digest, key, secret, dst) {}
 
   absl::StatusOr<std::vector<absl::Span<std::byte>>> Begin(int64_t length) override {
     if (length < static_cast<int64_t>(kFrameHeaderBytes)) {
@@ -254,17 +255,27 @@ class FrameReceiver final : public TransportReceiver {
     }
     return std::vector<absl::Span<std::byte>>{absl::MakeSpan(header_), payload_};
   }
-  absl::Status Finish() override {
-    return DecodeFrameParts(header_, payload_, ns_digest_, key_, secret_, dst_);
+  void Received(absl::Span<const std::byte> piece) override {
+    // The first kFrameHeaderBytes are the header (its own buffer); the rest is payload.
+    if (header_seen_ < kFrameHeaderBytes) {
+      const size_t n = std::min(piece.size(), kFrameHeaderBytes - header_seen_);
+      header_seen_ += n;
+      piece.remove_prefix(n);
+      if (header_seen_ == kFrameHeaderBytes) {
+        (void)verifier_.Header(header_, payload_.size());  // an error resurfaces in Finish
+      }
+    }
+    if (!piece.empty()) verifier_.Payload(piece);
   }
+  absl::Status Finish() override { return verifier_.Finish(payload_); }
 
  private:
-  std::shared_ptr<const void> keep_;  // the tier state that owns ns_digest_ and secret_
-  const std::array<uint8_t, 16>& ns_digest_;
-  const std::string& secret_;
+  std::shared_ptr<const void> keep_;  // the tier state (kept alive for its lifetime rules)
   BlockKey key_;
   absl::Span<std::byte> dst_;
+  FrameVerifier verifier_;
   std::array<std::byte, kFrameHeaderBytes> header_{};
+  size_t header_seen_ = 0;
   std::vector<std::byte> scratch_;
   absl::Span<std::byte> payload_;
 };

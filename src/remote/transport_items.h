@@ -44,7 +44,8 @@ inline absl::Status DeliverValue(const TransportGet& g, absl::Span<const std::by
     if (b.size() > stored.size() - at) {
       return absl::InternalError("receiver buffers longer than the value");
     }
-    std::memcpy(b.data(), stored.data() + at, b.size());
+    if (!b.empty()) std::memcpy(b.data(), stored.data() + at, b.size());
+    g.receiver->Received(b);
     at += b.size();
   }
   if (at != stored.size()) return absl::InternalError("receiver buffers shorter than the value");

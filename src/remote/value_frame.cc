@@ -157,10 +157,14 @@ absl::Status DecodeFrame(absl::Span<const std::byte> frame,
                           ns_digest, key, hmac_secret, block);
 }
 
-absl::Status DecodeFrameParts(absl::Span<const std::byte> header,
-                              absl::Span<const std::byte> payload,
-                              const std::array<uint8_t, 16>& ns_digest, const BlockKey& key,
-                              std::string_view hmac_secret, absl::Span<std::byte> block) {
+namespace {
+
+// Every field of a frame header against what the reader expects; the codec and whether it is
+// keyed come back for the rest of the check.
+absl::Status CheckHeader(absl::Span<const std::byte> header, size_t payload_size,
+                         const std::array<uint8_t, 16>& ns_digest, const BlockKey& key,
+                         std::string_view hmac_secret, size_t block_size, Codec* codec,
+                         bool* keyed_out) {
   if (header.size() != kFrameHeaderBytes) {
     return Corrupt(key, absl::StrCat("a header of ", header.size(), " bytes"));
   }
@@ -169,11 +173,12 @@ absl::Status DecodeFrameParts(absl::Span<const std::byte> header,
   if (LoadLe(h + 4, 2) != kFrameVersion) {
     return Corrupt(key, absl::StrCat("unsupported frame version ", LoadLe(h + 4, 2)));
   }
-  const auto codec = static_cast<Codec>(h[6]);
+  *codec = static_cast<Codec>(h[6]);
   if ((static_cast<uint8_t>(h[7]) & ~kFlagKeyed) != 0) {
     return Corrupt(key, absl::StrCat("unknown flags ", static_cast<int>(h[7])));
   }
   const bool keyed = (static_cast<uint8_t>(h[7]) & kFlagKeyed) != 0;
+  *keyed_out = keyed;
   if (keyed != !hmac_secret.empty()) {
     return Corrupt(key, keyed ? "a keyed (HMAC) frame, and this reader has no secret"
                               : "an unkeyed frame, and this reader requires an HMAC");
@@ -187,13 +192,46 @@ absl::Status DecodeFrameParts(absl::Span<const std::byte> header,
   }
   const uint64_t raw_bytes = LoadLe(h + 40, 8);
   const uint64_t payload_bytes = LoadLe(h + 48, 8);
-  if (raw_bytes != block.size()) {
-    return Corrupt(key, absl::StrCat("a block of ", raw_bytes, " bytes, expected ", block.size()));
+  if (raw_bytes != block_size) {
+    return Corrupt(key, absl::StrCat("a block of ", raw_bytes, " bytes, expected ", block_size));
   }
-  if (payload_bytes != payload.size()) {
+  if (payload_bytes != payload_size) {
     return Corrupt(
-        key, absl::StrCat("payload of ", payload.size(), " bytes, header says ", payload_bytes));
+        key, absl::StrCat("payload of ", payload_size, " bytes, header says ", payload_bytes));
   }
+  return absl::OkStatus();
+}
+
+// The payload, checked, into `block`: nothing to do for codec none received in place, a copy
+// for codec none elsewhere, else a decode (from a copy if the payload sits in `block`).
+absl::Status DecodeChecked(Codec codec, absl::Span<const std::byte> payload, const BlockKey& key,
+                           absl::Span<std::byte> block) {
+  const bool in_place = payload.data() == block.data();
+  if (codec == Codec::kNone && payload.size() == block.size()) {
+    if (!in_place && !payload.empty()) std::memcpy(block.data(), payload.data(), payload.size());
+    return absl::OkStatus();
+  }
+  std::vector<std::byte> copy;
+  if (in_place) copy.assign(payload.begin(), payload.end());
+  if (absl::Status s =
+          Decompress(codec, in_place ? absl::Span<const std::byte>(copy) : payload, block);
+      !s.ok()) {
+    return Corrupt(key, absl::StrCat("payload does not decode: ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status DecodeFrameParts(absl::Span<const std::byte> header,
+                              absl::Span<const std::byte> payload,
+                              const std::array<uint8_t, 16>& ns_digest, const BlockKey& key,
+                              std::string_view hmac_secret, absl::Span<std::byte> block) {
+  Codec codec = Codec::kNone;
+  bool keyed = false;
+  KVTIER_RETURN_IF_ERROR(CheckHeader(header, payload.size(), ns_digest, key, hmac_secret,
+                                     block.size(), &codec, &keyed));
+  const std::byte* h = header.data();
   FrameDigest digest(hmac_secret);
   digest.Update(h, kChecksumOffset);
   const bool in_place = payload.data() == block.data();
@@ -216,16 +254,61 @@ absl::Status DecodeFrameParts(absl::Span<const std::byte> header,
   if (CRYPTO_memcmp(h + kChecksumOffset, want.data(), want.size()) != 0) {
     return Corrupt(key, keyed ? "HMAC mismatch" : "checksum mismatch");
   }
-  if (copy_while_checking || (in_place && codec == Codec::kNone)) return absl::OkStatus();
-  // A payload received in `block` itself but encoded: decode from a copy.
-  std::vector<std::byte> copy;
-  if (in_place) copy.assign(payload.begin(), payload.end());
-  if (absl::Status s =
-          Decompress(codec, in_place ? absl::Span<const std::byte>(copy) : payload, block);
-      !s.ok()) {
-    return Corrupt(key, absl::StrCat("payload does not decode: ", s.message()));
+  if (copy_while_checking) return absl::OkStatus();
+  return DecodeChecked(codec, payload, key, block);
+}
+
+struct FrameVerifier::State {
+  State(const std::array<uint8_t, 16>& n, const BlockKey& k, std::string_view secret,
+        absl::Span<std::byte> b)
+      : ns_digest(n), key(k), hmac_secret(secret), block(b), digest(secret) {}
+  std::array<uint8_t, 16> ns_digest;
+  BlockKey key;
+  std::string hmac_secret;
+  absl::Span<std::byte> block;
+  FrameDigest digest;
+  std::array<std::byte, kFrameHeaderBytes> header{};
+  absl::Status header_status = absl::DataLossError("no frame header");
+  Codec codec = Codec::kNone;
+  bool keyed = false;
+  size_t seen = 0;
+};
+
+FrameVerifier::FrameVerifier(const std::array<uint8_t, 16>& ns_digest, const BlockKey& key,
+                             std::string_view hmac_secret, absl::Span<std::byte> block)
+    : state_(std::make_unique<State>(ns_digest, key, hmac_secret, block)) {}
+FrameVerifier::~FrameVerifier() = default;
+
+absl::Status FrameVerifier::Header(absl::Span<const std::byte> header, size_t payload_bytes) {
+  State& s = *state_;
+  s.header_status = CheckHeader(header, payload_bytes, s.ns_digest, s.key, s.hmac_secret,
+                                s.block.size(), &s.codec, &s.keyed);
+  if (s.header_status.ok()) {
+    std::memcpy(s.header.data(), header.data(), kFrameHeaderBytes);
+    s.digest.Update(s.header.data(), kChecksumOffset);
   }
-  return absl::OkStatus();
+  return s.header_status;
+}
+
+void FrameVerifier::Payload(absl::Span<const std::byte> piece) {
+  State& s = *state_;
+  if (!s.header_status.ok()) return;
+  s.digest.Update(piece.data(), piece.size());
+  s.seen += piece.size();
+}
+
+absl::Status FrameVerifier::Finish(absl::Span<const std::byte> payload) {
+  State& s = *state_;
+  KVTIER_RETURN_IF_ERROR(s.header_status);
+  if (s.seen != payload.size()) {
+    return Corrupt(s.key, absl::StrCat("checked ", s.seen, " payload bytes of ", payload.size()));
+  }
+  std::array<std::byte, kChecksumBytes> want;
+  KVTIER_RETURN_IF_ERROR(s.digest.Final(&want));
+  if (CRYPTO_memcmp(s.header.data() + kChecksumOffset, want.data(), want.size()) != 0) {
+    return Corrupt(s.key, s.keyed ? "HMAC mismatch" : "checksum mismatch");
+  }
+  return DecodeChecked(s.codec, payload, s.key, s.block);
 }
 
 }  // namespace kvtier

@@ -318,15 +318,23 @@ absl::Status RedisConnection::ReadLine(std::string_view* line, absl::Time deadli
   }
 }
 
-absl::Status RedisConnection::ReadInto(absl::Span<std::byte> out, absl::Time deadline) {
+absl::Status RedisConnection::ReadInto(
+    absl::Span<std::byte> out, absl::Time deadline,
+    const std::function<void(absl::Span<const std::byte>)>* on_bytes) {
   // What is buffered first, then straight from the socket into `out`.
   const size_t buffered = std::min(out.size(), rend_ - rpos_);
-  if (buffered > 0) std::memcpy(out.data(), rbuf_.data() + rpos_, buffered);
+  if (buffered > 0) {
+    std::memcpy(out.data(), rbuf_.data() + rpos_, buffered);
+    if (on_bytes != nullptr && *on_bytes) (*on_bytes)(out.first(buffered));
+  }
   rpos_ += buffered;
   size_t done = buffered;
   while (done < out.size()) {
     const ssize_t n = recv(ctx_->fd, out.data() + done, out.size() - done, MSG_DONTWAIT);
     if (n > 0) {
+      if (on_bytes != nullptr && *on_bytes) {
+        (*on_bytes)(out.subspan(done, static_cast<size_t>(n)));
+      }
       done += static_cast<size_t>(n);
       continue;
     }
@@ -395,7 +403,7 @@ absl::Status RedisConnection::ReadReply(
     for (const absl::Span<std::byte>& b : where.buffers) total += static_cast<int64_t>(b.size());
     if (total != length) return protocol_error("bulk buffers do not match the value's length");
     for (const absl::Span<std::byte>& b : where.buffers) {
-      KVTIER_RETURN_IF_ERROR(ReadInto(b, bulk_deadline));
+      KVTIER_RETURN_IF_ERROR(ReadInto(b, bulk_deadline, &where.on_bytes));
     }
     reply->delivered = true;
   } else if (where.skip) {

@@ -93,6 +93,8 @@ class RedisConnection {
     bool skip = false;
     // Receiving into `buffers` must end by then (the owner of the buffers gives up then).
     absl::Time deadline = absl::InfiniteFuture();
+    // Called with each piece of `buffers` as it lands, in order (optional).
+    std::function<void(absl::Span<const std::byte>)> on_bytes;
   };
   // Sends the queued commands (by `send_deadline`), calls `on_sent`, then reads one reply each,
   // in order, by `read_deadline`: `target` is asked where each bulk string goes before its bytes
@@ -124,7 +126,8 @@ class RedisConnection {
   // The RESP reader over the socket: buffered lines, and bulk bytes straight into buffers.
   absl::Status ReadMore(absl::Time deadline);
   absl::Status ReadLine(std::string_view* line, absl::Time deadline);
-  absl::Status ReadInto(absl::Span<std::byte> out, absl::Time deadline);
+  absl::Status ReadInto(absl::Span<std::byte> out, absl::Time deadline,
+                        const std::function<void(absl::Span<const std::byte>)>* on_bytes = nullptr);
   absl::Status ReadReply(size_t index,
                          absl::FunctionRef<BulkTarget(size_t index, int64_t length)> target,
                          absl::Time deadline, Reply* reply);

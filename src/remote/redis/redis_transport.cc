@@ -180,6 +180,9 @@ struct RedisTransport::Impl {
         return skip;
       }
       target.buffers = *std::move(buffers);
+      target.on_bytes = [receiver = item->receiver.get()](absl::Span<const std::byte> piece) {
+        receiver->Received(piece);
+      };
     } else {
       item->out->resize(static_cast<size_t>(length));
       target.buffers = {absl::MakeSpan(*item->out)};

@@ -508,6 +508,7 @@ TEST_F(RedisStandaloneTest, AReceiverNamingWrongBuffersFailsTheItem) {
     absl::StatusOr<std::vector<absl::Span<std::byte>>> Begin(int64_t) override {
       return std::vector<absl::Span<std::byte>>{absl::MakeSpan(small_)};
     }
+    void Received(absl::Span<const std::byte>) override {}
     absl::Status Finish() override { return absl::OkStatus(); }
 
    private:

@@ -1,5 +1,7 @@
 #include "kvtier/value_frame.h"
 
+#include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -75,6 +77,56 @@ TEST(ValueFrameTest, ForeignValuesAreNamed) {
   truncated.resize(50);
   EXPECT_THAT(DecodeFrame(truncated, kNs, kKey, "", absl::MakeSpan(back)),
               IsError(StatusCode::kDataLoss, "shorter than a frame header"));
+}
+
+// A frame checked piece by piece (as a transport receives it into the block) gives the same
+// verdict as DecodeFrame: the block back, or kDataLoss for any flipped byte, whatever the pieces.
+TEST(FrameVerifierTest, PiecewiseEqualsWholeFrame) {
+  const std::vector<std::byte> block = testing::RandomBytes(6144, 3);
+  for (const char* secret : {"", "s3cret"}) {
+    for (Codec codec : {Codec::kNone, Codec::kShuffleZstd}) {
+      const std::vector<std::byte> f = Frame(block, codec, secret);
+      for (size_t flip : {size_t{0}, size_t{7}, size_t{60}, kFrameHeaderBytes + 5, f.size() - 1,
+                          f.size()}) {  // f.size(): no flip
+        std::vector<std::byte> bad = f;
+        if (flip < f.size()) bad[flip] ^= std::byte{0x40};
+        // Receive the payload into the block itself when it has the block's size, as
+        // RemoteTier does, in uneven pieces.
+        std::vector<std::byte> out(block.size());
+        const size_t payload_bytes = bad.size() - kFrameHeaderBytes;
+        std::vector<std::byte> scratch(payload_bytes);
+        absl::Span<std::byte> payload =
+            payload_bytes == out.size() ? absl::MakeSpan(out) : absl::MakeSpan(scratch);
+        std::memcpy(payload.data(), bad.data() + kFrameHeaderBytes, payload_bytes);
+        FrameVerifier v(kNs, kKey, secret, absl::MakeSpan(out));
+        const absl::Status header =
+            v.Header(absl::MakeSpan(bad).first(kFrameHeaderBytes), payload_bytes);
+        for (size_t at = 0; at < payload_bytes;) {
+          const size_t n = std::min<size_t>(1 + at % 977, payload_bytes - at);
+          v.Payload(payload.subspan(at, n));
+          at += n;
+        }
+        const absl::Status piecewise = v.Finish(payload);
+        std::vector<std::byte> whole_out(block.size());
+        const absl::Status whole = DecodeFrame(bad, kNs, kKey, secret, absl::MakeSpan(whole_out));
+        EXPECT_EQ(piecewise.code(), whole.code()) << "flip " << flip << " codec " << int(codec);
+        if (flip == f.size()) {
+          KVTIER_EXPECT_OK(header);
+          KVTIER_EXPECT_OK(piecewise);
+          EXPECT_EQ(out, block);
+        } else {
+          EXPECT_TRUE(absl::IsDataLoss(piecewise)) << flip << ": " << piecewise;
+        }
+      }
+    }
+  }
+  // Pieces that do not cover the payload are an error, not a pass.
+  const std::vector<std::byte> f = Frame(block, Codec::kNone, "");
+  std::vector<std::byte> out(block.size());
+  FrameVerifier v(kNs, kKey, "", absl::MakeSpan(out));
+  KVTIER_ASSERT_OK(v.Header(absl::MakeSpan(f).first(kFrameHeaderBytes), block.size()));
+  v.Payload(absl::MakeSpan(f).subspan(kFrameHeaderBytes, 100));
+  EXPECT_TRUE(absl::IsDataLoss(v.Finish(absl::MakeSpan(f).subspan(kFrameHeaderBytes))));
 }
 
 // The AVX2 update path (used when the CPU has it) gives XXH3's result bit for bit, over lengths

@@ -8,6 +8,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/fixtures.h"
+#include "tests/testing/csv.h"
 #include "tests/testing/shared_dir.h"
 #include "tests/testing/status_matchers.h"
 
@@ -123,31 +124,7 @@ TEST(KvGeometryTest, TensorParallelShardsThenReplicatesHeads) {
 
 // --- Every row of ../shared/models/kv_geometry.csv ---
 
-// Splits one CSV line, honouring double-quoted fields with commas and "" escapes (RFC 4180).
-std::vector<std::string> SplitCsvLine(const std::string& line) {
-  std::vector<std::string> fields(1);
-  bool quoted = false;
-  for (size_t i = 0; i < line.size(); ++i) {
-    const char c = line[i];
-    if (quoted) {
-      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
-        fields.back() += '"';
-        ++i;
-      } else if (c == '"') {
-        quoted = false;
-      } else {
-        fields.back() += c;
-      }
-    } else if (c == '"') {
-      quoted = true;
-    } else if (c == ',') {
-      fields.emplace_back();
-    } else if (c != '\r') {
-      fields.back() += c;
-    }
-  }
-  return fields;
-}
+using ::kvtier::testing::SplitCsvLine;
 
 TEST(KvGeometryTest, MatchesEveryRowOfSharedModelTable) {
   const auto path = testing::SharedFile("models/kv_geometry.csv");

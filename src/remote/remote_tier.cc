@@ -141,61 +141,6 @@ Completion RemoteTier::ReadBlock(SlotId slot, const BlockKey& key, absl::Span<st
   return ReadBlocks({&read, 1}, options)[0];
 }
 
-std::vector<Completion> RemoteTier::WriteBlocks(absl::Span<const BlockWrite> writes,
-                                                const BlockIoOptions& options) {
-  std::vector<Completion> out(writes.size());
-  // Each frame goes as its header and its payload: with codec none the payload is the caller's
-  // block itself (WriteBlock's contract keeps it valid until the completion), so no copy.
-  struct Frame {
-    std::array<std::byte, kFrameHeaderBytes> header;
-    std::vector<std::byte> storage;  // the encoded payload, for codecs other than none
-  };
-  auto frames = std::make_shared<std::vector<Frame>>(writes.size());
-  std::vector<TransportPut> puts;
-  std::vector<size_t> index;
-  puts.reserve(writes.size());
-  for (size_t i = 0; i < writes.size(); ++i) {
-    const BlockWrite& w = writes[i];
-    Frame& f = (*frames)[i];
-    if (absl::Status s =
-            internal::CheckBlockIoNow(impl_->info, w.slot, w.src.size(), options.deadline);
-        !s.ok()) {
-      out[i] = Completion::Done(std::move(s));
-      continue;
-    }
-    absl::StatusOr<absl::Span<const std::byte>> payload =
-        EncodeFrameParts(impl_->ns_digest, w.key, w.src, impl_->options.codec,
-                         impl_->options.hmac_secret, &f.header, &f.storage);
-    if (!payload.ok()) {
-      out[i] = Completion::Done(payload.status());
-      continue;
-    }
-    impl_->contents->Invalidate(w.slot);
-    puts.push_back(
-        TransportPut{.key = impl_->StoreKey(w.key), .value = *payload, .value_prefix = f.header});
-    index.push_back(i);
-  }
-  if (puts.empty()) return out;
-  if (absl::Status admitted = impl_->breaker.Admit(absl::Now()); !admitted.ok()) {
-    for (size_t i : index) out[i] = Completion::Done(admitted);
-    return out;
-  }
-  std::vector<Completion> stored = transport_->Put(puts, options.deadline);
-  std::shared_ptr<Impl> impl = impl_;
-  for (size_t j = 0; j < index.size(); ++j) {
-    const size_t i = index[j];
-    Completion done;
-    out[i] = done;
-    stored[j].OnDone(
-        [impl, frames, slot = writes[i].slot, key = writes[i].key, done](const absl::Status& s) {
-          impl->breaker.Report(s, absl::Now());
-          if (s.ok()) impl->contents->Set(slot, key);
-          done.Complete(s);
-        });
-  }
-  return out;
-}
-
 namespace {
 
 // One breaker report for a whole batch, once its last block completes: an answer for any block
@@ -231,6 +176,35 @@ class BatchHealth {
   bool answered_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
 };
+
+// The one way a batch goes to the store: admitted through the breaker (refused at once when it
+// is open), started with one transport call, and each block's completion fired after `on_block`
+// has recorded its outcome; the breaker hears once for the whole batch.
+// `start` returns one Completion per entry of `index`; `on_block(i)` returns what to run on the
+// outcome of block out[i].
+template <typename Start, typename OnBlock>
+void RunBatch(internal::CircuitBreaker& breaker, std::shared_ptr<const void> keep,
+              absl::Span<const size_t> index, std::vector<Completion>& out, Start start,
+              OnBlock on_block) {
+  if (index.empty()) return;
+  if (absl::Status admitted = breaker.Admit(absl::Now(), static_cast<int64_t>(index.size()));
+      !admitted.ok()) {
+    for (size_t i : index) out[i] = Completion::Done(admitted);
+    return;
+  }
+  std::vector<Completion> started = start();
+  auto health = std::make_shared<BatchHealth>(&breaker, index.size(), std::move(keep));
+  for (size_t j = 0; j < index.size(); ++j) {
+    const size_t i = index[j];
+    Completion done;
+    out[i] = done;
+    started[j].OnDone([health, record = on_block(i), done](const absl::Status& s) {
+      health->Add(s);
+      record(s);
+      done.Complete(s);
+    });
+  }
+}
 
 // Receives one frame: header into its own array, payload into the destination block when it has
 // the block's size (codec none), else into scratch memory to decode from. The checksum runs over
@@ -282,6 +256,51 @@ class FrameReceiver final : public TransportReceiver {
 
 }  // namespace
 
+std::vector<Completion> RemoteTier::WriteBlocks(absl::Span<const BlockWrite> writes,
+                                                const BlockIoOptions& options) {
+  std::vector<Completion> out(writes.size());
+  // Each frame goes as its header and its payload: with codec none the payload is the caller's
+  // block itself (WriteBlock's contract keeps it valid until the completion), so no copy.
+  struct Frame {
+    std::array<std::byte, kFrameHeaderBytes> header;
+    std::vector<std::byte> storage;  // the encoded payload, for codecs other than none
+  };
+  auto frames = std::make_shared<std::vector<Frame>>(writes.size());
+  std::vector<TransportPut> puts;
+  std::vector<size_t> index;
+  puts.reserve(writes.size());
+  for (size_t i = 0; i < writes.size(); ++i) {
+    const BlockWrite& w = writes[i];
+    Frame& f = (*frames)[i];
+    if (absl::Status s =
+            internal::CheckBlockIoNow(impl_->info, w.slot, w.src.size(), options.deadline);
+        !s.ok()) {
+      out[i] = Completion::Done(std::move(s));
+      continue;
+    }
+    absl::StatusOr<absl::Span<const std::byte>> payload =
+        EncodeFrameParts(impl_->ns_digest, w.key, w.src, impl_->options.codec,
+                         impl_->options.hmac_secret, &f.header, &f.storage);
+    if (!payload.ok()) {
+      out[i] = Completion::Done(payload.status());
+      continue;
+    }
+    impl_->contents->Invalidate(w.slot);
+    puts.push_back(
+        TransportPut{.key = impl_->StoreKey(w.key), .value = *payload, .value_prefix = f.header});
+    index.push_back(i);
+  }
+  std::shared_ptr<Impl> impl = impl_;
+  RunBatch(
+      impl_->breaker, impl_, index, out, [&] { return transport_->Put(puts, options.deadline); },
+      [&](size_t i) {
+        return [impl, frames, slot = writes[i].slot, key = writes[i].key](const absl::Status& s) {
+          if (s.ok()) impl->contents->Set(slot, key);
+        };
+      });
+  return out;
+}
+
 std::vector<Completion> RemoteTier::ReadBlocks(absl::Span<const BlockRead> reads,
                                                const BlockIoOptions& options) {
   std::vector<Completion> out(reads.size());
@@ -306,27 +325,16 @@ std::vector<Completion> RemoteTier::ReadBlocks(absl::Span<const BlockRead> reads
     gets.push_back(std::move(get));
     index.push_back(i);
   }
-  if (gets.empty()) return out;
-  if (absl::Status admitted = impl_->breaker.Admit(absl::Now(), static_cast<int64_t>(index.size()));
-      !admitted.ok()) {
-    for (size_t i : index) out[i] = Completion::Done(admitted);
-    return out;
-  }
-  std::vector<Completion> fetched = transport_->Get(gets, options.deadline);
   std::shared_ptr<Impl> impl = impl_;
-  auto health = std::make_shared<BatchHealth>(&impl_->breaker, index.size(), impl_);
-  for (size_t j = 0; j < index.size(); ++j) {
-    const size_t i = index[j];
-    Completion done;
-    out[i] = done;
-    fetched[j].OnDone([impl, health, slot = reads[i].slot, done](const absl::Status& s) {
-      health->Add(s);
-      // kDataLoss: an oversized value, or one that failed verification in the receiver.
-      if (absl::IsDataLoss(s)) impl->corrupt_reads.fetch_add(1);
-      if (absl::IsNotFound(s) || absl::IsDataLoss(s)) impl->contents->Invalidate(slot);
-      done.Complete(s);
-    });
-  }
+  RunBatch(
+      impl_->breaker, impl_, index, out, [&] { return transport_->Get(gets, options.deadline); },
+      [&](size_t i) {
+        return [impl, slot = reads[i].slot](const absl::Status& s) {
+          // kDataLoss: an oversized value, or one that failed verification in the receiver.
+          if (absl::IsDataLoss(s)) impl->corrupt_reads.fetch_add(1);
+          if (absl::IsNotFound(s) || absl::IsDataLoss(s)) impl->contents->Invalidate(slot);
+        };
+      });
   return out;
 }
 

@@ -130,6 +130,43 @@ TEST(RemoteTierBreakerTest, BypassesAFailingStoreAndRecovers) {
   EXPECT_EQ((*tier)->breaker_opened(), 1);
 }
 
+// The breaker hears once per batch, for writes as for reads: one failed batch of three blocks
+// is one failure, not three (found on re-reading: WriteBlocks still reported per block).
+TEST(RemoteTierBreakerTest, AFailedBatchCountsOnceForWritesAndReads) {
+  const KvGeometry geometry = *KvGeometry::Create(
+      {.num_layers = 1, .num_kv_heads = 1, .head_dim = 64, .tokens_per_block = 4});
+  auto ns = CacheNamespace::Create(geometry, {.model_id = "m", .weights_fingerprint = "w"});
+  ASSERT_TRUE(ns.ok());
+  const std::vector<std::byte> block = testing::RandomBytes(geometry.bytes_per_block(), 1);
+  for (const bool writes : {true, false}) {
+    auto store = std::make_shared<InProcessTransport>();
+    auto tier = RemoteTier::Create(*ns, {.transport = store,
+                                         .capacity_blocks = 3,
+                                         .breaker_failures = 2,
+                                         .breaker_backoff_min = absl::Seconds(10),
+                                         .breaker_backoff_max = absl::Seconds(10)});
+    ASSERT_TRUE(tier.ok());
+    std::vector<BlockWrite> w;
+    for (uint64_t i = 0; i < 3; ++i) w.push_back({SlotId(i), BlockKey{i, 9}, block});
+    for (Completion& c : (*tier)->WriteBlocks(w)) KVTIER_ASSERT_OK(c.Wait());
+    std::vector<std::vector<std::byte>> outs(3, std::vector<std::byte>(block.size()));
+    std::vector<BlockRead> r;
+    for (uint64_t i = 0; i < 3; ++i)
+      r.push_back({SlotId(i), BlockKey{i, 9}, absl::MakeSpan(outs[i])});
+    store->SetFailure(kDown);
+    auto run = [&] {
+      std::vector<Completion> done = writes ? (*tier)->WriteBlocks(w) : (*tier)->ReadBlocks(r);
+      for (Completion& c : done) EXPECT_FALSE(c.Wait().ok());
+    };
+    run();
+    EXPECT_EQ((*tier)->health(), RemoteHealth::kHealthy) << (writes ? "writes" : "reads");
+    run();
+    EXPECT_EQ((*tier)->health(), RemoteHealth::kBypassed) << (writes ? "writes" : "reads");
+    run();  // refused at once: every block of the batch counts as bypassed
+    EXPECT_EQ((*tier)->bypassed_requests(), 3) << (writes ? "writes" : "reads");
+  }
+}
+
 TEST(RemoteTierBreakerTest, RejectsBadOptions) {
   const KvGeometry geometry = *KvGeometry::Create(
       {.num_layers = 1, .num_kv_heads = 1, .head_dim = 64, .tokens_per_block = 4});

@@ -1,5 +1,5 @@
-// What every transport does with a TransportGet once it has the stored bytes, and the size of a
-// TransportPut's value, so each transport handles max_bytes, receivers and prefixes the same way.
+// What every transport does with a TransportGet once it has the stored bytes, so each transport
+// handles max_bytes and receivers the same way.
 #ifndef KVTIER_REMOTE_TRANSPORT_ITEMS_H_
 #define KVTIER_REMOTE_TRANSPORT_ITEMS_H_
 
@@ -50,10 +50,6 @@ inline absl::Status DeliverValue(const TransportGet& g, absl::Span<const std::by
   }
   if (at != stored.size()) return absl::InternalError("receiver buffers shorter than the value");
   return g.receiver->Finish();
-}
-
-inline int64_t PutBytes(const TransportPut& p) {
-  return static_cast<int64_t>(p.value_prefix.size() + p.value.size());
 }
 
 }  // namespace kvtier::internal

@@ -62,7 +62,6 @@ class RedisConnection {
   // arguments of 4 KiB or more are sent from the caller's memory, not copied, so they must stay
   // valid and unchanged until RoundTrip returns. Not to be mixed with Append in one round trip.
   void Queue(std::initializer_list<Arg> argv);
-  int queued() const { return queued_; }
 
   // Sends every queued command and reads one reply for each, in order, handing each to
   // `on_reply` as soon as it is parsed (so a caller can finish early items while later replies

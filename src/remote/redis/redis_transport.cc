@@ -489,11 +489,9 @@ void RedisTransport::Impl::RunOnNode(int node, absl::Span<Item* const> items,
     // One round trip: up to max_pipeline items and kMaxRoundTripBytes of values.
     size_t end = begin;
     int64_t bytes = 0;
-    absl::Time latest = absl::InfinitePast();
     while (end < items.size() && end - begin < static_cast<size_t>(options.max_pipeline) &&
            (end == begin || bytes + ValueBytes(*items[end]) <= kMaxRoundTripBytes)) {
       bytes += ValueBytes(*items[end]);
-      latest = std::max(latest, items[end]->batch->deadline);
       ++end;
     }
     const absl::Span<Item* const> chunk = items.subspan(begin, end - begin);

@@ -227,35 +227,22 @@ absl::Status DecodeFrameParts(absl::Span<const std::byte> header,
                               absl::Span<const std::byte> payload,
                               const std::array<uint8_t, 16>& ns_digest, const BlockKey& key,
                               std::string_view hmac_secret, absl::Span<std::byte> block) {
-  Codec codec = Codec::kNone;
-  bool keyed = false;
-  KVTIER_RETURN_IF_ERROR(CheckHeader(header, payload.size(), ns_digest, key, hmac_secret,
-                                     block.size(), &codec, &keyed));
-  const std::byte* h = header.data();
-  FrameDigest digest(hmac_secret);
-  digest.Update(h, kChecksumOffset);
-  const bool in_place = payload.data() == block.data();
-  // Codec none: verify in place, or copy and verify in one pass (a mismatch leaves `block`
-  // written; callers ignore it on error, as the contract says).
-  const bool copy_while_checking =
-      codec == Codec::kNone && payload.size() == block.size() && !in_place;
-  if (copy_while_checking) {
+  FrameVerifier verifier(ns_digest, key, hmac_secret, block);
+  KVTIER_RETURN_IF_ERROR(verifier.Header(header, payload.size()));
+  // Codec none from another buffer: copy and check in one pass, a cache-sized piece at a time,
+  // so the digest reads what was just written; the block then is the payload. A mismatch
+  // leaves `block` written; callers ignore it on error, as the contract says.
+  if (static_cast<Codec>(header[6]) == Codec::kNone && payload.size() == block.size() &&
+      payload.data() != block.data()) {
     for (size_t at = 0; at < payload.size(); at += kCopyChunk) {
       const size_t n = std::min(kCopyChunk, payload.size() - at);
       std::memcpy(block.data() + at, payload.data() + at, n);
-      digest.Update(block.data() + at, n);
+      verifier.Payload(block.subspan(at, n));
     }
-  } else {
-    digest.Update(payload.data(), payload.size());
+    return verifier.Finish(block);
   }
-  std::array<std::byte, kChecksumBytes> want;
-  KVTIER_RETURN_IF_ERROR(digest.Final(&want));
-  // Constant time: a MAC check must not tell a forger how many leading bytes were right.
-  if (CRYPTO_memcmp(h + kChecksumOffset, want.data(), want.size()) != 0) {
-    return Corrupt(key, keyed ? "HMAC mismatch" : "checksum mismatch");
-  }
-  if (copy_while_checking) return absl::OkStatus();
-  return DecodeChecked(codec, payload, key, block);
+  verifier.Payload(payload);
+  return verifier.Finish(payload);
 }
 
 struct FrameVerifier::State {

@@ -53,6 +53,9 @@ class CudaHbm final : public TierBackend {
                         const BlockIoOptions& options = {}) override;
   Completion ReadBlock(SlotId slot, const BlockKey& key, absl::Span<std::byte> dst,
                        const BlockIoOptions& options = {}) override;
+  void BeginDeviceWrite(SlotId slot) override;
+  void EndDeviceWrite(SlotId slot, const BlockKey& key) override;
+  std::optional<DevicePoolView> device_pool() const override;
 
   HbmLayout layout() const;
   // Device pointer of layer `layer`'s pool (kLayerFirst) or of the pool plus the layer's offset

@@ -48,6 +48,9 @@ class EmulatedHbm final : public TierBackend {
                         const BlockIoOptions& options = {}) override;
   Completion ReadBlock(SlotId slot, const BlockKey& key, absl::Span<std::byte> dst,
                        const BlockIoOptions& options = {}) override;
+  void BeginDeviceWrite(SlotId slot) override;
+  void EndDeviceWrite(SlotId slot, const BlockKey& key) override;
+  std::optional<DevicePoolView> device_pool() const override;
 
   HbmLayout layout() const;
   // Base of layer `layer`'s K/V pool (kLayerFirst) or of the whole pool (kBlockFirst, any layer

@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,7 @@
 #include "kvtier/block_allocator.h"
 #include "kvtier/block_key.h"
 #include "kvtier/completion.h"
+#include "kvtier/device_block_table.h"
 #include "kvtier/ids.h"
 
 namespace kvtier {
@@ -115,6 +117,16 @@ class TierBackend {
   virtual absl::Status CheckHolds(SlotId /*slot*/, const BlockKey& /*key*/) {
     return absl::UnimplementedError("this tier is not host addressable");
   }
+
+  // For kCapDeviceMemory tiers, whose slots the attention kernel fills in place: BeginDeviceWrite
+  // marks `slot` not-written before the kernel writes it; EndDeviceWrite records that it now
+  // holds `key` (the kernel's completion has fired), so the block can be read out (offloaded).
+  // No-ops on other tiers.
+  virtual void BeginDeviceWrite(SlotId /*slot*/) {}
+  virtual void EndDeviceWrite(SlotId /*slot*/, const BlockKey& /*key*/) {}
+  // For kCapDeviceMemory tiers: the pool's addresses and strides (device_block_table.h), what a
+  // kernel is handed with a device block table. nullopt on other tiers.
+  virtual std::optional<DevicePoolView> device_pool() const { return std::nullopt; }
 };
 
 }  // namespace kvtier

@@ -99,6 +99,11 @@ class TransferEngine {
   // Runs `fn` on the allocator of `tier` under the engine's lock.
   // Errors: kInvalidArgument for an absent tier; otherwise whatever `fn` returns.
   absl::Status WithAllocator(Tier tier, absl::FunctionRef<absl::Status(BlockAllocator&)> fn);
+  // Runs `fn` on every tier's allocator (nullptr where a tier is absent; index TierIndex) under
+  // one acquisition of the engine's lock: for callers that touch many slots at once. `fn` must
+  // not call back into the engine. Returns what `fn` returns.
+  absl::Status WithAllocators(
+      absl::FunctionRef<absl::Status(const std::array<BlockAllocator*, kNumTiers>&)> fn);
 
   TransferStats stats(Tier from, Tier to) const;
   // Transfers accepted by Copy that have not finished their data movement.

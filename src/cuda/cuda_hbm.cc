@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "internal/status_macros.h"
 #include "internal/stream_worker.h"
+#include "tiers/device_pool_view.h"
 #include "tiers/slot_contents.h"
 
 namespace kvtier {
@@ -208,6 +209,24 @@ bool CudaHbm::batched_copies() const { return impl_->batched.load(); }
 void* CudaHbm::LayerBase(int layer) const {
   if (layer < 0 || layer >= impl_->geometry.num_layers()) return nullptr;
   return impl_->Piece(SlotId(0), layer);
+}
+
+void CudaHbm::BeginDeviceWrite(SlotId slot) {
+  if (slot.value() < static_cast<uint64_t>(impl_->info.capacity_blocks)) {
+    impl_->contents->Invalidate(slot);
+  }
+}
+
+void CudaHbm::EndDeviceWrite(SlotId slot, const BlockKey& key) {
+  if (slot.value() < static_cast<uint64_t>(impl_->info.capacity_blocks)) {
+    impl_->contents->Set(slot, key);
+  }
+}
+
+std::optional<DevicePoolView> CudaHbm::device_pool() const {
+  return internal::MakeDevicePoolView(
+      impl_->geometry, impl_->options.layout,
+      [this](int l) -> void* { return impl_->Piece(SlotId(0), l); }, /*host_accessible=*/false);
 }
 
 Completion CudaHbm::WriteBlock(SlotId slot, const BlockKey& key, absl::Span<const std::byte> src,

@@ -33,5 +33,8 @@ Completion CudaHbm::ReadBlock(SlotId, const BlockKey&, absl::Span<std::byte>,
 HbmLayout CudaHbm::layout() const { return HbmLayout::kLayerFirst; }
 void* CudaHbm::LayerBase(int) const { return nullptr; }
 bool CudaHbm::batched_copies() const { return false; }
+void CudaHbm::BeginDeviceWrite(SlotId) {}
+void CudaHbm::EndDeviceWrite(SlotId, const BlockKey&) {}
+std::optional<DevicePoolView> CudaHbm::device_pool() const { return std::nullopt; }
 
 }  // namespace kvtier

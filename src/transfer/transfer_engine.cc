@@ -404,6 +404,16 @@ absl::Status TransferEngine::WithAllocator(Tier tier,
   return fn(impl_->Alloc(tier));
 }
 
+absl::Status TransferEngine::WithAllocators(
+    absl::FunctionRef<absl::Status(const std::array<BlockAllocator*, kNumTiers>&)> fn) {
+  std::array<BlockAllocator*, kNumTiers> allocators{};
+  internal::MutexLock lock(&impl_->mu);
+  for (int t = 0; t < kNumTiers; ++t) {
+    if (impl_->tiers[t] != nullptr) allocators[t] = &impl_->tiers[t]->allocator();
+  }
+  return fn(allocators);
+}
+
 TransferStats TransferEngine::stats(Tier from, Tier to) const {
   if (TierIndex(from) < 0 || TierIndex(from) >= kNumTiers || TierIndex(to) < 0 ||
       TierIndex(to) >= kNumTiers) {

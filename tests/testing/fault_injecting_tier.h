@@ -5,6 +5,7 @@
 #define KVTIER_TESTS_TESTING_FAULT_INJECTING_TIER_H_
 
 #include <memory>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -47,6 +48,12 @@ class FaultInjectingTier final : public TierBackend {
   absl::Status CheckHolds(SlotId slot, const BlockKey& key) override {
     return inner_->CheckHolds(slot, key);
   }
+  // Device tiers stay device tiers when wrapped: the kernel still writes the inner pool in place.
+  void BeginDeviceWrite(SlotId slot) override { inner_->BeginDeviceWrite(slot); }
+  void EndDeviceWrite(SlotId slot, const BlockKey& key) override {
+    inner_->EndDeviceWrite(slot, key);
+  }
+  std::optional<DevicePoolView> device_pool() const override { return inner_->device_pool(); }
 
   Completion WriteBlock(SlotId slot, const BlockKey& key, absl::Span<const std::byte> src,
                         const BlockIoOptions& options = {}) override {

@@ -9,6 +9,7 @@
 #include "internal/host_region.h"
 #include "internal/status_macros.h"
 #include "internal/stream_worker.h"
+#include "tiers/device_pool_view.h"
 #include "tiers/slot_contents.h"
 
 namespace kvtier {
@@ -101,6 +102,24 @@ HbmLayout EmulatedHbm::layout() const { return impl_->layout; }
 std::byte* EmulatedHbm::LayerBase(int layer) const {
   if (layer < 0 || layer >= impl_->geometry.num_layers()) return nullptr;
   return impl_->LayerBase(layer);
+}
+
+void EmulatedHbm::BeginDeviceWrite(SlotId slot) {
+  if (slot.value() < static_cast<uint64_t>(impl_->info.capacity_blocks)) {
+    impl_->contents.Invalidate(slot);
+  }
+}
+
+void EmulatedHbm::EndDeviceWrite(SlotId slot, const BlockKey& key) {
+  if (slot.value() < static_cast<uint64_t>(impl_->info.capacity_blocks)) {
+    impl_->contents.Set(slot, key);
+  }
+}
+
+std::optional<DevicePoolView> EmulatedHbm::device_pool() const {
+  return internal::MakeDevicePoolView(
+      impl_->geometry, impl_->layout, [this](int l) -> void* { return impl_->LayerBase(l); },
+      /*host_accessible=*/true);
 }
 
 Completion EmulatedHbm::WriteBlock(SlotId slot, const BlockKey& key,

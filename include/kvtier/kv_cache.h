@@ -1,0 +1,351 @@
+// KvCache: the API an inference server links. It keeps every sequence's KV as blocks on the
+// memory hierarchy (HBM, DRAM, NVMe, remote), shares identical prefixes by their chained block
+// keys, moves blocks between tiers, and before an attention kernel runs makes the blocks it reads
+// resident in HBM (EnsureResident), handing back a device block table.
+//
+// The serving loop, per request:
+//   CreateSequence(id, {adapter, salt, retention})      once per request
+//   AttachPrefix(id, prompt)  -> attached_tokens          reuse the cached prefix (two phases:
+//                                                         pin every matched block, then plan)
+//   Append(id, prompt[attached:])                          slots for the tokens to prefill
+//   EnsureResident(id, 0, n, {deadline, mode}) -> ticket   attached blocks onboarded into HBM
+//   ... kernel reads ticket.block_table(), writes the new tokens' KV ...
+//   ReportWritten(id, n, kernel_done)                      the new full blocks become shareable
+//   ReleaseTicket(ticket)
+//   Append(id, {token}) ... per decode step, EnsureResident / ReportWritten as above
+//   Pause(id, expected_idle) / Resume(id)                  an agent waiting on a tool
+//   Release(id)                                            blocks stay cached for the next turn
+//
+// Residency of a block in HBM (DESIGN section 8): locked (a ticket pins it: the kernel may be
+// reading it), held (a sequence references it; kept, but a Pause may move the sequence's
+// reference to a lower tier), droppable (nobody references it: an eviction candidate).
+//
+// Policy (DESIGN section 7):
+//   * New blocks are written by the kernel into HBM. Write-back (default): a block reaches a
+//     lower tier when it is evicted from the tier above (demotion) or its sequence is paused.
+//     Write-through: every block is copied one tier down as soon as its tokens are written.
+//   * Inclusive tiers (default) keep a lower copy when a block is onboarded; exclusive tiers drop
+//     it, so each block is stored once.
+//   * Admission: a tier below HBM takes a block only once the block has been used at least
+//     admit_after_uses times (2 = "on NVMe only when seen twice").
+//   * Eviction is leaf-first: a block with a copy of one of its children in the same tier is not
+//     a candidate (that child could never be hit without it). Candidates are ranked by the
+//     eviction policy (eviction_policy.h: lru or cost_aware). Blocks held by sequences, pinned by
+//     tickets or read by transfers are never candidates. An evicted block is demoted to the next
+//     tier that admits it and lacks it, or dropped (counted in evictions).
+//   * Restore versus recompute: AttachPrefix restores the leading matched blocks the cost model
+//     (cost_model.h: restore = latency + bytes / bandwidth per tier, measured online; recompute
+//     = prefill FLOPs / FLOP rate) says are cheaper to restore, and the caller recomputes the rest.
+//
+// Errors at the API (DESIGN section 10): kNotFound for an unknown sequence or ticket;
+// kFailedPrecondition for a released sequence, a double release, or a call in the wrong state;
+// kOutOfRange for a token range past the end; kInvalidArgument for malformed arguments;
+// kDeadlineExceeded for a deadline already past; kAlreadyExists for a sequence id in use;
+// kResourceExhausted when HBM is full of locked and held blocks. On error nothing changes.
+// Faults below (I/O errors, a dead remote store, corrupt bytes, deadlines) never fail a call:
+// the blocks concerned are reported not resident, counted, and the caller recomputes them.
+//
+// Thread-safety: every method is thread-safe. Calls that may block are marked; all others
+// return without waiting on I/O. Callbacks are never run under the cache's lock.
+// Ownership: the cache owns its tiers (moved in with the options); the destructor waits for every
+// transfer in flight and must not run inside a Completion callback of the cache's own transfers.
+#ifndef KVTIER_KV_CACHE_H_
+#define KVTIER_KV_CACHE_H_
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "kvtier/block_key.h"
+#include "kvtier/cache_namespace.h"
+#include "kvtier/completion.h"
+#include "kvtier/cost_model.h"
+#include "kvtier/device_block_table.h"
+#include "kvtier/eviction_policy.h"
+#include "kvtier/ids.h"
+#include "kvtier/kv_cache_stats.h"
+#include "kvtier/page_table.h"
+#include "kvtier/prefix_hasher.h"
+#include "kvtier/tier_backend.h"
+
+namespace kvtier {
+
+enum class WritePolicy : uint8_t {
+  kWriteBack = 0,     // copy down only on eviction or Pause
+  kWriteThrough = 1,  // copy each written block one tier down at once
+};
+
+enum class TierInclusion : uint8_t {
+  kInclusive = 0,  // onboarding keeps the lower copy
+  kExclusive = 1,  // onboarding drops the lower copy (once no sequence references it)
+};
+
+struct KvCacheOptions {
+  // The tier backends, index TierIndex; HBM is required (EmulatedHbm or CudaHbm, or any backend
+  // with kCapDeviceMemory and a device_pool()), the others optional. All must be built for the
+  // namespace's geometry. The cache takes ownership.
+  std::array<std::unique_ptr<TierBackend>, kNumTiers> tiers;
+  HashAlgorithm hash = HashAlgorithm::kXxh3_128;
+  std::string eviction_policy = "lru";  // "lru" or "cost_aware", used in every tier
+  CostAwareOptions cost_aware;          // for "cost_aware"
+  WritePolicy write_policy = WritePolicy::kWriteBack;
+  TierInclusion inclusion = TierInclusion::kInclusive;  // kExclusive needs kWriteBack
+  // Admission per tier below HBM: uses (attach hits + the first write) a block needs before it
+  // is stored there, >= 1. The HBM entry must be 1 (every computed block starts in HBM).
+  std::array<int, kNumTiers> admit_after_uses = {1, 1, 1, 1};
+  // Demote an evicted block to the next admitting tier instead of dropping it.
+  bool demote_on_evict = true;
+  // The prefill cost model. Unset: KnownModelCost(namespace model id) at
+  // prefill_flops_per_second if the model is known; otherwise no model, and AttachPrefix
+  // restores every matched block (except what the last prompt token needs computed).
+  std::optional<PrefillCostOptions> prefill_cost;
+  double prefill_flops_per_second = 4e14;  // H200 bf16 dense peak (989 TFLOP/s) at ~40% MFU
+  // Cost of restoring from each tier into HBM before a measurement exists; index TierIndex, HBM
+  // ignored. Defaults: an H200 server (PCIe Gen5 x16 pinned copies, one NVMe Gen4 drive, a
+  // 100 Gb/s network).
+  std::array<TierLinkCost, kNumTiers> links = {
+      TierLinkCost{}, TierLinkCost{absl::Microseconds(10), 50e9},
+      TierLinkCost{absl::Microseconds(100), 6e9}, TierLinkCost{absl::Microseconds(500), 12.5e9}};
+  // Replace a link's bandwidth with the transfer engine's moving average once it has one.
+  bool measure_bandwidth = true;
+  // The cache's clock for recency, retention and policy ages; absl::Now when empty. A replay
+  // sets the trace's clock. Must be monotonic and thread-safe.
+  std::function<absl::Time()> clock;
+  int64_t event_buffer = 65536;  // events kept for PollEvents, >= 1
+  // How long Append and onboarding wait for demotions to free HBM before kResourceExhausted.
+  absl::Duration room_wait = absl::Seconds(10);
+  int bounce_buffers = 4;  // the transfer engine's staging buffers, >= 1
+};
+
+struct SequenceOptions {
+  // Identity extras: blocks computed under other extras never match (prefix_hasher.h).
+  std::optional<AdapterIdentity> adapter;
+  std::optional<std::string> tenant_salt;
+  std::vector<MultimodalItem> multimodal;  // absolute token positions of the whole sequence
+  // Retention: while it lasts, the blocks this sequence released count as retention_priority
+  // more valuable (eviction_policy.h). It lasts `retention` from the release.
+  double retention_priority = 0;  // >= 0
+  absl::Duration retention = absl::ZeroDuration();
+};
+
+// Side-effect-free answer to "how much of this prompt is cached, where".
+struct PrefixLookup {
+  int64_t matched_tokens = 0;  // longest cached prefix, whole blocks, clamped to the query
+  // Matched blocks by the fastest tier holding a ready copy (index TierIndex).
+  std::array<int64_t, kNumTiers> blocks_by_tier{};
+};
+
+struct AttachResult {
+  int64_t matched_tokens = 0;   // longest cached prefix of the prompt
+  int64_t attached_tokens = 0;  // tokens now in the sequence: prefill starts here
+  // Attached blocks by the tier they were in at attach time (index TierIndex). Those not in
+  // HBM are onboarded by EnsureResident (or Resume).
+  std::array<int64_t, kNumTiers> attached_blocks_by_tier{};
+  RestorePlan plan;  // the cost model's plan; plan.restore_blocks * B == attached_tokens
+};
+
+struct KvAppendResult {
+  int64_t first_sealed_block = 0;  // blocks that became full: keyed, shareable once written
+  int64_t num_sealed_blocks = 0;
+  int64_t num_new_slots = 0;  // HBM slots allocated
+};
+
+enum class ResidencyMode : uint8_t {
+  kWait = 0,        // onboard, and block until every block is resident or the deadline passes
+  kBestEffort = 1,  // never wait or move bytes: report what is resident now, the rest not
+  kAsync = 2,       // onboard, return at once; the ticket's completion fires when done
+};
+
+struct EnsureResidentOptions {
+  absl::Time deadline = absl::InfiniteFuture();
+  ResidencyMode mode = ResidencyMode::kWait;
+};
+
+enum class BlockResidency : uint8_t {
+  kResident = 0,     // in HBM, pinned by the ticket
+  kPending = 1,      // being onboarded (kAsync before the completion fires)
+  kNotResident = 2,  // could not be made resident: recompute it
+};
+
+namespace internal {
+struct TicketState;
+}  // namespace internal
+
+// The outcome of EnsureResident. A cheap copyable handle; copies share one ticket.
+// Thread-safety: every method is thread-safe. For kAsync, block_table() and the statuses are
+// final only once completion() has fired (a block that fails then shows slot -1).
+class ResidencyTicket {
+ public:
+  ResidencyTicket() = default;  // an invalid ticket (valid() false)
+
+  bool valid() const { return state_ != nullptr; }
+  uint64_t id() const;
+  SequenceId sequence() const;
+  int64_t begin_token() const;
+  int64_t end_token() const;
+  // The device block table of blocks [begin_token / B, ceil(end_token / B)).
+  const DeviceBlockTable& block_table() const;
+  // Fires OK when every block of the range is resident; kUnavailable naming the first block
+  // that is not otherwise (its cause in block_error).
+  Completion completion() const;
+  std::vector<BlockResidency> block_status() const;
+  // OK for a resident block; the cause for the others (kDeadlineExceeded, kDataLoss, ...).
+  absl::Status block_error(int64_t index) const;
+  // Tokens of the range covered by its leading resident blocks, in [0, end - begin].
+  int64_t resident_tokens() const;
+
+ private:
+  friend class KvCache;
+  explicit ResidencyTicket(std::shared_ptr<internal::TicketState> state)
+      : state_(std::move(state)) {}
+  std::shared_ptr<internal::TicketState> state_;
+};
+
+// A snapshot of one sequence.
+struct SequenceInfo {
+  int64_t num_tokens = 0;
+  int64_t written_tokens = 0;  // reported by ReportWritten (or attached)
+  int64_t num_blocks = 0;
+  // Where the sequence's references are, blocks per tier (index TierIndex).
+  std::array<int64_t, kNumTiers> blocks_by_tier{};
+  bool paused = false;
+};
+
+class KvCache {
+ public:
+  // Errors: kInvalidArgument for a missing HBM tier, a tier at the wrong index or built for
+  // another block size, an HBM tier without a device pool, an unknown eviction policy or bad
+  // cost_aware options, kExclusive with kWriteThrough, admit_after_uses < 1 (or != 1 for HBM), a
+  // prefill_cost or link that is not positive and finite, event_buffer < 1, room_wait < 0,
+  // bounce_buffers < 1; PrefixHasher's errors; kResourceExhausted if the bounce buffers cannot
+  // be allocated.
+  static absl::StatusOr<std::unique_ptr<KvCache>> Create(const CacheNamespace& ns,
+                                                         KvCacheOptions options);
+  ~KvCache();
+
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
+
+  // ---- Sequences
+
+  // A new, empty sequence. Errors: kInvalidArgument for an invalid id, bad extras (see
+  // PrefixHasher::AppendBlockKeys) or a negative retention priority or duration;
+  // kAlreadyExists if `id` is live.
+  absl::Status CreateSequence(SequenceId id, const SequenceOptions& options = {});
+
+  // Phase 1 pins every block of the prompt's longest cached prefix (in whichever tier holds it;
+  // a pinned block cannot be evicted, so evictions caused by this request never take its own
+  // hits); phase 2 plans restore versus recompute and keeps the leading blocks worth restoring,
+  // unpinning the rest. The sequence then holds those blocks' tokens; the caller Appends the
+  // remaining prompt tokens and computes them. At least the prompt's last token is left to
+  // compute. Blocks below HBM are onboarded by EnsureResident. Counts the query in the stats.
+  // Errors: kNotFound for an unknown sequence; kFailedPrecondition if released or not empty;
+  // kInvalidArgument if the prompt is empty or its extras do not fit it.
+  absl::StatusOr<AttachResult> AttachPrefix(SequenceId id, absl::Span<const int32_t> prompt);
+
+  // Appends tokens: fills the partial last block, takes HBM slots for the rest (evicting and
+  // demoting droppable blocks as needed), seals every block that becomes full and keys it.
+  // All or nothing. May block up to room_wait while demotions free HBM.
+  // Errors: kNotFound / kFailedPrecondition for an unknown / released sequence; kInvalidArgument
+  // for an empty span or bad extras; kResourceExhausted if HBM has no room (every slot locked or
+  // held).
+  absl::StatusOr<KvAppendResult> Append(SequenceId id, absl::Span<const int32_t> tokens);
+
+  // The KV of tokens [0, num_tokens) is in HBM once `ready` fires (the kernel's completion; LT-3:
+  // nothing reads those blocks before). Full blocks inside that range become readable: indexed
+  // in HBM (matchable by other requests), and with write-through copied down. A `ready` that
+  // fails leaves them unindexed. Errors: kNotFound / kFailedPrecondition as above; kOutOfRange if
+  // num_tokens > the sequence's tokens; kInvalidArgument if it is below what was reported before.
+  absl::Status ReportWritten(SequenceId id, int64_t num_tokens,
+                             Completion ready = Completion::Done(absl::OkStatus()));
+
+  // A new sequence `child` with `parent`'s first num_tokens tokens and its options. Full blocks
+  // are shared; a partial last block gets a fresh HBM slot and the returned BlockCopy, which the
+  // caller performs before a kernel reads the child's last block (copy-on-write, case TR-2).
+  // Errors: kNotFound / kFailedPrecondition for the parent; kAlreadyExists if `child` is live;
+  // kInvalidArgument for an invalid child id; kOutOfRange if num_tokens < 0 or past the parent's
+  // end; kFailedPrecondition if the block to copy is not in HBM (make it resident first);
+  // kResourceExhausted if HBM has no slot for the copy.
+  absl::StatusOr<std::optional<BlockCopy>> Fork(SequenceId parent, SequenceId child,
+                                                int64_t num_tokens);
+
+  // Drops the sequence. Its written full blocks stay cached (droppable) in their tiers; the
+  // partial block and blocks never written are freed. Its tickets stay valid until released.
+  // Errors: kNotFound for an unknown id; kFailedPrecondition for a second release.
+  absl::Status Release(SequenceId id);
+
+  // ---- Hints
+
+  // The sequence will be idle for about `expected_idle` (an agent waiting on a tool). Its
+  // written full blocks get a copy one tier down (started now, if missing), and the sequence's
+  // references move there, so its HBM copies become droppable: kept while HBM has room, evicted
+  // without loss when it does not. Errors: as Release; kInvalidArgument for a negative duration;
+  // kFailedPrecondition if already paused.
+  absl::Status Pause(SequenceId id, absl::Duration expected_idle);
+  // Ends a pause and starts onboarding the sequence's blocks into HBM. The Completion fires when
+  // they are resident (or first failure); the caller may ignore it and EnsureResident later.
+  // Errors: as Release; kFailedPrecondition if not paused.
+  absl::StatusOr<Completion> Resume(SequenceId id);
+  // Starts onboarding the cached prefix of a future request (found as AttachPrefix would) into
+  // HBM as droppable blocks. Returns the number of blocks whose onboarding started.
+  // Errors: kInvalidArgument for bad extras.
+  absl::StatusOr<int64_t> Prefetch(absl::Span<const int32_t> tokens,
+                                   const SequenceOptions& identity = {});
+
+  // ---- ensure-resident
+
+  // Makes blocks [begin_token / B, ceil(end_token / B)) of the sequence resident in HBM and pins
+  // them until ReleaseTicket. Blocks not resident by the deadline (or failing to load) are
+  // reported kNotResident with their cause and slot -1, never silently missing. kWait blocks
+  // until done or the deadline. Errors: kNotFound / kFailedPrecondition for the sequence;
+  // kInvalidArgument if begin_token > end_token or begin_token < 0; kOutOfRange if end_token
+  // is past the sequence's tokens; kDeadlineExceeded if the deadline has already passed.
+  absl::StatusOr<ResidencyTicket> EnsureResident(SequenceId id, int64_t begin_token,
+                                                 int64_t end_token,
+                                                 const EnsureResidentOptions& options = {});
+  // Unpins the ticket's blocks (those still onboarding are unpinned when they land).
+  // Errors: kInvalidArgument for an invalid ticket; kNotFound for a ticket of another cache;
+  // kFailedPrecondition for a second release.
+  absl::Status ReleaseTicket(const ResidencyTicket& ticket);
+
+  // ---- Lookups, stats, events (no side effects)
+
+  // Errors: kInvalidArgument for bad extras.
+  absl::StatusOr<PrefixLookup> Lookup(absl::Span<const int32_t> tokens,
+                                      const SequenceOptions& identity = {}) const;
+  // Errors: kNotFound / kFailedPrecondition for an unknown / released sequence.
+  absl::StatusOr<SequenceInfo> GetSequence(SequenceId id) const;
+  KvCacheStats stats() const;
+  // Events with sequence number > after_sequence, oldest first, at most max_events. If the
+  // first has a number above after_sequence + 1, events were dropped (see kv_cache_stats.h).
+  std::vector<CacheEvent> PollEvents(uint64_t after_sequence, size_t max_events = 4096) const;
+
+  // Blocks until no transfer started by the cache is in flight, or the deadline passes
+  // (kDeadlineExceeded). For tests, benchmarks and orderly shutdown.
+  absl::Status WaitIdle(absl::Time deadline = absl::InfiniteFuture()) const;
+  // Checks every internal invariant: per tier free + used + quarantined == capacity; every
+  // reference the cache's sequences and tickets hold matches the slot reference counts; the
+  // index agrees with the tiers; eviction candidates are exactly the droppable leaves. kInternal
+  // naming the first violation. O(blocks); for tests and fuzzing.
+  absl::Status CheckInvariants() const;
+
+  const CacheNamespace& cache_namespace() const;
+  const PrefixHasher& hasher() const;
+
+ private:
+  struct Impl;
+  explicit KvCache(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvtier
+
+#endif  // KVTIER_KV_CACHE_H_

@@ -1,0 +1,79 @@
+// KvCache's counters and events: what a dashboard scrapes and what a KV-aware router follows.
+//
+// Counters are cumulative since the cache was created; gauges are the state at the moment of the
+// snapshot. Events tell a consumer (e.g. a router that tracks which worker holds which prefix,
+// as Dynamo's KV events and vLLM's KVEventBatch do) that a block copy became readable in a tier
+// (kStored) or stopped being readable there (kRemoved). Every event carries a sequence number
+// that grows by exactly one per event, so a consumer that sees a jump knows it missed events
+// (the cache keeps the last KvCacheOptions::event_buffer of them) and should resynchronize.
+//
+// Thread-safety: plain values.
+#ifndef KVTIER_KV_CACHE_STATS_H_
+#define KVTIER_KV_CACHE_STATS_H_
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "kvtier/block_key.h"
+#include "kvtier/ids.h"
+
+namespace kvtier {
+
+struct KvTierStats {
+  bool present = false;  // the tier is configured; every other field is 0 if not
+  // Gauges, in blocks. free + locked + held + droppable + in_flight + quarantined == capacity.
+  int64_t capacity_blocks = 0;
+  int64_t free_blocks = 0;
+  int64_t locked_blocks = 0;     // HBM: pinned by a residency ticket (the kernel reads them)
+  int64_t held_blocks = 0;       // referenced by a sequence (or a transfer reading it), no ticket
+  int64_t droppable_blocks = 0;  // cached, referenced by nobody: evictable
+  int64_t in_flight_blocks = 0;  // destinations of transfers still running
+  int64_t quarantined_blocks = 0;
+  // Counters.
+  // Lookups cascade from HBM down, as a request's blocks are looked for tier by tier:
+  int64_t hits = 0;       // attached blocks whose fastest ready copy was in this tier
+  int64_t misses = 0;     // full blocks of attach queries matched neither here nor in a faster tier
+  int64_t bytes_in = 0;   // bytes of blocks copied into this tier
+  int64_t bytes_out = 0;  // bytes of blocks copied out of this tier
+  int64_t stored = 0;     // block copies that became readable here
+  int64_t evictions = 0;  // block copies dropped from this tier to make room
+  int64_t demotions = 0;  // evictions that first copied the block one tier down
+  int64_t failed_loads = 0;   // copies out of this tier that failed (the block was a miss)
+  int64_t corrupt_reads = 0;  // of those, reads that found wrong or damaged bytes (kDataLoss)
+  int64_t failed_stores = 0;  // copies into this tier that failed (the block stayed above)
+};
+
+struct KvCacheStats {
+  std::array<KvTierStats, kNumTiers> tiers{};  // index TierIndex
+  int64_t live_sequences = 0;
+  int64_t open_tickets = 0;
+  int64_t attach_queries = 0;
+  int64_t query_tokens = 0;                  // prompt tokens of attach queries
+  int64_t matched_tokens = 0;                // of those, in the longest cached prefix
+  int64_t attached_tokens = 0;               // of those, restored (the rest is recomputed)
+  int64_t cached_but_recomputed_blocks = 0;  // matched blocks the cost model chose to recompute
+  int64_t indexed_blocks = 0;                // blocks with a copy in some tier (gauge)
+  uint64_t last_event_sequence = 0;          // 0 before the first event
+};
+
+// Renders `stats` in the Prometheus text exposition format (version 0.0.4): one `# HELP` and
+// `# TYPE` line per metric family, metric names prefixed `kvtier_`, a `tier` label per tier.
+// Source: https://prometheus.io/docs/instrumenting/exposition_formats/.
+std::string RenderPrometheus(const KvCacheStats& stats);
+
+enum class CacheEventKind : uint8_t {
+  kStored = 0,   // a ready copy of `key` exists in `tier` from now on
+  kRemoved = 1,  // the copy of `key` in `tier` is gone
+};
+
+struct CacheEvent {
+  uint64_t sequence = 0;  // 1 for the first event; +1 per event
+  CacheEventKind kind = CacheEventKind::kStored;
+  BlockKey key;
+  Tier tier = Tier::kHbm;
+};
+
+}  // namespace kvtier
+
+#endif  // KVTIER_KV_CACHE_STATS_H_

@@ -1,0 +1,1804 @@
+// KvCache: sequences, the block index, eviction and the transfers between tiers, under one lock.
+//
+// Who holds what (every reference is one BlockAllocator reference, except tickets):
+//   * A sequence holds one reference per block: its partial last block (kWritable, always HBM)
+//     and each full block in exactly one tier (HBM, or a lower tier after a Pause or before an
+//     onboard lands).
+//   * A ticket pins HBM slots by a per-slot counter (ticket_refs), not by allocator references:
+//     a slot with ticket_refs > 0 is never a candidate and never freed (a writable one whose
+//     sequence is released waits in orphan_partials). This keeps EnsureResident on resident
+//     blocks to a counter increment per block.
+//   * A transfer's source is pinned by the transfer engine while it runs; the cache counts its
+//     own readers per copy (BlockMeta::readers) so a copy being read is never a candidate.
+//   * The index (BlockIndex) lists the copies that are readable (kReady) or being written
+//     (kPending). A slot some sequence holds but the index does not list (a block computed twice,
+//     never written, or found corrupt) is private: freed when its last holder lets go.
+//
+// Lock order: mu (this file) before the transfer engine's lock. Backend and engine callbacks run
+// outside both; they enter through the Lifeline, so a callback that fires after the cache is
+// gone does nothing.
+#include "kvtier/kv_cache.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "cache/ticket_state.h"
+#include "internal/mutex.h"
+#include "internal/status_macros.h"
+#include "internal/strings.h"
+#include "kvtier/block_index.h"
+#include "kvtier/transfer_engine.h"
+
+namespace kvtier {
+namespace {
+
+using internal::ToAbsl;
+
+constexpr size_t kReleasedIdsRemembered = 65536;
+
+std::string SeqName(SequenceId id) { return absl::StrCat("sequence ", id.value()); }
+
+bool Finite(double v) { return std::isfinite(v) && v > 0; }
+
+}  // namespace
+
+namespace internal {
+
+// Lets callbacks that may outlive the cache reach it safely (see the file comment).
+class Lifeline {
+ public:
+  template <typename T>
+  void Set(T* impl) {
+    MutexLock lock(&mu_);
+    impl_ = impl;
+  }
+  // The cache, counted as entered, or nullptr once it is shutting down.
+  void* Enter() {
+    MutexLock lock(&mu_);
+    if (impl_ != nullptr) ++active_;
+    return impl_;
+  }
+  void Exit() {
+    MutexLock lock(&mu_);
+    if (--active_ == 0) cv_.SignalAll();
+  }
+  // After this returns no callback runs in the cache, now or later.
+  void Close() {
+    MutexLock lock(&mu_);
+    impl_ = nullptr;
+    while (active_ > 0) cv_.Wait(&mu_);
+  }
+
+ private:
+  Mutex mu_;
+  CondVar cv_;
+  void* impl_ ABSL_GUARDED_BY(mu_) = nullptr;
+  int active_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace internal
+
+struct KvCache::Impl {
+  // What the cache knows of one block beyond the index. Exists while the block has a copy in
+  // some tier, or while a child counts on it (child_copies).
+  struct BlockMeta {
+    BlockKey parent;           // kRootBlockKey for a sequence's first block
+    int64_t first_token = -1;  // position of its first token; -1 while only a child refers to it
+    std::array<uint32_t, kNumTiers> child_copies{};  // copies of its children, per tier
+    std::array<uint16_t, kNumTiers> readers{};       // this cache's transfers reading the copy
+    uint8_t candidate = 0;                           // bit t: registered with policy[t]
+    uint8_t evict_after = 0;  // bit t: drop the copy in t once its demotion lands
+    uint32_t uses = 0;        // first write + attach hits (admission, cost_aware reuse)
+    double retention_priority = 0;
+    absl::Time priority_until = absl::InfinitePast();
+  };
+
+  struct SeqBlock {
+    Tier tier = Tier::kHbm;
+    SlotId slot;
+  };
+
+  struct Sequence {
+    SequenceId id;
+    SequenceOptions options;
+    BlockExtras extras;
+    std::vector<int32_t> tokens;
+    std::vector<BlockKey> keys;    // of the full blocks
+    std::vector<SeqBlock> blocks;  // one reference each
+    int64_t written = 0;
+    bool paused = false;
+  };
+
+  // One transfer started by the cache.
+  struct Move {
+    BlockKey key;
+    Tier from = Tier::kHbm;
+    SlotId src;
+    Tier to = Tier::kHbm;
+    SlotId dst;
+    bool pin = false;           // the engine leaves dst with one reference for the cache
+    bool evict_source = false;  // a demotion: drop the source once this lands
+    Completion completion;
+    struct Waiter {
+      SequenceId sequence;  // invalid for a ticket-only waiter
+      int64_t block = 0;
+      std::shared_ptr<internal::TicketState> ticket;
+      int64_t ticket_index = 0;
+    };
+    std::vector<Waiter> waiters;                                // onboards: who adopts dst
+    std::vector<std::pair<SequenceId, int64_t>> pause_waiters;  // offloads: refs to move down
+  };
+
+  // Work that must run after the lock is dropped.
+  struct Deferred {
+    std::vector<std::shared_ptr<Move>> moves;  // register completion callbacks
+    std::vector<std::pair<Completion, absl::Status>> fire;
+    std::vector<std::pair<Completion, std::vector<std::pair<BlockKey, SlotId>>>> publish;
+  };
+
+  struct SlotOwner {
+    BlockKey key;
+    bool indexed = false;  // the index lists this slot as the tier's copy of `key`
+  };
+
+  Impl(const CacheNamespace& cache_ns, PrefixHasher prefix_hasher)
+      : ns(cache_ns), hasher(std::move(prefix_hasher)), geometry(ns.geometry()) {}
+
+  // ---- Immutable after Create.
+  CacheNamespace ns;
+  PrefixHasher hasher;
+  KvGeometry geometry;
+  int block_tokens = 0;
+  int64_t block_bytes = 0;
+  std::array<std::unique_ptr<TierBackend>, kNumTiers> tiers;
+  std::unique_ptr<TransferEngine> engine;
+  WritePolicy write_policy = WritePolicy::kWriteBack;
+  TierInclusion inclusion = TierInclusion::kInclusive;
+  std::array<int, kNumTiers> admit_after_uses{};
+  bool demote_on_evict = true;
+  std::optional<PrefillCostModel> cost;
+  std::array<TierLinkCost, kNumTiers> links;
+  bool measure_bandwidth = true;
+  std::function<absl::Time()> clock;
+  size_t event_buffer = 0;
+  absl::Duration room_wait;
+  DevicePoolView pool;
+  std::shared_ptr<internal::Lifeline> lifeline = std::make_shared<internal::Lifeline>();
+
+  // ---- Mutable state.
+  mutable internal::Mutex mu;
+  mutable internal::CondVar cv;  // a move finished
+  std::unique_ptr<BlockIndex> index ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<BlockKey, BlockMeta> meta ABSL_GUARDED_BY(mu);
+  std::array<std::unique_ptr<EvictionPolicy>, kNumTiers> policy ABSL_GUARDED_BY(mu);
+  std::array<std::vector<SlotOwner>, kNumTiers> owner ABSL_GUARDED_BY(mu);
+  std::vector<uint32_t> ticket_refs ABSL_GUARDED_BY(mu);  // per HBM slot
+  int64_t locked ABSL_GUARDED_BY(mu) = 0;                 // HBM slots with ticket_refs > 0
+  absl::flat_hash_set<uint32_t> orphan_partials ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<SequenceId, std::unique_ptr<Sequence>> seqs ABSL_GUARDED_BY(mu);
+  absl::flat_hash_set<SequenceId> released_ids ABSL_GUARDED_BY(mu);
+  std::deque<SequenceId> released_order ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<uint64_t, std::shared_ptr<internal::TicketState>> tickets ABSL_GUARDED_BY(mu);
+  uint64_t next_ticket ABSL_GUARDED_BY(mu) = 1;
+  absl::flat_hash_map<BlockKey, std::shared_ptr<Move>> onboarding ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<BlockKey, std::vector<std::shared_ptr<Move>>> offloading ABSL_GUARDED_BY(mu);
+  int64_t moves_in_flight ABSL_GUARDED_BY(mu) = 0;
+  std::array<int64_t, kNumTiers> evicting ABSL_GUARDED_BY(mu){};
+  std::deque<CacheEvent> events ABSL_GUARDED_BY(mu);
+  uint64_t next_event ABSL_GUARDED_BY(mu) = 1;
+  KvCacheStats counters ABSL_GUARDED_BY(mu);
+
+  absl::Time Now() const { return clock ? clock() : absl::Now(); }
+  bool Present(Tier t) const { return tiers[TierIndex(t)] != nullptr; }
+
+  // ---- Allocator access (under the engine's lock, nested in mu).
+
+  absl::Status Alloc(Tier t, absl::FunctionRef<absl::Status(BlockAllocator&)> fn) {
+    return engine->WithAllocator(t, fn);
+  }
+  SlotState StateOf(Tier t, SlotId slot) {
+    SlotState state = SlotState::kFree;
+    (void)Alloc(t, [&](BlockAllocator& a) -> absl::Status {
+      auto s = a.state(slot);
+      if (s.ok()) state = *s;
+      return s.status();
+    });
+    return state;
+  }
+  int64_t FreeBlocks(Tier t) {
+    int64_t n = 0;
+    (void)Alloc(t, [&](BlockAllocator& a) {
+      n = a.free_blocks();
+      return absl::OkStatus();
+    });
+    return n;
+  }
+
+  // ---- Sequences.
+
+  absl::StatusOr<Sequence*> FindSeq(SequenceId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    auto it = seqs.find(id);
+    if (it != seqs.end()) return it->second.get();
+    if (released_ids.contains(id)) {
+      return absl::FailedPreconditionError(absl::StrCat(SeqName(id), " was released"));
+    }
+    return absl::NotFoundError(absl::StrCat(SeqName(id), " is unknown"));
+  }
+
+  // ---- Events and candidacy.
+
+  void Event(CacheEventKind kind, const BlockKey& key, Tier tier)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    events.push_back(CacheEvent{next_event++, kind, key, tier});
+    while (events.size() > event_buffer) events.pop_front();
+  }
+
+  BlockTraits Traits(const BlockMeta& m) const {
+    BlockTraits t;
+    t.expected_reuse = std::max<double>(1.0, m.uses);
+    t.recompute_seconds = cost.has_value() && m.first_token >= 0
+                              ? absl::ToDoubleSeconds(cost->RecomputeTime(
+                                    m.first_token, m.first_token + block_tokens))
+                              : 0;
+    t.bytes = block_bytes;
+    t.retention_priority = m.retention_priority;
+    t.priority_until = m.priority_until;
+    return t;
+  }
+
+  bool WantCandidate(const BlockKey& key, const BlockMeta& m, Tier t)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    const int ti = TierIndex(t);
+    if (m.readers[ti] != 0 || m.child_copies[ti] != 0 || (m.evict_after >> ti) & 1) return false;
+    const std::optional<BlockRecord> rec = index->Lookup(key);
+    if (!rec.has_value() || rec->state(t) != CopyState::kReady) return false;
+    const SlotId slot = rec->slots[ti];
+    if (t == Tier::kHbm && ticket_refs[slot.value()] != 0) return false;
+    return StateOf(t, slot) == SlotState::kCached;
+  }
+
+  // Registers or unregisters (key, t) with the tier's policy to match WantCandidate.
+  void UpdateCandidate(const BlockKey& key, Tier t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    auto it = meta.find(key);
+    if (it == meta.end() || !Present(t)) return;
+    BlockMeta& m = it->second;
+    const uint8_t bit = static_cast<uint8_t>(1u << TierIndex(t));
+    const bool want = WantCandidate(key, m, t);
+    if (want && !(m.candidate & bit)) {
+      if (policy[TierIndex(t)]->Add(key, Traits(m), Now()).ok()) m.candidate |= bit;
+    } else if (!want && (m.candidate & bit)) {
+      (void)policy[TierIndex(t)]->Remove(key);
+      m.candidate &= static_cast<uint8_t>(~bit);
+    }
+  }
+
+  void MaybeEraseMeta(const BlockKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    auto it = meta.find(key);
+    if (it == meta.end()) return;
+    const BlockMeta& m = it->second;
+    for (int t = 0; t < kNumTiers; ++t) {
+      if (m.child_copies[t] != 0 || m.readers[t] != 0) return;
+    }
+    if (index->Lookup(key).has_value()) return;
+    meta.erase(it);
+  }
+
+  // ---- Index copies.
+
+  absl::Status AddCopy(const BlockKey& key, Tier t, SlotId slot, CopyState state,
+                       const BlockKey& parent, int64_t first_token)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    KVTIER_RETURN_IF_ERROR(index->AddCopy(key, t, slot, state, absl::ToUnixNanos(Now())));
+    BlockMeta& m = meta[key];
+    if (m.first_token < 0) {
+      m.parent = parent;
+      m.first_token = first_token;
+    }
+    owner[TierIndex(t)][slot.value()] = SlotOwner{key, true};
+    if (m.parent != kRootBlockKey) {
+      ++meta[m.parent].child_copies[TierIndex(t)];
+      UpdateCandidate(m.parent, t);
+    }
+    if (state == CopyState::kReady) {
+      Event(CacheEventKind::kStored, key, t);
+      ++counters.tiers[TierIndex(t)].stored;
+    }
+    return absl::OkStatus();
+  }
+
+  void MarkReady(const BlockKey& key, Tier t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (!index->MarkReady(key, t).ok()) return;
+    Event(CacheEventKind::kStored, key, t);
+    ++counters.tiers[TierIndex(t)].stored;
+    UpdateCandidate(key, t);
+  }
+
+  // Forgets the copy of `key` in `t` (the slot itself is the caller's business).
+  void RemoveCopy(const BlockKey& key, Tier t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    const std::optional<BlockRecord> rec = index->Lookup(key);
+    if (!rec.has_value() || rec->state(t) == CopyState::kAbsent) return;
+    const bool was_ready = rec->state(t) == CopyState::kReady;
+    (void)index->RemoveCopy(key, t);
+    owner[TierIndex(t)][rec->slots[TierIndex(t)].value()].indexed = false;
+    auto it = meta.find(key);
+    if (it != meta.end()) {
+      const uint8_t bit = static_cast<uint8_t>(1u << TierIndex(t));
+      if (it->second.candidate & bit) {
+        (void)policy[TierIndex(t)]->Remove(key);
+        it->second.candidate &= static_cast<uint8_t>(~bit);
+      }
+      const BlockKey parent = it->second.parent;
+      if (parent != kRootBlockKey) {
+        auto p = meta.find(parent);
+        if (p != meta.end() && p->second.child_copies[TierIndex(t)] > 0) {
+          --p->second.child_copies[TierIndex(t)];
+          UpdateCandidate(parent, t);
+          MaybeEraseMeta(parent);
+        }
+      }
+    }
+    if (was_ready) Event(CacheEventKind::kRemoved, key, t);
+    MaybeEraseMeta(key);
+  }
+
+  // Drops a droppable copy: frees its slot and forgets it.
+  void DropCopy(const BlockKey& key, Tier t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    const std::optional<BlockRecord> rec = index->Lookup(key);
+    if (!rec.has_value() || rec->state(t) != CopyState::kReady) return;
+    const SlotId slot = rec->slots[TierIndex(t)];
+    if (!Alloc(t, [&](BlockAllocator& a) { return a.Evict(slot); }).ok()) return;
+    RemoveCopy(key, t);
+  }
+
+  // The HBM slot's last pin or holder may be gone: settle what it becomes.
+  void SettleSlot(Tier t, SlotId slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (t == Tier::kHbm && ticket_refs[slot.value()] != 0) return;
+    const SlotState state = StateOf(t, slot);
+    if (state == SlotState::kWritable && t == Tier::kHbm &&
+        orphan_partials.erase(slot.value()) > 0) {
+      (void)Alloc(t, [&](BlockAllocator& a) { return a.Release(slot); });
+      return;
+    }
+    if (state != SlotState::kCached) return;
+    const SlotOwner& o = owner[TierIndex(t)][slot.value()];
+    if (o.indexed) {
+      UpdateCandidate(o.key, t);
+    } else {
+      // A private copy (computed twice, never written, or found corrupt): nothing to keep.
+      (void)Alloc(t, [&](BlockAllocator& a) { return a.Evict(slot); });
+    }
+  }
+
+  // Drops one reference a sequence held.
+  void DropRef(const SeqBlock& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (b.tier == Tier::kHbm && ticket_refs[b.slot.value()] != 0 &&
+        StateOf(b.tier, b.slot) == SlotState::kWritable) {
+      orphan_partials.insert(b.slot.value());  // freed when the last ticket lets go
+      return;
+    }
+    (void)Alloc(b.tier, [&](BlockAllocator& a) { return a.Release(b.slot); });
+    SettleSlot(b.tier, b.slot);
+  }
+
+  absl::Status AcquireRef(Tier t, SlotId slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    KVTIER_RETURN_IF_ERROR(Alloc(t, [&](BlockAllocator& a) { return a.Acquire(slot); }));
+    const SlotOwner& o = owner[TierIndex(t)][slot.value()];
+    if (o.indexed) UpdateCandidate(o.key, t);
+    return absl::OkStatus();
+  }
+
+  void PinTicket(SlotId slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (ticket_refs[slot.value()]++ == 0) {
+      ++locked;
+      const SlotOwner& o = owner[0][slot.value()];
+      if (o.indexed) UpdateCandidate(o.key, Tier::kHbm);
+    }
+  }
+  void UnpinTicket(SlotId slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (--ticket_refs[slot.value()] == 0) {
+      --locked;
+      SettleSlot(Tier::kHbm, slot);
+    }
+  }
+
+  // ---- Tiers below.
+
+  // The first present tier below `t`, or nullopt.
+  std::optional<Tier> NextLower(Tier t) const {
+    for (int i = TierIndex(t) + 1; i < kNumTiers; ++i) {
+      if (tiers[i] != nullptr) return static_cast<Tier>(i);
+    }
+    return std::nullopt;
+  }
+  bool HasCopyBelow(const BlockRecord& rec, Tier t) const {
+    for (int i = TierIndex(t) + 1; i < kNumTiers; ++i) {
+      if (rec.state(static_cast<Tier>(i)) != CopyState::kAbsent) return true;
+    }
+    return false;
+  }
+  // Where an evicted block of tier `t` would be demoted: the first lower tier that admits it.
+  std::optional<Tier> DemotionTarget(const BlockMeta& m, Tier t) const {
+    for (int i = TierIndex(t) + 1; i < kNumTiers; ++i) {
+      if (tiers[i] != nullptr && m.uses >= static_cast<uint32_t>(admit_after_uses[i])) {
+        return static_cast<Tier>(i);
+      }
+    }
+    return std::nullopt;
+  }
+
+  // Starts copying `key` from (from, src) to a new slot of `to`.
+  absl::StatusOr<std::shared_ptr<Move>> StartMove(const BlockKey& key, Tier from, SlotId src,
+                                                  Tier to, bool pin, absl::Time deadline,
+                                                  Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    auto m = meta.find(key);
+    if (m == meta.end()) return absl::InternalError("a move of a block the cache does not know");
+    TransferOptions options;
+    options.deadline = deadline;
+    options.pin_destination = pin;
+    KVTIER_ASSIGN_OR_RETURN(Transfer transfer, engine->Copy(key, from, src, to, options));
+    auto move = std::make_shared<Move>();
+    move->key = key;
+    move->from = from;
+    move->src = src;
+    move->to = to;
+    move->dst = transfer.destination;
+    move->pin = pin;
+    move->completion = transfer.completion;
+    const BlockKey parent = m->second.parent;
+    const int64_t first = m->second.first_token;
+    if (absl::Status s = AddCopy(key, to, move->dst, CopyState::kPending, parent, first); !s.ok()) {
+      // Cannot happen (callers check the index first); the transfer still runs and its slot is
+      // released by the engine, so only the index is left untouched.
+      return s;
+    }
+    ++meta[key].readers[TierIndex(from)];
+    UpdateCandidate(key, from);
+    ++moves_in_flight;
+    if (to == Tier::kHbm) {
+      onboarding[key] = move;
+    } else {
+      offloading[key].push_back(move);
+    }
+    d.moves.push_back(move);
+    return move;
+  }
+
+  // Makes a slot of lower tier `t` free now if that needs no waiting: drops victims that need
+  // no demotion; starts demotions of the others (which free later). True if a slot is free.
+  bool RoomBelowNow(Tier t, Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    for (int attempts = 0; attempts < 8; ++attempts) {
+      if (FreeBlocks(t) > 0) return true;
+      if (!EvictOne(t, d)) return false;
+    }
+    return FreeBlocks(t) > 0;
+  }
+
+  // Evicts the policy's victim in `t`: drops it if a lower tier has it (or none admits it),
+  // else starts its demotion. False if `t` has no candidate.
+  bool EvictOne(Tier t, Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    const std::optional<BlockKey> victim = policy[TierIndex(t)]->Victim(Now());
+    if (!victim.has_value()) return false;
+    const BlockKey key = *victim;
+    const std::optional<BlockRecord> rec = index->Lookup(key);
+    auto m = meta.find(key);
+    if (!rec.has_value() || m == meta.end()) {  // stale: cannot happen, but never loop on it
+      (void)policy[TierIndex(t)]->Remove(key);
+      return true;
+    }
+    const std::optional<Tier> target = DemotionTarget(m->second, t);
+    if (demote_on_evict && target.has_value() && !HasCopyBelow(*rec, t) &&
+        RoomBelowNow(*target, d)) {
+      const SlotId src = rec->slots[TierIndex(t)];
+      auto move = StartMove(key, t, src, *target, /*pin=*/false, absl::InfiniteFuture(), d);
+      if (move.ok()) {
+        (*move)->evict_source = true;
+        meta[key].evict_after |= static_cast<uint8_t>(1u << TierIndex(t));
+        UpdateCandidate(key, t);
+        ++evicting[TierIndex(t)];
+        ++counters.tiers[TierIndex(t)].demotions;
+        return true;
+      }
+    }
+    DropCopy(key, t);
+    ++counters.tiers[TierIndex(t)].evictions;
+    return true;
+  }
+
+  // Frees `need` HBM slots, waiting (lock released) up to `deadline` for demotions to land.
+  // The caller must re-validate everything it looked up before: the lock may have been dropped.
+  absl::Status MakeHbmRoom(int64_t need, absl::Time deadline, Deferred& d)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    for (;;) {
+      while (FreeBlocks(Tier::kHbm) < need) {
+        if (!EvictOne(Tier::kHbm, d)) break;
+      }
+      if (FreeBlocks(Tier::kHbm) >= need) return absl::OkStatus();
+      if (evicting[0] == 0 || Now() >= deadline) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("HBM has ", FreeBlocks(Tier::kHbm), " free slots, ", need,
+                         " needed; every other slot is locked by a ticket or held by a sequence"));
+      }
+      // Demotions started above free their sources when they land; their callbacks need the
+      // lock, and must first be registered.
+      DeferredRelease(d);
+      cv.WaitUntil(&mu,
+                   absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Milliseconds(50))));
+    }
+  }
+
+  // Registers the callbacks of moves started so far (they must exist before anyone waits on
+  // them), dropping and retaking the lock.
+  void DeferredRelease(Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (d.moves.empty() && d.fire.empty() && d.publish.empty()) return;
+    Deferred now;
+    std::swap(now, d);
+    mu.Unlock();
+    RunDeferred(now);
+    mu.Lock();
+  }
+
+  void RunDeferred(Deferred& d) ABSL_LOCKS_EXCLUDED(mu);
+  void OnMoveDone(const std::shared_ptr<Move>& move, const absl::Status& status)
+      ABSL_LOCKS_EXCLUDED(mu);
+  void OnWritten(const std::vector<std::pair<BlockKey, SlotId>>& blocks, const absl::Status& status)
+      ABSL_LOCKS_EXCLUDED(mu);
+
+  // Resolves one block of a ticket.
+  void ResolveTicketBlock(const std::shared_ptr<internal::TicketState>& t, int64_t i,
+                          std::optional<SlotId> slot, absl::Status error, Deferred& d)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    {
+      internal::MutexLock lock(&t->mu);
+      if (slot.has_value()) {
+        t->status[static_cast<size_t>(i)] = BlockResidency::kResident;
+        t->table.slots[static_cast<size_t>(i)] = static_cast<int32_t>(slot->value());
+      } else {
+        t->status[static_cast<size_t>(i)] = BlockResidency::kNotResident;
+        t->table.slots[static_cast<size_t>(i)] = -1;
+        t->errors[i] = std::move(error);
+      }
+    }
+    if (--t->pending == 0) d.fire.emplace_back(t->done, TicketOutcome(*t));
+  }
+
+  static absl::Status TicketOutcome(internal::TicketState& t) {
+    internal::MutexLock lock(&t.mu);
+    for (size_t i = 0; i < t.status.size(); ++i) {
+      if (t.status[i] != BlockResidency::kResident) {
+        auto it = t.errors.find(static_cast<int64_t>(i));
+        return absl::UnavailableError(absl::StrCat(
+            "block ", t.table.first_block + static_cast<int64_t>(i), " of ", SeqName(t.sequence),
+            " is not resident: ", it != t.errors.end() ? it->second.ToString() : "pending"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Makes block `i` of `seq` resident for ticket `t` (index `ti` in it): adopts an HBM copy,
+  // joins an onboard in flight, or starts one. Returns false if it resolved the block at once.
+  void Onboard(Sequence& seq, int64_t i, const std::shared_ptr<internal::TicketState>& t,
+               int64_t ti, absl::Time deadline, Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    const SeqBlock b = seq.blocks[static_cast<size_t>(i)];
+    const BlockKey key = seq.keys[static_cast<size_t>(i)];
+    if (b.tier == Tier::kHbm) {
+      if (t->pins) PinTicket(b.slot);
+      ResolveTicketBlock(t, ti, b.slot, absl::OkStatus(), d);
+      return;
+    }
+    const std::optional<BlockRecord> rec = index->Lookup(key);
+    if (rec.has_value() && rec->state(Tier::kHbm) == CopyState::kReady) {
+      const SlotId hbm = rec->slots[0];
+      if (AcquireRef(Tier::kHbm, hbm).ok()) {  // an HBM copy exists: adopt it, no bytes move
+        seq.blocks[static_cast<size_t>(i)] = SeqBlock{Tier::kHbm, hbm};
+        DropRef(b);
+        if (inclusion == TierInclusion::kExclusive) DropIfDroppable(key, b.tier);
+        if (t->pins) PinTicket(hbm);
+        ResolveTicketBlock(t, ti, hbm, absl::OkStatus(), d);
+        return;
+      }
+    }
+    auto in_flight = onboarding.find(key);
+    if (in_flight != onboarding.end()) {
+      in_flight->second->waiters.push_back(Move::Waiter{seq.id, i, t, ti});
+      return;
+    }
+    if (rec.has_value() && rec->state(Tier::kHbm) == CopyState::kPending) {
+      ResolveTicketBlock(t, ti, std::nullopt,
+                         absl::UnavailableError("another sequence is still writing this block"), d);
+      return;
+    }
+    auto move = StartMove(key, b.tier, b.slot, Tier::kHbm, /*pin=*/true, deadline, d);
+    if (!move.ok()) {
+      ResolveTicketBlock(t, ti, std::nullopt, move.status(), d);
+      return;
+    }
+    (*move)->waiters.push_back(Move::Waiter{seq.id, i, t, ti});
+  }
+
+  // Exclusive tiers: drop the copy in `t` if nobody needs it any more.
+  void DropIfDroppable(const BlockKey& key, Tier t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    auto m = meta.find(key);
+    if (m == meta.end() || t == Tier::kHbm) return;
+    if (WantCandidate(key, m->second, t) ||
+        (m->second.readers[TierIndex(t)] == 0 && m->second.child_copies[TierIndex(t)] != 0 && [&] {
+          auto rec = index->Lookup(key);
+          return rec.has_value() && rec->state(t) == CopyState::kReady &&
+                 StateOf(t, rec->slots[TierIndex(t)]) == SlotState::kCached;
+        }())) {
+      DropCopy(key, t);
+    }
+  }
+
+  std::array<TierLinkCost, kNumTiers> CurrentLinks() const {
+    std::array<TierLinkCost, kNumTiers> l = links;
+    if (!measure_bandwidth) return l;
+    for (int t = 1; t < kNumTiers; ++t) {
+      if (tiers[t] == nullptr) continue;
+      const double bw = engine->stats(static_cast<Tier>(t), Tier::kHbm).bandwidth_bytes_per_second;
+      if (bw > 0) l[t].bytes_per_second = bw;
+    }
+    return l;
+  }
+
+  absl::Status CheckInvariantsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+};
+
+void KvCache::Impl::RunDeferred(Deferred& d) {
+  for (auto& [done, status] : d.fire) done.Complete(status);
+  for (auto& [ready, blocks] : d.publish) {
+    std::weak_ptr<internal::Lifeline> weak = lifeline;
+    ready.OnDone([weak, blocks = std::move(blocks)](const absl::Status& s) {
+      auto life = weak.lock();
+      if (!life) return;
+      auto* impl = static_cast<Impl*>(life->Enter());
+      if (impl == nullptr) return;
+      impl->OnWritten(blocks, s);
+      life->Exit();
+    });
+  }
+  for (auto& move : d.moves) {
+    std::shared_ptr<internal::Lifeline> life = lifeline;
+    move->completion.OnDone([life, move](const absl::Status& s) {
+      auto* impl = static_cast<Impl*>(life->Enter());
+      if (impl == nullptr) return;
+      impl->OnMoveDone(move, s);
+      life->Exit();
+    });
+  }
+}
+
+void KvCache::Impl::OnWritten(const std::vector<std::pair<BlockKey, SlotId>>& blocks,
+                              const absl::Status& status) {
+  Deferred d;
+  {
+    internal::MutexLock lock(&mu);
+    for (const auto& [key, slot] : blocks) {
+      const std::optional<BlockRecord> rec = index->Lookup(key);
+      if (!rec.has_value() || rec->state(Tier::kHbm) != CopyState::kPending ||
+          rec->slots[0] != slot || onboarding.contains(key)) {
+        continue;
+      }
+      if (!status.ok()) {
+        RemoveCopy(key, Tier::kHbm);
+        SettleSlot(Tier::kHbm, slot);  // a released sequence's block: freed
+        continue;
+      }
+      tiers[0]->EndDeviceWrite(slot, key);
+      ++meta[key].uses;
+      MarkReady(key, Tier::kHbm);
+      if (write_policy == WritePolicy::kWriteThrough) {
+        const std::optional<Tier> lower = NextLower(Tier::kHbm);
+        auto m = meta.find(key);
+        if (lower.has_value() && m != meta.end() &&
+            m->second.uses >= static_cast<uint32_t>(admit_after_uses[TierIndex(*lower)]) &&
+            index->Lookup(key)->state(*lower) == CopyState::kAbsent && RoomBelowNow(*lower, d)) {
+          (void)StartMove(key, Tier::kHbm, slot, *lower, false, absl::InfiniteFuture(), d);
+        }
+      }
+    }
+  }
+  RunDeferred(d);
+}
+
+void KvCache::Impl::OnMoveDone(const std::shared_ptr<Move>& move, const absl::Status& status) {
+  Deferred d;
+  {
+    internal::MutexLock lock(&mu);
+    const BlockKey& key = move->key;
+    const int from = TierIndex(move->from);
+    if (auto m = meta.find(key); m != meta.end() && m->second.readers[from] > 0) {
+      --m->second.readers[from];
+    }
+    if (move->to == Tier::kHbm) {
+      auto it = onboarding.find(key);
+      if (it != onboarding.end() && it->second == move) onboarding.erase(it);
+    } else {
+      auto it = offloading.find(key);
+      if (it != offloading.end()) {
+        std::erase(it->second, move);
+        if (it->second.empty()) offloading.erase(it);
+      }
+    }
+    if (status.ok()) {
+      MarkReady(key, move->to);
+      if (move->to == Tier::kHbm) {
+        for (const Move::Waiter& w : move->waiters) {
+          if (w.sequence.valid()) {
+            auto s = seqs.find(w.sequence);
+            if (s != seqs.end() && w.block < static_cast<int64_t>(s->second->keys.size()) &&
+                s->second->keys[static_cast<size_t>(w.block)] == key &&
+                s->second->blocks[static_cast<size_t>(w.block)].tier != Tier::kHbm &&
+                AcquireRef(Tier::kHbm, move->dst).ok()) {
+              const SeqBlock old = s->second->blocks[static_cast<size_t>(w.block)];
+              s->second->blocks[static_cast<size_t>(w.block)] = SeqBlock{Tier::kHbm, move->dst};
+              DropRef(old);
+            }
+          }
+          if (w.ticket != nullptr) {
+            if (w.ticket->pins && !w.ticket->released) PinTicket(move->dst);
+            ResolveTicketBlock(w.ticket, w.ticket_index, move->dst, absl::OkStatus(), d);
+          }
+        }
+        if (move->pin) {
+          (void)Alloc(Tier::kHbm, [&](BlockAllocator& a) { return a.Release(move->dst); });
+          SettleSlot(Tier::kHbm, move->dst);
+        }
+        if (inclusion == TierInclusion::kExclusive) DropIfDroppable(key, move->from);
+      } else {
+        for (const auto& [id, block] : move->pause_waiters) {
+          auto s = seqs.find(id);
+          if (s == seqs.end() || !s->second->paused) continue;
+          Sequence& seq = *s->second;
+          if (block >= static_cast<int64_t>(seq.blocks.size()) ||
+              seq.blocks[static_cast<size_t>(block)].tier != move->from ||
+              seq.blocks[static_cast<size_t>(block)].slot != move->src) {
+            continue;
+          }
+          if (AcquireRef(move->to, move->dst).ok()) {
+            seq.blocks[static_cast<size_t>(block)] = SeqBlock{move->to, move->dst};
+            DropRef(SeqBlock{move->from, move->src});
+          }
+        }
+      }
+      UpdateCandidate(key, move->to);
+    } else {
+      RemoveCopy(key, move->to);  // the engine freed or quarantined the destination
+      if (move->to == Tier::kHbm) {
+        ++counters.tiers[from].failed_loads;
+        if (status.code() == absl::StatusCode::kDataLoss) {
+          // The source is damaged: never match it again. Holders keep their (now private)
+          // reference, freed when they let go.
+          ++counters.tiers[from].corrupt_reads;
+          RemoveCopy(key, move->from);
+          SettleSlot(move->from, move->src);
+        }
+        for (const Move::Waiter& w : move->waiters) {
+          if (w.ticket != nullptr)
+            ResolveTicketBlock(w.ticket, w.ticket_index, std::nullopt, status, d);
+        }
+      } else {
+        ++counters.tiers[TierIndex(move->to)].failed_stores;
+      }
+    }
+    if (move->evict_source) {
+      --evicting[from];
+      auto m = meta.find(key);
+      if (m != meta.end()) m->second.evict_after &= static_cast<uint8_t>(~(1u << from));
+      const std::optional<BlockRecord> rec = index->Lookup(key);
+      if (status.ok() && m != meta.end() && rec.has_value() &&
+          rec->state(move->from) == CopyState::kReady && rec->slots[from] == move->src &&
+          WantCandidate(key, m->second, move->from)) {
+        DropCopy(key, move->from);
+        ++counters.tiers[from].evictions;
+      }
+    }
+    UpdateCandidate(key, move->from);
+  }
+  RunDeferred(d);
+  internal::MutexLock lock(&mu);
+  --moves_in_flight;
+  cv.SignalAll();
+}
+
+// ---------------------------------------------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const CacheNamespace& ns,
+                                                         KvCacheOptions options) {
+  const KvGeometry& g = ns.geometry();
+  TierBackend* hbm = options.tiers[0].get();
+  if (hbm == nullptr) return absl::InvalidArgumentError("KvCache: the HBM tier is required");
+  for (int t = 0; t < kNumTiers; ++t) {
+    const TierBackend* b = options.tiers[t].get();
+    if (b == nullptr) continue;
+    if (TierIndex(b->info().tier) != t) {
+      return absl::InvalidArgumentError(absl::StrCat("KvCache: the ", b->info().name,
+                                                     " backend is at the index of tier ",
+                                                     ToAbsl(TierName(static_cast<Tier>(t)))));
+    }
+    if (b->info().block_bytes != g.bytes_per_block()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("KvCache: the ", b->info().name, " tier has ", b->info().block_bytes,
+                       "-byte blocks; the namespace's geometry has ", g.bytes_per_block()));
+    }
+  }
+  if ((hbm->info().capabilities & kCapDeviceMemory) == 0 || !hbm->device_pool().has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat("KvCache: the HBM tier ", hbm->info().name,
+                                                   " has no device pool for block tables"));
+  }
+  if (options.eviction_policy != "lru" && options.eviction_policy != "cost_aware") {
+    return absl::InvalidArgumentError(absl::StrCat("KvCache: eviction_policy \"",
+                                                   options.eviction_policy,
+                                                   "\" is not one of \"lru\", \"cost_aware\""));
+  }
+  if (options.write_policy != WritePolicy::kWriteBack &&
+      options.write_policy != WritePolicy::kWriteThrough) {
+    return absl::InvalidArgumentError("KvCache: unknown write_policy");
+  }
+  if (options.inclusion != TierInclusion::kInclusive &&
+      options.inclusion != TierInclusion::kExclusive) {
+    return absl::InvalidArgumentError("KvCache: unknown inclusion");
+  }
+  if (options.inclusion == TierInclusion::kExclusive &&
+      options.write_policy == WritePolicy::kWriteThrough) {
+    return absl::InvalidArgumentError(
+        "KvCache: exclusive tiers cannot be written through (write-through keeps two copies)");
+  }
+  if (options.admit_after_uses[0] != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KvCache: admit_after_uses[hbm] = ", options.admit_after_uses[0],
+                     " must be 1: every block starts in HBM"));
+  }
+  for (int t = 1; t < kNumTiers; ++t) {
+    if (options.admit_after_uses[t] < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("KvCache: admit_after_uses[", ToAbsl(TierName(static_cast<Tier>(t))),
+                       "] = ", options.admit_after_uses[t], " must be >= 1"));
+    }
+  }
+  for (int t = 1; t < kNumTiers; ++t) {
+    const TierLinkCost& l = options.links[t];
+    if (!Finite(l.bytes_per_second) || l.latency < absl::ZeroDuration() ||
+        l.latency == absl::InfiniteDuration()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("KvCache: links[", ToAbsl(TierName(static_cast<Tier>(t))),
+                       "] needs a positive finite "
+                       "bandwidth (",
+                       l.bytes_per_second, " B/s) and a finite latency >= 0"));
+    }
+  }
+  if (options.event_buffer < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KvCache: event_buffer = ", options.event_buffer, " must be >= 1"));
+  }
+  if (options.room_wait < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KvCache: room_wait = ", absl::FormatDuration(options.room_wait), " must not be negative"));
+  }
+  if (options.bounce_buffers < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KvCache: bounce_buffers = ", options.bounce_buffers, " must be >= 1"));
+  }
+  std::optional<PrefillCostModel> cost;
+  if (options.prefill_cost.has_value()) {
+    KVTIER_ASSIGN_OR_RETURN(PrefillCostModel model,
+                            PrefillCostModel::Create(*options.prefill_cost));
+    cost = model;
+  } else if (auto known = KnownModelCost(ns.options().model_id); known.has_value()) {
+    if (!Finite(options.prefill_flops_per_second)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("KvCache: prefill_flops_per_second = ", options.prefill_flops_per_second,
+                       " must be positive and finite"));
+    }
+    known->flops_per_second = options.prefill_flops_per_second;
+    KVTIER_ASSIGN_OR_RETURN(PrefillCostModel model, PrefillCostModel::Create(*known));
+    cost = model;
+  }
+  std::array<std::unique_ptr<EvictionPolicy>, kNumTiers> policies;
+  for (int t = 0; t < kNumTiers; ++t) {
+    if (options.tiers[t] == nullptr) continue;
+    if (options.eviction_policy == "lru") {
+      policies[t] = MakeLruPolicy();
+    } else {
+      KVTIER_ASSIGN_OR_RETURN(policies[t], MakeCostAwarePolicy(options.cost_aware));
+    }
+  }
+  KVTIER_ASSIGN_OR_RETURN(PrefixHasher hasher, PrefixHasher::Create(ns, options.hash));
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<BlockIndex> index,
+                          BlockIndex::Create(g.tokens_per_block()));
+
+  auto impl = std::make_unique<Impl>(ns, std::move(hasher));
+  impl->block_tokens = g.tokens_per_block();
+  impl->block_bytes = g.bytes_per_block();
+  impl->pool = *hbm->device_pool();
+  TransferEngineOptions engine_options;
+  for (int t = 0; t < kNumTiers; ++t) engine_options.tiers[t] = options.tiers[t].get();
+  engine_options.bounce_buffers = options.bounce_buffers;
+  KVTIER_ASSIGN_OR_RETURN(impl->engine, TransferEngine::Create(engine_options));
+  impl->tiers = std::move(options.tiers);
+  impl->write_policy = options.write_policy;
+  impl->inclusion = options.inclusion;
+  impl->admit_after_uses = options.admit_after_uses;
+  impl->demote_on_evict = options.demote_on_evict;
+  impl->cost = cost;
+  impl->links = options.links;
+  impl->measure_bandwidth = options.measure_bandwidth;
+  impl->clock = std::move(options.clock);
+  impl->event_buffer = static_cast<size_t>(options.event_buffer);
+  impl->room_wait = options.room_wait;
+  {
+    internal::MutexLock lock(&impl->mu);
+    impl->index = std::move(index);
+    impl->policy = std::move(policies);
+    for (int t = 0; t < kNumTiers; ++t) {
+      if (impl->tiers[t] == nullptr) continue;
+      impl->owner[t].resize(static_cast<size_t>(impl->tiers[t]->info().capacity_blocks));
+      impl->counters.tiers[t].present = true;
+    }
+    impl->ticket_refs.assign(static_cast<size_t>(impl->tiers[0]->info().capacity_blocks), 0);
+  }
+  impl->lifeline->Set(impl.get());
+  return std::unique_ptr<KvCache>(new KvCache(std::move(impl)));
+}
+
+KvCache::KvCache(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+KvCache::~KvCache() {
+  (void)WaitIdle();
+  impl_->lifeline->Close();  // later callbacks (e.g. a ReportWritten completion) do nothing
+  impl_->engine.reset();     // waits for anything still in flight, before the tiers go
+}
+
+const CacheNamespace& KvCache::cache_namespace() const { return impl_->ns; }
+const PrefixHasher& KvCache::hasher() const { return impl_->hasher; }
+
+// ---- Sequences --------------------------------------------------------------------------------
+
+absl::Status KvCache::CreateSequence(SequenceId id, const SequenceOptions& options) {
+  if (!id.valid()) return absl::InvalidArgumentError("CreateSequence: an invalid sequence id");
+  if (!(options.retention_priority >= 0) || !std::isfinite(options.retention_priority)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CreateSequence: retention_priority = ", options.retention_priority,
+                     " must be finite and >= 0"));
+  }
+  if (options.retention < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CreateSequence: retention = ", absl::FormatDuration(options.retention),
+                     " must not be negative"));
+  }
+  auto seq = std::make_unique<Impl::Sequence>();
+  seq->id = id;
+  seq->options = options;
+  seq->extras.adapter = options.adapter;
+  seq->extras.tenant_salt = options.tenant_salt;
+  seq->extras.multimodal = options.multimodal;
+  // Validates the extras once, so later calls fail only on what they add.
+  std::vector<BlockKey> probe;
+  KVTIER_RETURN_IF_ERROR(impl_->hasher.AppendBlockKeys(kRootBlockKey, 0, {}, seq->extras, &probe));
+  internal::MutexLock lock(&impl_->mu);
+  if (impl_->seqs.contains(id)) {
+    return absl::AlreadyExistsError(absl::StrCat(SeqName(id), " already exists"));
+  }
+  impl_->released_ids.erase(id);
+  impl_->seqs[id] = std::move(seq);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<AttachResult> KvCache::AttachPrefix(SequenceId id,
+                                                   absl::Span<const int32_t> prompt) {
+  Impl& I = *impl_;
+  if (prompt.empty()) return absl::InvalidArgumentError("AttachPrefix: an empty prompt");
+  BlockExtras extras;
+  {
+    internal::MutexLock lock(&I.mu);
+    KVTIER_ASSIGN_OR_RETURN(Impl::Sequence * seq, I.FindSeq(id));
+    extras = seq->extras;
+  }
+  // Hash outside the lock: it is the expensive part and needs nothing shared.
+  KVTIER_ASSIGN_OR_RETURN(std::vector<BlockKey> keys, I.hasher.BlockKeys(prompt, extras));
+  AttachResult result;
+  internal::MutexLock lock(&I.mu);
+  KVTIER_ASSIGN_OR_RETURN(Impl::Sequence * seq, I.FindSeq(id));
+  if (!seq->tokens.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "AttachPrefix: ", SeqName(id), " already has ", seq->tokens.size(), " tokens"));
+  }
+  std::vector<BlockLocation> where;
+  KVTIER_ASSIGN_OR_RETURN(const PrefixMatch match,
+                          I.index->Match(keys, static_cast<int64_t>(prompt.size()), &where));
+  // Phase 1: pin every matched block where it is.
+  std::vector<Impl::SeqBlock> pinned;
+  pinned.reserve(where.size());
+  for (const BlockLocation& loc : where) {
+    if (!I.AcquireRef(loc.tier, loc.slot).ok()) break;
+    pinned.push_back(Impl::SeqBlock{loc.tier, loc.slot});
+  }
+  // Phase 2: plan, and keep the leading blocks worth restoring.
+  std::vector<Tier> tiers_of;
+  tiers_of.reserve(pinned.size());
+  for (const auto& b : pinned) tiers_of.push_back(b.tier);
+  const int64_t b_tokens = I.block_tokens;
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  RestorePlan plan;
+  if (I.cost.has_value()) {
+    KVTIER_ASSIGN_OR_RETURN(
+        plan, PlanRestore(*I.cost, tiers_of, I.CurrentLinks(), b_tokens, I.block_bytes, n));
+  } else {
+    plan.restore_blocks =
+        std::min<int64_t>(static_cast<int64_t>(pinned.size()), (n - 1) / b_tokens);
+    plan.recompute_from_token = plan.restore_blocks * b_tokens;
+    plan.cached_but_recomputed = static_cast<int64_t>(pinned.size()) - plan.restore_blocks;
+  }
+  for (size_t i = static_cast<size_t>(plan.restore_blocks); i < pinned.size(); ++i) {
+    I.DropRef(pinned[i]);
+  }
+  pinned.resize(static_cast<size_t>(plan.restore_blocks));
+  const int64_t now_ns = absl::ToUnixNanos(I.Now());
+  for (size_t i = 0; i < pinned.size(); ++i) {
+    (void)I.index->RecordHit(keys[i], now_ns);
+    ++I.meta[keys[i]].uses;
+    ++result.attached_blocks_by_tier[TierIndex(pinned[i].tier)];
+    ++I.counters.tiers[TierIndex(pinned[i].tier)].hits;
+  }
+  seq->tokens.assign(prompt.begin(), prompt.begin() + plan.restore_blocks * b_tokens);
+  seq->keys.assign(keys.begin(), keys.begin() + plan.restore_blocks);
+  seq->blocks = std::move(pinned);
+  seq->written = plan.restore_blocks * b_tokens;
+
+  const int64_t query_blocks = n / b_tokens;
+  int64_t found_so_far = 0;
+  for (int t = 0; t < kNumTiers; ++t) {
+    if (!I.Present(static_cast<Tier>(t))) continue;
+    found_so_far += match.blocks_by_tier[t];
+    I.counters.tiers[t].misses += query_blocks - found_so_far;
+  }
+  ++I.counters.attach_queries;
+  I.counters.query_tokens += n;
+  I.counters.matched_tokens += match.matched_tokens;
+  I.counters.attached_tokens += plan.restore_blocks * b_tokens;
+  I.counters.cached_but_recomputed_blocks += plan.cached_but_recomputed;
+  result.matched_tokens = match.matched_tokens;
+  result.attached_tokens = plan.restore_blocks * b_tokens;
+  result.plan = plan;
+  return result;
+}
+
+absl::StatusOr<KvAppendResult> KvCache::Append(SequenceId id, absl::Span<const int32_t> tokens) {
+  Impl& I = *impl_;
+  if (tokens.empty()) return absl::InvalidArgumentError("Append: no tokens");
+  const int64_t b_tokens = I.block_tokens;
+  Impl::Deferred d;
+  KvAppendResult result;
+  {
+    internal::MutexLock lock(&I.mu);
+    for (int round = 0;; ++round) {
+      KVTIER_ASSIGN_OR_RETURN(Impl::Sequence * seq, I.FindSeq(id));
+      const int64_t old_n = static_cast<int64_t>(seq->tokens.size());
+      const int64_t new_n = old_n + static_cast<int64_t>(tokens.size());
+      if (new_n > PrefixHasher::kMaxPosition) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("Append: ", SeqName(id), " would hold ", new_n, " tokens"));
+      }
+      const int64_t need =
+          I.geometry.BlocksForTokens(new_n) - static_cast<int64_t>(seq->blocks.size());
+      if (need > 0 && I.FreeBlocks(Tier::kHbm) < need) {
+        if (round > 0) {
+          // Someone took the room while the lock was dropped; try once more, then give up.
+          if (round > 2) {
+            return absl::ResourceExhaustedError("Append: HBM room was taken by other calls");
+          }
+        }
+        absl::Status room = I.MakeHbmRoom(need, I.Now() + I.room_wait, d);
+        if (!room.ok()) {
+          I.DeferredRelease(d);
+          return room;
+        }
+        continue;  // the lock may have been dropped: look everything up again
+      }
+      // Key the blocks this append fills before changing anything.
+      std::vector<int32_t> all(seq->tokens.begin(), seq->tokens.end());
+      all.insert(all.end(), tokens.begin(), tokens.end());
+      std::vector<BlockKey> keys = seq->keys;
+      const int64_t have = static_cast<int64_t>(keys.size());
+      KVTIER_RETURN_IF_ERROR(I.hasher.AppendBlockKeys(
+          have == 0 ? kRootBlockKey : keys.back(), have * b_tokens,
+          absl::MakeConstSpan(all).subspan(static_cast<size_t>(have * b_tokens)), seq->extras,
+          &keys));
+      std::vector<SlotId> fresh;
+      absl::Status alloc = I.Alloc(Tier::kHbm, [&](BlockAllocator& a) -> absl::Status {
+        for (int64_t i = 0; i < need; ++i) {
+          auto s = a.Allocate();
+          if (!s.ok()) {
+            for (SlotId f : fresh) (void)a.Release(f);
+            fresh.clear();
+            return s.status();
+          }
+          fresh.push_back(*s);
+        }
+        return absl::OkStatus();
+      });
+      if (!alloc.ok()) {
+        if (round > 2) return alloc;
+        continue;
+      }
+      for (SlotId s : fresh) {
+        I.tiers[0]->BeginDeviceWrite(s);
+        seq->blocks.push_back(Impl::SeqBlock{Tier::kHbm, s});
+      }
+      seq->tokens = std::move(all);
+      const int64_t old_full = old_n / b_tokens;
+      const int64_t new_full = new_n / b_tokens;
+      for (int64_t j = old_full; j < new_full; ++j) {
+        const SlotId s = seq->blocks[static_cast<size_t>(j)].slot;
+        (void)I.Alloc(Tier::kHbm, [&](BlockAllocator& a) { return a.Seal(s); });
+      }
+      seq->keys = std::move(keys);
+      result.first_sealed_block = old_full;
+      result.num_sealed_blocks = new_full - old_full;
+      result.num_new_slots = need > 0 ? need : 0;
+      break;
+    }
+    I.DeferredRelease(d);
+  }
+  return result;
+}
+
+absl::Status KvCache::ReportWritten(SequenceId id, int64_t num_tokens, Completion ready) {
+  Impl& I = *impl_;
+  Impl::Deferred d;
+  {
+    internal::MutexLock lock(&I.mu);
+    KVTIER_ASSIGN_OR_RETURN(Impl::Sequence * seq, I.FindSeq(id));
+    const int64_t n = static_cast<int64_t>(seq->tokens.size());
+    if (num_tokens > n) {
+      return absl::OutOfRangeError(absl::StrCat("ReportWritten: ", num_tokens, " tokens of ",
+                                                SeqName(id), ", which has ", n));
+    }
+    if (num_tokens < seq->written) {
+      return absl::InvalidArgumentError(absl::StrCat("ReportWritten: ", num_tokens, " tokens of ",
+                                                     SeqName(id), " after ", seq->written,
+                                                     " were reported written"));
+    }
+    const int64_t b_tokens = I.block_tokens;
+    std::vector<std::pair<BlockKey, SlotId>> publish;
+    for (int64_t j = seq->written / b_tokens; j < num_tokens / b_tokens; ++j) {
+      const Impl::SeqBlock b = seq->blocks[static_cast<size_t>(j)];
+      const BlockKey key = seq->keys[static_cast<size_t>(j)];
+      if (b.tier != Tier::kHbm) continue;
+      const std::optional<BlockRecord> rec = I.index->Lookup(key);
+      if (rec.has_value() && rec->state(Tier::kHbm) != CopyState::kAbsent) continue;  // a twin
+      const BlockKey parent = j == 0 ? kRootBlockKey : seq->keys[static_cast<size_t>(j - 1)];
+      if (I.AddCopy(key, Tier::kHbm, b.slot, CopyState::kPending, parent, j * b_tokens).ok()) {
+        publish.emplace_back(key, b.slot);
+      }
+    }
+    seq->written = num_tokens;
+    if (!publish.empty()) d.publish.emplace_back(std::move(ready), std::move(publish));
+  }
+  I.RunDeferred(d);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<BlockCopy>> KvCache::Fork(SequenceId parent, SequenceId child,
+                                                       int64_t num_tokens) {
+  Impl& I = *impl_;
+  if (!child.valid()) return absl::InvalidArgumentError("Fork: an invalid child sequence id");
+  const int64_t b_tokens = I.block_tokens;
+  Impl::Deferred d;
+  std::optional<BlockCopy> copy;
+  {
+    internal::MutexLock lock(&I.mu);
+    for (int round = 0;; ++round) {
+      KVTIER_ASSIGN_OR_RETURN(Impl::Sequence * p, I.FindSeq(parent));
+      if (I.seqs.contains(child)) {
+        return absl::AlreadyExistsError(absl::StrCat("Fork: ", SeqName(child), " already exists"));
+      }
+      const int64_t n = static_cast<int64_t>(p->tokens.size());
+      if (num_tokens < 0 || num_tokens > n) {
+        return absl::OutOfRangeError(
+            absl::StrCat("Fork: ", num_tokens, " tokens of ", SeqName(parent), ", which has ", n));
+      }
+      const int64_t full = num_tokens / b_tokens;
+      const int64_t rem = num_tokens % b_tokens;
+      if (rem != 0 && p->blocks[static_cast<size_t>(full)].tier != Tier::kHbm) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("Fork: block ", full, " of ", SeqName(parent),
+                         " is not in HBM; make it resident before forking inside it"));
+      }
+      if (rem != 0 && I.FreeBlocks(Tier::kHbm) < 1) {
+        if (round > 2) return absl::ResourceExhaustedError("Fork: no HBM slot for the copy");
+        absl::Status room = I.MakeHbmRoom(1, I.Now() + I.room_wait, d);
+        if (!room.ok()) {
+          I.DeferredRelease(d);
+          return room;
+        }
+        continue;
+      }
+      auto c = std::make_unique<Impl::Sequence>();
+      c->id = child;
+      c->options = p->options;
+      c->extras = p->extras;
+      c->tokens.assign(p->tokens.begin(), p->tokens.begin() + num_tokens);
+      c->keys.assign(p->keys.begin(), p->keys.begin() + full);
+      c->written = std::min(p->written, num_tokens);
+      for (int64_t i = 0; i < full; ++i) {
+        const Impl::SeqBlock b = p->blocks[static_cast<size_t>(i)];
+        if (absl::Status s = I.AcquireRef(b.tier, b.slot); !s.ok()) {
+          for (const auto& got : c->blocks) I.DropRef(got);
+          return s;
+        }
+        c->blocks.push_back(b);
+      }
+      if (rem != 0) {
+        SlotId dst;
+        absl::Status s = I.Alloc(Tier::kHbm, [&](BlockAllocator& a) -> absl::Status {
+          KVTIER_ASSIGN_OR_RETURN(dst, a.Allocate());
+          return absl::OkStatus();
+        });
+        if (!s.ok()) {
+          for (const auto& got : c->blocks) I.DropRef(got);
+          if (round > 2) return s;
+          continue;
+        }
+        I.tiers[0]->BeginDeviceWrite(dst);
+        c->blocks.push_back(Impl::SeqBlock{Tier::kHbm, dst});
+        copy = BlockCopy{p->blocks[static_cast<size_t>(full)].slot, dst, static_cast<int>(rem)};
+      }
+      I.released_ids.erase(child);
+      I.seqs[child] = std::move(c);
+      break;
+    }
+    I.DeferredRelease(d);
+  }
+  return copy;
+}
+
+absl::Status KvCache::Release(SequenceId id) {
+  Impl& I = *impl_;
+  internal::MutexLock lock(&I.mu);
+  KVTIER_ASSIGN_OR_RETURN(Impl::Sequence * seq, I.FindSeq(id));
+  const absl::Time now = I.Now();
+  const absl::Time until = seq->options.retention == absl::InfiniteDuration()
+                               ? absl::InfiniteFuture()
+                               : now + seq->options.retention;
+  for (size_t i = seq->blocks.size(); i-- > 0;) {
+    if (seq->options.retention_priority > 0 && i < seq->keys.size()) {
+      auto m = I.meta.find(seq->keys[i]);
+      if (m != I.meta.end()) {
+        m->second.retention_priority = seq->options.retention_priority;
+        m->second.priority_until = until;
+      }
+    }
+    I.DropRef(seq->blocks[i]);
+  }
+  I.seqs.erase(id);
+  I.released_ids.insert(id);
+  I.released_order.push_back(id);
+  while (I.released_order.size() > kReleasedIdsRemembered) {
+    I.released_ids.erase(I.released_order.front());
+    I.released_order.pop_front();
+  }
+  return absl::OkStatus();
+}
+
+// ---- Hints ------------------------------------------------------------------------------------
+
+absl::Status KvCache::Pause(SequenceId id, absl::Duration expected_idle) {
+  Impl& I = *impl_;
+  if (expected_idle < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Pause: expected_idle = ", absl::FormatDuration(expected_idle), " must not be negative"));
+  }
+  Impl::Deferred d;
+  {
+    internal::MutexLock lock(&I.mu);
+    KVTIER_ASSIGN_OR_RETURN(Impl::Sequence * seq, I.FindSeq(id));
+    if (seq->paused) {
+      return absl::FailedPreconditionError(absl::StrCat("Pause: ", SeqName(id), " is paused"));
+    }
+    seq->paused = true;
+    const std::optional<Tier> lower = I.NextLower(Tier::kHbm);
+    const int64_t written_full = seq->written / I.block_tokens;
+    for (int64_t j = 0; lower.has_value() && j < written_full; ++j) {
+      const Impl::SeqBlock b = seq->blocks[static_cast<size_t>(j)];
+      const BlockKey key = seq->keys[static_cast<size_t>(j)];
+      if (b.tier != Tier::kHbm) continue;
+      const std::optional<BlockRecord> rec = I.index->Lookup(key);
+      if (!rec.has_value() || rec->state(Tier::kHbm) != CopyState::kReady ||
+          rec->slots[0] != b.slot) {
+        continue;  // a private twin or not yet written: stays held in HBM
+      }
+      // Move the reference to the fastest lower copy there is, or make one.
+      bool moved = false;
+      for (int t = 1; t < kNumTiers && !moved; ++t) {
+        if (rec->state(static_cast<Tier>(t)) == CopyState::kReady &&
+            I.AcquireRef(static_cast<Tier>(t), rec->slots[t]).ok()) {
+          seq->blocks[static_cast<size_t>(j)] = Impl::SeqBlock{static_cast<Tier>(t), rec->slots[t]};
+          I.DropRef(b);
+          moved = true;
+        }
+      }
+      if (moved) continue;
+      auto off = I.offloading.find(key);
+      if (off != I.offloading.end() && !off->second.empty()) {
+        off->second.front()->pause_waiters.emplace_back(id, j);
+        continue;
+      }
+      if (rec->state(*lower) != CopyState::kAbsent || !I.RoomBelowNow(*lower, d)) continue;
+      auto move = I.StartMove(key, Tier::kHbm, b.slot, *lower, false, absl::InfiniteFuture(), d);
+      if (move.ok()) (*move)->pause_waiters.emplace_back(id, j);
+    }
+  }
+  I.RunDeferred(d);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Completion> KvCache::Resume(SequenceId id) {
+  Impl& I = *impl_;
+  Impl::Deferred d;
+  auto t = std::make_shared<internal::TicketState>();
+  {
+    internal::MutexLock lock(&I.mu);
+    KVTIER_ASSIGN_OR_RETURN(Impl::Sequence * seq, I.FindSeq(id));
+    if (!seq->paused) {
+      return absl::FailedPreconditionError(absl::StrCat("Resume: ", SeqName(id), " is not paused"));
+    }
+    seq->paused = false;
+    t->owner = &I;
+    t->sequence = id;
+    t->pins = false;
+    t->released = true;
+    const int64_t full = static_cast<int64_t>(seq->keys.size());
+    t->table.slots.assign(static_cast<size_t>(full), -1);
+    t->table.tokens_per_block = I.block_tokens;
+    {
+      internal::MutexLock tl(&t->mu);
+      t->status.assign(static_cast<size_t>(full), BlockResidency::kPending);
+    }
+    t->pending = full + 1;  // +1 released below, so an empty sequence completes too
+    for (int64_t j = 0; j < full; ++j) {
+      if (seq->blocks[static_cast<size_t>(j)].tier != Tier::kHbm) {
+        (void)I.MakeHbmRoom(1, I.Now(), d);  // no waiting: what does not fit loads later
+        auto again = I.FindSeq(id);
+        if (!again.ok()) break;
+        seq = *again;
+      }
+      I.Onboard(*seq, j, t, j, absl::InfiniteFuture(), d);
+    }
+    if (--t->pending == 0) d.fire.emplace_back(t->done, Impl::TicketOutcome(*t));
+  }
+  I.RunDeferred(d);
+  return t->done;
+}
+
+absl::StatusOr<int64_t> KvCache::Prefetch(absl::Span<const int32_t> tokens,
+                                          const SequenceOptions& identity) {
+  Impl& I = *impl_;
+  BlockExtras extras{identity.adapter, identity.tenant_salt, identity.multimodal};
+  KVTIER_ASSIGN_OR_RETURN(std::vector<BlockKey> keys, I.hasher.BlockKeys(tokens, extras));
+  Impl::Deferred d;
+  int64_t started = 0;
+  {
+    internal::MutexLock lock(&I.mu);
+    std::vector<BlockLocation> where;
+    KVTIER_ASSIGN_OR_RETURN(const PrefixMatch match,
+                            I.index->Match(keys, static_cast<int64_t>(tokens.size()), &where));
+    (void)match;
+    for (size_t i = 0; i < where.size(); ++i) {
+      if (where[i].tier == Tier::kHbm || I.onboarding.contains(keys[i])) continue;
+      const std::optional<BlockRecord> rec = I.index->Lookup(keys[i]);
+      if (!rec.has_value() || rec->state(Tier::kHbm) != CopyState::kAbsent) continue;
+      if (I.FreeBlocks(Tier::kHbm) < 1) {
+        while (I.FreeBlocks(Tier::kHbm) < 1 && I.EvictOne(Tier::kHbm, d)) {
+        }
+        if (I.FreeBlocks(Tier::kHbm) < 1) break;
+      }
+      // Re-read: an eviction above may have demoted or dropped this very block's neighbours.
+      const std::optional<BlockRecord> now = I.index->Lookup(keys[i]);
+      if (!now.has_value()) break;
+      const std::optional<Tier> from = now->fastest_ready_tier();
+      if (!from.has_value() || *from == Tier::kHbm) continue;
+      if (I.StartMove(keys[i], *from, now->slots[TierIndex(*from)], Tier::kHbm, false,
+                      absl::InfiniteFuture(), d)
+              .ok()) {
+        ++started;
+      }
+    }
+  }
+  I.RunDeferred(d);
+  return started;
+}
+
+// ---- ensure-resident --------------------------------------------------------------------------
+
+absl::StatusOr<ResidencyTicket> KvCache::EnsureResident(SequenceId id, int64_t begin_token,
+                                                        int64_t end_token,
+                                                        const EnsureResidentOptions& options) {
+  Impl& I = *impl_;
+  if (begin_token < 0 || begin_token > end_token) {
+    return absl::InvalidArgumentError(absl::StrCat("EnsureResident: the range [", begin_token, ", ",
+                                                   end_token, ") is malformed"));
+  }
+  if (options.mode != ResidencyMode::kWait && options.mode != ResidencyMode::kBestEffort &&
+      options.mode != ResidencyMode::kAsync) {
+    return absl::InvalidArgumentError("EnsureResident: unknown mode");
+  }
+  if (options.deadline <= absl::Now()) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "EnsureResident: the deadline ", absl::FormatTime(options.deadline), " has passed"));
+  }
+  const int64_t b_tokens = I.block_tokens;
+  Impl::Deferred d;
+  auto t = std::make_shared<internal::TicketState>();
+  {
+    internal::MutexLock lock(&I.mu);
+    KVTIER_ASSIGN_OR_RETURN(Impl::Sequence * seq, I.FindSeq(id));
+    if (end_token > static_cast<int64_t>(seq->tokens.size())) {
+      return absl::OutOfRangeError(absl::StrCat("EnsureResident: token ", end_token,
+                                                " is past the end of ", SeqName(id), " (",
+                                                seq->tokens.size(), " tokens)"));
+    }
+    const int64_t first = begin_token / b_tokens;
+    const int64_t last = end_token == begin_token ? first : (end_token + b_tokens - 1) / b_tokens;
+    if (options.mode != ResidencyMode::kBestEffort) {
+      int64_t missing = 0;
+      for (int64_t i = first; i < last; ++i) {
+        if (seq->blocks[static_cast<size_t>(i)].tier != Tier::kHbm) ++missing;
+      }
+      if (missing > 0 && I.FreeBlocks(Tier::kHbm) < missing) {
+        // Room for as many as possible; what still does not fit is reported not resident.
+        (void)I.MakeHbmRoom(missing, std::min(options.deadline, I.Now() + I.room_wait), d);
+        KVTIER_ASSIGN_OR_RETURN(seq, I.FindSeq(id));
+        if (end_token > static_cast<int64_t>(seq->tokens.size())) {
+          return absl::OutOfRangeError("EnsureResident: the sequence shrank meanwhile");
+        }
+      }
+    }
+    t->id = I.next_ticket++;
+    t->owner = &I;
+    t->sequence = id;
+    t->begin = begin_token;
+    t->end = end_token;
+    t->table.first_block = static_cast<int32_t>(first);
+    t->table.tokens_per_block = b_tokens;
+    t->table.tokens_in_last_block =
+        last > first
+            ? static_cast<int32_t>(std::min<int64_t>(
+                  b_tokens, static_cast<int64_t>(seq->tokens.size()) - (last - 1) * b_tokens))
+            : 0;
+    t->table.pool = I.pool;
+    const size_t count = static_cast<size_t>(last - first);
+    t->table.slots.assign(count, -1);
+    t->pending = static_cast<int64_t>(count) + 1;
+    {
+      internal::MutexLock tl(&t->mu);
+      t->status.assign(count, BlockResidency::kPending);
+    }
+    // The common case first: every block already in HBM. One counter per block, nothing else.
+    size_t i = 0;
+    for (; i < count; ++i) {
+      const Impl::SeqBlock& b = seq->blocks[static_cast<size_t>(first) + i];
+      if (b.tier != Tier::kHbm) break;
+      if (I.ticket_refs[b.slot.value()]++ == 0) {
+        ++I.locked;
+        if (I.owner[0][b.slot.value()].indexed &&
+            I.StateOf(Tier::kHbm, b.slot) == SlotState::kCached) {
+          I.UpdateCandidate(I.owner[0][b.slot.value()].key, Tier::kHbm);
+        }
+      }
+      t->table.slots[i] = static_cast<int32_t>(b.slot.value());
+    }
+    {
+      internal::MutexLock tl(&t->mu);
+      std::fill(t->status.begin(), t->status.begin() + static_cast<std::ptrdiff_t>(i),
+                BlockResidency::kResident);
+    }
+    t->pending -= static_cast<int64_t>(i);
+    for (; i < count; ++i) {
+      const int64_t block = first + static_cast<int64_t>(i);
+      if (options.mode == ResidencyMode::kBestEffort) {
+        const Impl::SeqBlock b = seq->blocks[static_cast<size_t>(block)];
+        if (b.tier == Tier::kHbm) {
+          I.PinTicket(b.slot);
+          I.ResolveTicketBlock(t, static_cast<int64_t>(i), b.slot, absl::OkStatus(), d);
+        } else {
+          I.ResolveTicketBlock(t, static_cast<int64_t>(i), std::nullopt,
+                               absl::UnavailableError(absl::StrCat("best effort: the block is in ",
+                                                                   ToAbsl(TierName(b.tier)))),
+                               d);
+        }
+        continue;
+      }
+      I.Onboard(*seq, block, t, static_cast<int64_t>(i), options.deadline, d);
+    }
+    if (--t->pending == 0) d.fire.emplace_back(t->done, Impl::TicketOutcome(*t));
+    I.tickets[t->id] = t;
+  }
+  I.RunDeferred(d);
+  if (options.mode == ResidencyMode::kWait) (void)t->done.Wait();
+  return ResidencyTicket(t);
+}
+
+absl::Status KvCache::ReleaseTicket(const ResidencyTicket& ticket) {
+  Impl& I = *impl_;
+  if (!ticket.valid()) return absl::InvalidArgumentError("ReleaseTicket: an invalid ticket");
+  internal::TicketState& t = *ticket.state_;
+  if (t.owner != &I) {
+    return absl::NotFoundError(
+        absl::StrCat("ReleaseTicket: ticket ", t.id, " was issued by another cache"));
+  }
+  internal::MutexLock lock(&I.mu);
+  auto it = I.tickets.find(t.id);
+  if (it == I.tickets.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("ReleaseTicket: ticket ", t.id, " was already released"));
+  }
+  t.released = true;
+  std::vector<SlotId> resident;
+  {
+    internal::MutexLock tl(&t.mu);
+    for (size_t i = 0; i < t.status.size(); ++i) {
+      if (t.status[i] == BlockResidency::kResident) {
+        resident.push_back(SlotId(static_cast<uint32_t>(t.table.slots[i])));
+      }
+    }
+  }
+  for (SlotId s : resident) I.UnpinTicket(s);
+  I.tickets.erase(it);
+  return absl::OkStatus();
+}
+
+// ---- Lookups, stats, events -------------------------------------------------------------------
+
+absl::StatusOr<PrefixLookup> KvCache::Lookup(absl::Span<const int32_t> tokens,
+                                             const SequenceOptions& identity) const {
+  const Impl& I = *impl_;
+  BlockExtras extras{identity.adapter, identity.tenant_salt, identity.multimodal};
+  KVTIER_ASSIGN_OR_RETURN(std::vector<BlockKey> keys, I.hasher.BlockKeys(tokens, extras));
+  internal::MutexLock lock(&I.mu);
+  KVTIER_ASSIGN_OR_RETURN(const PrefixMatch match,
+                          I.index->Match(keys, static_cast<int64_t>(tokens.size())));
+  PrefixLookup out;
+  out.matched_tokens = match.matched_tokens;
+  out.blocks_by_tier = match.blocks_by_tier;
+  return out;
+}
+
+absl::StatusOr<SequenceInfo> KvCache::GetSequence(SequenceId id) const {
+  Impl& I = *impl_;
+  internal::MutexLock lock(&I.mu);
+  KVTIER_ASSIGN_OR_RETURN(Impl::Sequence * seq, I.FindSeq(id));
+  SequenceInfo info;
+  info.num_tokens = static_cast<int64_t>(seq->tokens.size());
+  info.written_tokens = seq->written;
+  info.num_blocks = static_cast<int64_t>(seq->blocks.size());
+  for (const auto& b : seq->blocks) ++info.blocks_by_tier[TierIndex(b.tier)];
+  info.paused = seq->paused;
+  return info;
+}
+
+KvCacheStats KvCache::stats() const {
+  Impl& I = *impl_;
+  internal::MutexLock lock(&I.mu);
+  KvCacheStats s = I.counters;
+  s.live_sequences = static_cast<int64_t>(I.seqs.size());
+  s.open_tickets = static_cast<int64_t>(I.tickets.size());
+  s.indexed_blocks = I.index->size();
+  s.last_event_sequence = I.next_event - 1;
+  std::array<SlotCounts, kNumTiers> counts{};
+  int64_t locked_cached = 0;
+  (void)I.engine->WithAllocators([&](const std::array<BlockAllocator*, kNumTiers>& a) {
+    for (int t = 0; t < kNumTiers; ++t) {
+      if (a[t] != nullptr) counts[t] = a[t]->counts();
+    }
+    if (I.locked > 0) {
+      for (size_t slot = 0; slot < I.ticket_refs.size(); ++slot) {
+        if (I.ticket_refs[slot] == 0) continue;
+        auto st = a[0]->state(SlotId(static_cast<uint32_t>(slot)));
+        if (st.ok() && *st == SlotState::kCached) ++locked_cached;
+      }
+    }
+    return absl::OkStatus();
+  });
+  for (int t = 0; t < kNumTiers; ++t) {
+    KvTierStats& ts = s.tiers[t];
+    if (!ts.present) continue;
+    const SlotCounts& c = counts[t];
+    const int64_t locked = t == 0 ? I.locked : 0;
+    const int64_t lc = t == 0 ? locked_cached : 0;
+    ts.capacity_blocks = c.total();
+    ts.free_blocks = c.free;
+    ts.locked_blocks = locked;
+    ts.held_blocks = c.held() - (locked - lc);
+    ts.droppable_blocks = c.cached - lc;
+    ts.in_flight_blocks = c.in_flight;
+    ts.quarantined_blocks = c.quarantined;
+    for (int o = 0; o < kNumTiers; ++o) {
+      if (o == t || I.tiers[o] == nullptr) continue;
+      ts.bytes_in += I.engine->stats(static_cast<Tier>(o), static_cast<Tier>(t)).bytes;
+      ts.bytes_out += I.engine->stats(static_cast<Tier>(t), static_cast<Tier>(o)).bytes;
+    }
+  }
+  return s;
+}
+
+std::vector<CacheEvent> KvCache::PollEvents(uint64_t after_sequence, size_t max_events) const {
+  Impl& I = *impl_;
+  internal::MutexLock lock(&I.mu);
+  std::vector<CacheEvent> out;
+  if (I.events.empty()) return out;
+  const uint64_t oldest = I.events.front().sequence;
+  size_t start = after_sequence < oldest ? 0 : static_cast<size_t>(after_sequence - oldest + 1);
+  for (size_t i = start; i < I.events.size() && out.size() < max_events; ++i) {
+    out.push_back(I.events[i]);
+  }
+  return out;
+}
+
+absl::Status KvCache::WaitIdle(absl::Time deadline) const {
+  Impl& I = *impl_;
+  internal::MutexLock lock(&I.mu);
+  while (I.moves_in_flight > 0) {
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("WaitIdle: ", I.moves_in_flight, " transfers still in flight"));
+    }
+    I.cv.WaitUntil(&I.mu,
+                   absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Milliseconds(100))));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KvCache::CheckInvariants() const {
+  Impl& I = *impl_;
+  internal::MutexLock lock(&I.mu);
+  return I.CheckInvariantsLocked();
+}
+
+absl::Status KvCache::Impl::CheckInvariantsLocked() {
+  auto fail = [](auto&&... parts) { return absl::InternalError(absl::StrCat(parts...)); };
+  // Expected references per (tier, slot): one per sequence block.
+  std::array<absl::flat_hash_map<uint32_t, uint32_t>, kNumTiers> refs;
+  for (const auto& [id, seq] : seqs) {
+    if (seq->blocks.size() !=
+        static_cast<size_t>(geometry.BlocksForTokens(static_cast<int64_t>(seq->tokens.size())))) {
+      return fail(SeqName(id), " has ", seq->blocks.size(), " blocks for ", seq->tokens.size(),
+                  " tokens");
+    }
+    if (seq->keys.size() != seq->tokens.size() / static_cast<size_t>(block_tokens)) {
+      return fail(SeqName(id), " has ", seq->keys.size(), " keys");
+    }
+    for (size_t i = 0; i < seq->blocks.size(); ++i) {
+      const SeqBlock& b = seq->blocks[i];
+      if (i >= seq->keys.size() && b.tier != Tier::kHbm) {
+        return fail(SeqName(id), "'s partial block is in ", ToAbsl(TierName(b.tier)));
+      }
+      ++refs[TierIndex(b.tier)][b.slot.value()];
+    }
+  }
+  absl::Status st =
+      engine->WithAllocators([&](const std::array<BlockAllocator*, kNumTiers>& a) -> absl::Status {
+        for (int t = 0; t < kNumTiers; ++t) {
+          if (a[t] == nullptr) continue;
+          const SlotCounts c = a[t]->counts();
+          if (c.total() != a[t]->capacity_blocks()) {
+            return fail(ToAbsl(TierName(static_cast<Tier>(t))),
+                        ": free + used + quarantined = ", c.total(), " != capacity ",
+                        a[t]->capacity_blocks());
+          }
+          for (int64_t s = 0; s < a[t]->capacity_blocks(); ++s) {
+            const SlotId slot(static_cast<uint32_t>(s));
+            const SlotState state = *a[t]->state(slot);
+            const uint32_t rc = *a[t]->ref_count(slot);
+            auto it = refs[t].find(slot.value());
+            const uint32_t want = it == refs[t].end() ? 0 : it->second;
+            const SlotOwner& o = owner[t][static_cast<size_t>(s)];
+            uint32_t readers_here = 0;
+            if (o.indexed) {
+              auto m = meta.find(o.key);
+              if (m != meta.end()) readers_here = m->second.readers[t];
+            }
+            const bool ticketed = t == 0 && ticket_refs[static_cast<size_t>(s)] != 0;
+            if (state == SlotState::kWritable) {
+              const bool orphan = t == 0 && orphan_partials.contains(slot.value());
+              if (want != 1 && !(want == 0 && orphan && ticketed)) {
+                return fail(ToAbsl(TierName(static_cast<Tier>(t))), " slot ", s,
+                            " is writable with ", want, " sequence holders");
+              }
+            } else if (state == SlotState::kSealed) {
+              // Holders plus the engine's pins of running transfers (at most one per reader, and
+              // the pinned destination of an onboard until its callback adopts it).
+              if (rc < want || rc > want + readers_here + 1) {
+                return fail(ToAbsl(TierName(static_cast<Tier>(t))), " slot ", s, " has ", rc,
+                            " references; sequences hold ", want, ", readers ", readers_here);
+              }
+            } else if (want != 0) {
+              return fail(ToAbsl(TierName(static_cast<Tier>(t))), " slot ", s, " is ",
+                          ToAbsl(SlotStateName(state)), " but sequences hold ", want);
+            }
+            if (state == SlotState::kCached && !o.indexed && !ticketed) {
+              return fail(ToAbsl(TierName(static_cast<Tier>(t))), " slot ", s,
+                          " is cached but not indexed: leaked");
+            }
+            if (state == SlotState::kFree && ticketed) {
+              return fail("HBM slot ", s, " is free while a ticket pins it");
+            }
+          }
+        }
+        return absl::OkStatus();
+      });
+  KVTIER_RETURN_IF_ERROR(st);
+  // The index, the owners and the candidates agree.
+  std::array<int64_t, kNumTiers> candidates{};
+  absl::flat_hash_map<BlockKey, std::array<uint32_t, kNumTiers>> child_count;
+  for (const auto& [key, m] : meta) {
+    const std::optional<BlockRecord> rec = index->Lookup(key);
+    if (!rec.has_value()) continue;
+    if (m.parent != kRootBlockKey) {
+      for (int t = 0; t < kNumTiers; ++t) {
+        if (rec->state(static_cast<Tier>(t)) != CopyState::kAbsent) ++child_count[m.parent][t];
+      }
+    }
+  }
+  for (const auto& [key, m] : meta) {
+    const std::optional<BlockRecord> rec = index->Lookup(key);
+    auto cc = child_count.find(key);
+    for (int t = 0; t < kNumTiers; ++t) {
+      const uint32_t expect = cc == child_count.end() ? 0 : cc->second[t];
+      if (m.child_copies[t] != expect) {
+        return fail("block ", key.ToHex(), " counts ", m.child_copies[t], " child copies in ",
+                    ToAbsl(TierName(static_cast<Tier>(t))), ", there are ", expect);
+      }
+      if (!rec.has_value()) continue;
+      if (rec->state(static_cast<Tier>(t)) != CopyState::kAbsent) {
+        const SlotOwner& o = owner[t][rec->slots[t].value()];
+        if (!o.indexed || o.key != key) {
+          return fail("block ", key.ToHex(), "'s ", ToAbsl(TierName(static_cast<Tier>(t))),
+                      " slot does not name it");
+        }
+      }
+      if (!Present(static_cast<Tier>(t))) continue;
+      const bool is = (m.candidate >> t) & 1;
+      if (is != WantCandidate(key, m, static_cast<Tier>(t))) {
+        return fail("block ", key.ToHex(), " is ", is ? "" : "not ", "an eviction candidate in ",
+                    ToAbsl(TierName(static_cast<Tier>(t))), " against the rules");
+      }
+      if (is) ++candidates[t];
+    }
+  }
+  for (int t = 0; t < kNumTiers; ++t) {
+    if (policy[t] != nullptr && policy[t]->size() != candidates[t]) {
+      return fail(ToAbsl(TierName(static_cast<Tier>(t))), " policy has ", policy[t]->size(),
+                  " candidates, the blocks say ", candidates[t]);
+    }
+  }
+  // Tickets pin what they say.
+  std::vector<uint32_t> pins(ticket_refs.size(), 0);
+  for (const auto& [id, t] : tickets) {
+    internal::MutexLock tl(&t->mu);
+    for (size_t i = 0; i < t->status.size(); ++i) {
+      if (t->status[i] == BlockResidency::kResident) ++pins[static_cast<size_t>(t->table.slots[i])];
+    }
+  }
+  int64_t locked_count = 0;
+  for (size_t s = 0; s < pins.size(); ++s) {
+    if (pins[s] != ticket_refs[s]) {
+      return fail("HBM slot ", s, " has ", ticket_refs[s], " ticket pins, tickets say ", pins[s]);
+    }
+    if (pins[s] != 0) ++locked_count;
+  }
+  if (locked_count != locked) return fail("locked = ", locked, ", counted ", locked_count);
+  return absl::OkStatus();
+}
+
+}  // namespace kvtier

@@ -1,0 +1,92 @@
+#include "kvtier/kv_cache_stats.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "internal/strings.h"
+
+namespace kvtier {
+namespace {
+
+using internal::ToAbsl;
+
+struct TierField {
+  const char* name;
+  const char* type;  // "gauge" or "counter"
+  const char* help;
+  int64_t KvTierStats::*field;
+};
+
+constexpr TierField kTierFields[] = {
+    {"capacity_blocks", "gauge", "Slots of the tier.", &KvTierStats::capacity_blocks},
+    {"free_blocks", "gauge", "Slots holding nothing.", &KvTierStats::free_blocks},
+    {"locked_blocks", "gauge", "Blocks pinned by residency tickets.", &KvTierStats::locked_blocks},
+    {"held_blocks", "gauge", "Blocks referenced by sequences or transfers, not locked.",
+     &KvTierStats::held_blocks},
+    {"droppable_blocks", "gauge", "Cached blocks nobody references (evictable).",
+     &KvTierStats::droppable_blocks},
+    {"in_flight_blocks", "gauge", "Slots a transfer is writing.", &KvTierStats::in_flight_blocks},
+    {"quarantined_blocks", "gauge", "Slots a failed transfer might still write.",
+     &KvTierStats::quarantined_blocks},
+    {"hits_total", "counter", "Attached blocks served from this tier.", &KvTierStats::hits},
+    {"misses_total", "counter", "Queried blocks found neither here nor in a faster tier.",
+     &KvTierStats::misses},
+    {"bytes_in_total", "counter", "Bytes of blocks copied into the tier.", &KvTierStats::bytes_in},
+    {"bytes_out_total", "counter", "Bytes of blocks copied out of the tier.",
+     &KvTierStats::bytes_out},
+    {"stored_total", "counter", "Block copies that became readable in the tier.",
+     &KvTierStats::stored},
+    {"evictions_total", "counter", "Block copies dropped to make room.", &KvTierStats::evictions},
+    {"demotions_total", "counter", "Evictions that first copied the block one tier down.",
+     &KvTierStats::demotions},
+    {"failed_loads_total", "counter", "Copies out of the tier that failed.",
+     &KvTierStats::failed_loads},
+    {"corrupt_reads_total", "counter", "Reads that found wrong or damaged bytes.",
+     &KvTierStats::corrupt_reads},
+    {"failed_stores_total", "counter", "Copies into the tier that failed.",
+     &KvTierStats::failed_stores},
+};
+
+void Family(std::string& out, absl::string_view name, const char* type, const char* help) {
+  absl::StrAppend(&out, "# HELP kvtier_", name, " ", help, "\n# TYPE kvtier_", name, " ", type,
+                  "\n");
+}
+
+void Scalar(std::string& out, absl::string_view name, const char* type, const char* help,
+            int64_t value) {
+  Family(out, name, type, help);
+  absl::StrAppend(&out, "kvtier_", name, " ", value, "\n");
+}
+
+}  // namespace
+
+std::string RenderPrometheus(const KvCacheStats& stats) {
+  std::string out;
+  for (const TierField& f : kTierFields) {
+    Family(out, absl::StrCat("tier_", f.name), f.type, f.help);
+    for (int t = 0; t < kNumTiers; ++t) {
+      const KvTierStats& s = stats.tiers[static_cast<size_t>(t)];
+      if (!s.present) continue;
+      absl::StrAppend(&out, "kvtier_tier_", f.name, "{tier=\"",
+                      ToAbsl(TierName(static_cast<Tier>(t))), "\"} ", s.*(f.field), "\n");
+    }
+  }
+  Scalar(out, "live_sequences", "gauge", "Sequences created and not released.",
+         stats.live_sequences);
+  Scalar(out, "open_tickets", "gauge", "Residency tickets not released.", stats.open_tickets);
+  Scalar(out, "indexed_blocks", "gauge", "Blocks with a copy in some tier.", stats.indexed_blocks);
+  Scalar(out, "attach_queries_total", "counter", "AttachPrefix calls.", stats.attach_queries);
+  Scalar(out, "query_tokens_total", "counter", "Prompt tokens of attach queries.",
+         stats.query_tokens);
+  Scalar(out, "matched_tokens_total", "counter", "Prompt tokens in the longest cached prefix.",
+         stats.matched_tokens);
+  Scalar(out, "attached_tokens_total", "counter", "Prompt tokens restored instead of recomputed.",
+         stats.attached_tokens);
+  Scalar(out, "cached_but_recomputed_blocks_total", "counter",
+         "Matched blocks the cost model chose to recompute.", stats.cached_but_recomputed_blocks);
+  Scalar(out, "last_event_sequence", "counter", "Sequence number of the last cache event.",
+         static_cast<int64_t>(stats.last_event_sequence));
+  return out;
+}
+
+}  // namespace kvtier

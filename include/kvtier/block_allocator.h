@@ -19,7 +19,8 @@
 // kInFlight is the destination of a transfer; it cannot be freed or reused until the transfer is
 // complete or known dead, and kQuarantined is one whose transfer failed or timed out and might
 // still land. A transfer that *reads* a slot (the source of an offload) pins it with Acquire for
-// its duration, so the source cannot be evicted mid-copy; held() counts such pins. The accounting invariant, checked by the tests after every operation:
+// its duration, so the source cannot be evicted mid-copy; held() counts such pins. The accounting
+// invariant, checked by the tests after every operation:
 //
 //   free + used + quarantined == capacity,  used = writable + sealed + cached + in_flight
 //
@@ -82,8 +83,7 @@ class BlockAllocator {
   // An allocator for `capacity_blocks` slots of `tier`, all kFree. Uses 8 bytes per slot.
   // Errors: kInvalidArgument for a tier that does not exist or capacity_blocks < 1 or >
   // kMaxCapacityBlocks.
-  static absl::StatusOr<std::unique_ptr<BlockAllocator>> Create(Tier tier,
-                                                                int64_t capacity_blocks);
+  static absl::StatusOr<std::unique_ptr<BlockAllocator>> Create(Tier tier, int64_t capacity_blocks);
   // As Create, but the slots in `cached` start kCached (blocks found again after a restart) and
   // only the others are free. Errors also kInvalidArgument for a slot outside the capacity or
   // listed twice.
@@ -126,6 +126,10 @@ class BlockAllocator {
   // State and reference count of a slot. Errors: kInvalidArgument for an id outside the range.
   absl::StatusOr<SlotState> state(SlotId slot) const;
   absl::StatusOr<uint32_t> ref_count(SlotId slot) const;
+  // As state(), without a Status, for loops over many slots: kFree for an id outside the range.
+  SlotState state_or_free(SlotId slot) const {
+    return InRange(slot) ? static_cast<SlotState>(slots_[slot.value()].state) : SlotState::kFree;
+  }
 
   Tier tier() const { return tier_; }
   int64_t capacity_blocks() const { return static_cast<int64_t>(slots_.size()); }

@@ -291,7 +291,9 @@ class KvCache {
   // kFailedPrecondition if already paused.
   absl::Status Pause(SequenceId id, absl::Duration expected_idle);
   // Ends a pause and starts onboarding the sequence's blocks into HBM. The Completion fires when
-  // they are resident (or first failure); the caller may ignore it and EnsureResident later.
+  // they are resident (OK) or not all could be (kUnavailable naming the first: e.g. HBM was full
+  // of held blocks); the caller may ignore it and EnsureResident later. May block up to
+  // room_wait while demotions free HBM; never waits for the onboarding itself.
   // Errors: as Release; kFailedPrecondition if not paused.
   absl::StatusOr<Completion> Resume(SequenceId id);
   // Starts onboarding the cached prefix of a future request (found as AttachPrefix would) into

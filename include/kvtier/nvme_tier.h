@@ -44,12 +44,6 @@ struct NvmeTierOptions {
   int thread_pool_threads = 4;  // for kThreadPool or the fallback
 };
 
-// A block found in the file when the tier was opened.
-struct RecoveredBlock {
-  SlotId slot;
-  BlockKey key;
-};
-
 class NvmeTier final : public TierBackend {
  public:
   static constexpr int64_t kHeaderBytes = 4096;
@@ -85,6 +79,7 @@ class NvmeTier final : public TierBackend {
   const char* engine_name() const;
   // Blocks whose headers were valid when the tier was opened (their slots start kCached).
   const std::vector<RecoveredBlock>& recovered() const;
+  std::vector<RecoveredBlock> recovered_blocks() const override { return recovered(); }
   // Reads that found a torn or corrupt slot (bad header, wrong length or checksum).
   int64_t corrupt_reads() const;
   // Staging buffers not in use by an operation; all of them when nothing is in flight.

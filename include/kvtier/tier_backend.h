@@ -35,21 +35,21 @@ namespace kvtier {
 
 // What a backend can do, as bits of TierInfo::capabilities.
 enum TierCapability : uint32_t {
-  kCapDeviceMemory = 1u << 0,    // slots are device (GPU or emulated GPU) memory
-  kCapHostAddressable = 1u << 1, // HostAddress() returns a CPU pointer to each slot's bytes
-  kCapPersistent = 1u << 2,      // blocks survive a restart of the process (warm restart)
-  kCapPinnedHost = 1u << 3,      // host memory is page-locked for DMA (cudaHostRegister)
-  kCapChecksummed = 1u << 4,     // every read verifies a checksum of the payload
+  kCapDeviceMemory = 1u << 0,     // slots are device (GPU or emulated GPU) memory
+  kCapHostAddressable = 1u << 1,  // HostAddress() returns a CPU pointer to each slot's bytes
+  kCapPersistent = 1u << 2,       // blocks survive a restart of the process (warm restart)
+  kCapPinnedHost = 1u << 3,       // host memory is page-locked for DMA (cudaHostRegister)
+  kCapChecksummed = 1u << 4,      // every read verifies a checksum of the payload
 };
 
 struct TierInfo {
   Tier tier = Tier::kHbm;
-  std::string name;              // e.g. "emulated_hbm(layer_first)", "dram"
-  int64_t capacity_blocks = 0;   // slots
-  int64_t block_bytes = 0;       // bytes of one block, all layers
-  int64_t capacity_bytes = 0;    // capacity_blocks * block_bytes: what the KV itself occupies
-  int64_t metadata_bytes = 0;    // bookkeeping beside the KV (allocator, per-slot keys)
-  uint32_t capabilities = 0;     // TierCapability bits
+  std::string name;             // e.g. "emulated_hbm(layer_first)", "dram"
+  int64_t capacity_blocks = 0;  // slots
+  int64_t block_bytes = 0;      // bytes of one block, all layers
+  int64_t capacity_bytes = 0;   // capacity_blocks * block_bytes: what the KV itself occupies
+  int64_t metadata_bytes = 0;   // bookkeeping beside the KV (allocator, per-slot keys)
+  uint32_t capabilities = 0;    // TierCapability bits
 };
 
 // Per-operation options.
@@ -69,6 +69,12 @@ struct BlockRead {
   SlotId slot;
   BlockKey key;
   absl::Span<std::byte> dst;
+};
+
+// A block a persistent tier found again when it was opened (its slot starts kCached).
+struct RecoveredBlock {
+  SlotId slot;
+  BlockKey key;
 };
 
 class TierBackend {
@@ -127,6 +133,9 @@ class TierBackend {
   // For kCapDeviceMemory tiers: the pool's addresses and strides (device_block_table.h), what a
   // kernel is handed with a device block table. nullopt on other tiers.
   virtual std::optional<DevicePoolView> device_pool() const { return std::nullopt; }
+  // For kCapPersistent tiers: the blocks found when the tier was opened (warm restart), whose
+  // slots the allocator starts kCached. Empty on other tiers.
+  virtual std::vector<RecoveredBlock> recovered_blocks() const { return {}; }
 };
 
 }  // namespace kvtier

@@ -96,8 +96,12 @@ struct KvCache::Impl {
     BlockKey parent;           // kRootBlockKey for a sequence's first block
     int64_t first_token = -1;  // position of its first token; -1 while only a child refers to it
     std::array<uint32_t, kNumTiers> child_copies{};  // copies of its children, per tier
-    std::array<uint16_t, kNumTiers> readers{};       // this cache's transfers reading the copy
-    uint8_t candidate = 0;                           // bit t: registered with policy[t]
+    // Of those, copies being demoted away (evict_after set): a parent whose children are all
+    // leaving is a leaf for eviction, so a chain is evicted from its tail on without waiting.
+    std::array<uint32_t, kNumTiers> leaving_children{};
+    absl::Time last_use = absl::InfinitePast();  // the policy's "last touched"
+    std::array<uint16_t, kNumTiers> readers{};   // this cache's transfers reading the copy
+    uint8_t candidate = 0;                       // bit t: registered with policy[t]
     uint8_t evict_after = 0;  // bit t: drop the copy in t once its demotion lands
     uint32_t uses = 0;        // first write + attach hits (admission, cost_aware reuse)
     double retention_priority = 0;
@@ -184,7 +188,10 @@ struct KvCache::Impl {
   std::array<std::unique_ptr<EvictionPolicy>, kNumTiers> policy ABSL_GUARDED_BY(mu);
   std::array<std::vector<SlotOwner>, kNumTiers> owner ABSL_GUARDED_BY(mu);
   std::vector<uint32_t> ticket_refs ABSL_GUARDED_BY(mu);  // per HBM slot
-  int64_t locked ABSL_GUARDED_BY(mu) = 0;                 // HBM slots with ticket_refs > 0
+  // Per HBM slot: references sequences hold (= the allocator's, less transfer pins), so a
+  // ticket's release knows without the engine's lock which slots nobody holds any more.
+  std::vector<uint32_t> seq_refs ABSL_GUARDED_BY(mu);
+  int64_t locked ABSL_GUARDED_BY(mu) = 0;  // HBM slots with ticket_refs > 0
   absl::flat_hash_set<uint32_t> orphan_partials ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<SequenceId, std::unique_ptr<Sequence>> seqs ABSL_GUARDED_BY(mu);
   absl::flat_hash_set<SequenceId> released_ids ABSL_GUARDED_BY(mu);
@@ -260,7 +267,10 @@ struct KvCache::Impl {
   bool WantCandidate(const BlockKey& key, const BlockMeta& m, Tier t)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     const int ti = TierIndex(t);
-    if (m.readers[ti] != 0 || m.child_copies[ti] != 0 || (m.evict_after >> ti) & 1) return false;
+    if (m.readers[ti] != 0 || m.child_copies[ti] != m.leaving_children[ti] ||
+        (m.evict_after >> ti) & 1) {
+      return false;
+    }
     const std::optional<BlockRecord> rec = index->Lookup(key);
     if (!rec.has_value() || rec->state(t) != CopyState::kReady) return false;
     const SlotId slot = rec->slots[ti];
@@ -276,11 +286,33 @@ struct KvCache::Impl {
     const uint8_t bit = static_cast<uint8_t>(1u << TierIndex(t));
     const bool want = WantCandidate(key, m, t);
     if (want && !(m.candidate & bit)) {
-      if (policy[TierIndex(t)]->Add(key, Traits(m), Now()).ok()) m.candidate |= bit;
+      if (policy[TierIndex(t)]->Add(key, Traits(m), m.last_use).ok()) m.candidate |= bit;
     } else if (!want && (m.candidate & bit)) {
       (void)policy[TierIndex(t)]->Remove(key);
       m.candidate &= static_cast<uint8_t>(~bit);
     }
+  }
+
+  // Marks the copy of `key` in `t` as being demoted away (or no longer), and tells its parent.
+  void SetLeaving(const BlockKey& key, Tier t, bool leaving) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    auto it = meta.find(key);
+    if (it == meta.end()) return;
+    const uint8_t bit = static_cast<uint8_t>(1u << TierIndex(t));
+    if (((it->second.evict_after & bit) != 0) == leaving) return;
+    it->second.evict_after =
+        leaving ? (it->second.evict_after | bit) : (it->second.evict_after & ~bit);
+    const BlockKey parent = it->second.parent;
+    UpdateCandidate(key, t);
+    if (parent == kRootBlockKey) return;
+    auto p = meta.find(parent);
+    if (p == meta.end()) return;
+    if (leaving) {
+      ++p->second.leaving_children[TierIndex(t)];
+    } else {
+      --p->second.leaving_children[TierIndex(t)];
+    }
+    UpdateCandidate(parent, t);
+    if (!leaving) MaybeEraseMeta(parent);
   }
 
   void MaybeEraseMeta(const BlockKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
@@ -288,7 +320,7 @@ struct KvCache::Impl {
     if (it == meta.end()) return;
     const BlockMeta& m = it->second;
     for (int t = 0; t < kNumTiers; ++t) {
-      if (m.child_copies[t] != 0 || m.readers[t] != 0) return;
+      if (m.child_copies[t] != 0 || m.readers[t] != 0 || m.leaving_children[t] != 0) return;
     }
     if (index->Lookup(key).has_value()) return;
     meta.erase(it);
@@ -299,11 +331,13 @@ struct KvCache::Impl {
   absl::Status AddCopy(const BlockKey& key, Tier t, SlotId slot, CopyState state,
                        const BlockKey& parent, int64_t first_token)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    const bool had_copy = index->Lookup(key).has_value();
     KVTIER_RETURN_IF_ERROR(index->AddCopy(key, t, slot, state, absl::ToUnixNanos(Now())));
     BlockMeta& m = meta[key];
-    if (m.first_token < 0) {
+    if (!had_copy) {  // a new block, or one only its children knew (parent and position set now)
       m.parent = parent;
       m.first_token = first_token;
+      m.last_use = Now();
     }
     owner[TierIndex(t)][slot.value()] = SlotOwner{key, true};
     if (m.parent != kRootBlockKey) {
@@ -329,8 +363,12 @@ struct KvCache::Impl {
     const std::optional<BlockRecord> rec = index->Lookup(key);
     if (!rec.has_value() || rec->state(t) == CopyState::kAbsent) return;
     const bool was_ready = rec->state(t) == CopyState::kReady;
+    SetLeaving(key, t, false);
     (void)index->RemoveCopy(key, t);
-    owner[TierIndex(t)][rec->slots[TierIndex(t)].value()].indexed = false;
+    // The slot may already belong to another block: a failed transfer's destination is freed
+    // (and can be reused) before its callback runs here.
+    SlotOwner& o = owner[TierIndex(t)][rec->slots[TierIndex(t)].value()];
+    if (o.key == key) o.indexed = false;
     auto it = meta.find(key);
     if (it != meta.end()) {
       const uint8_t bit = static_cast<uint8_t>(1u << TierIndex(t));
@@ -382,6 +420,7 @@ struct KvCache::Impl {
 
   // Drops one reference a sequence held.
   void DropRef(const SeqBlock& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (b.tier == Tier::kHbm) --seq_refs[b.slot.value()];
     if (b.tier == Tier::kHbm && ticket_refs[b.slot.value()] != 0 &&
         StateOf(b.tier, b.slot) == SlotState::kWritable) {
       orphan_partials.insert(b.slot.value());  // freed when the last ticket lets go
@@ -393,6 +432,7 @@ struct KvCache::Impl {
 
   absl::Status AcquireRef(Tier t, SlotId slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     KVTIER_RETURN_IF_ERROR(Alloc(t, [&](BlockAllocator& a) { return a.Acquire(slot); }));
+    if (t == Tier::kHbm) ++seq_refs[slot.value()];
     const SlotOwner& o = owner[TierIndex(t)][slot.value()];
     if (o.indexed) UpdateCandidate(o.key, t);
     return absl::OkStatus();
@@ -403,12 +443,6 @@ struct KvCache::Impl {
       ++locked;
       const SlotOwner& o = owner[0][slot.value()];
       if (o.indexed) UpdateCandidate(o.key, Tier::kHbm);
-    }
-  }
-  void UnpinTicket(SlotId slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    if (--ticket_refs[slot.value()] == 0) {
-      --locked;
-      SettleSlot(Tier::kHbm, slot);
     }
   }
 
@@ -503,10 +537,8 @@ struct KvCache::Impl {
       auto move = StartMove(key, t, src, *target, /*pin=*/false, absl::InfiniteFuture(), d);
       if (move.ok()) {
         (*move)->evict_source = true;
-        meta[key].evict_after |= static_cast<uint8_t>(1u << TierIndex(t));
-        UpdateCandidate(key, t);
+        SetLeaving(key, t, true);
         ++evicting[TierIndex(t)];
-        ++counters.tiers[TierIndex(t)].demotions;
         return true;
       }
     }
@@ -515,16 +547,19 @@ struct KvCache::Impl {
     return true;
   }
 
-  // Frees `need` HBM slots, waiting (lock released) up to `deadline` for demotions to land.
-  // The caller must re-validate everything it looked up before: the lock may have been dropped.
+  // Frees `need` HBM slots, waiting (lock released) up to `deadline` (wall clock, not the
+  // cache's clock: it bounds real transfers) for demotions to land. The caller must re-validate
+  // everything it looked up before: the lock may have been dropped.
   absl::Status MakeHbmRoom(int64_t need, absl::Time deadline, Deferred& d)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     for (;;) {
-      while (FreeBlocks(Tier::kHbm) < need) {
+      // Demotions in flight free their sources when they land: count them, so no more is
+      // evicted than needed.
+      while (FreeBlocks(Tier::kHbm) + evicting[0] < need) {
         if (!EvictOne(Tier::kHbm, d)) break;
       }
       if (FreeBlocks(Tier::kHbm) >= need) return absl::OkStatus();
-      if (evicting[0] == 0 || Now() >= deadline) {
+      if (evicting[0] == 0 || absl::Now() >= deadline) {
         return absl::ResourceExhaustedError(
             absl::StrCat("HBM has ", FreeBlocks(Tier::kHbm), " free slots, ", need,
                          " needed; every other slot is locked by a ticket or held by a sequence"));
@@ -626,16 +661,17 @@ struct KvCache::Impl {
     (*move)->waiters.push_back(Move::Waiter{seq.id, i, t, ti});
   }
 
-  // Exclusive tiers: drop the copy in `t` if nobody needs it any more.
+  // Exclusive tiers: drop the ready copy in `t` if nobody holds or reads it, even if it is not
+  // a leaf there (its parent chain continues in HBM, where it was just onboarded).
   void DropIfDroppable(const BlockKey& key, Tier t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     auto m = meta.find(key);
-    if (m == meta.end() || t == Tier::kHbm) return;
-    if (WantCandidate(key, m->second, t) ||
-        (m->second.readers[TierIndex(t)] == 0 && m->second.child_copies[TierIndex(t)] != 0 && [&] {
-          auto rec = index->Lookup(key);
-          return rec.has_value() && rec->state(t) == CopyState::kReady &&
-                 StateOf(t, rec->slots[TierIndex(t)]) == SlotState::kCached;
-        }())) {
+    if (m == meta.end() || t == Tier::kHbm || m->second.readers[TierIndex(t)] != 0 ||
+        ((m->second.evict_after >> TierIndex(t)) & 1)) {
+      return;
+    }
+    const std::optional<BlockRecord> rec = index->Lookup(key);
+    if (rec.has_value() && rec->state(t) == CopyState::kReady &&
+        StateOf(t, rec->slots[TierIndex(t)]) == SlotState::kCached) {
       DropCopy(key, t);
     }
   }
@@ -649,6 +685,30 @@ struct KvCache::Impl {
       if (bw > 0) l[t].bytes_per_second = bw;
     }
     return l;
+  }
+
+  // Warm restart: blocks a persistent tier found again become ready copies, matchable by key.
+  // Their parents are unknown (the slot header keeps only the key), so each is its own root
+  // for leaf-first eviction. Any other slot the allocator starts cached is freed.
+  void AdoptRecoveredBlocks() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    for (int t = 0; t < kNumTiers; ++t) {
+      if (tiers[t] == nullptr) continue;
+      const Tier tier = static_cast<Tier>(t);
+      for (const RecoveredBlock& b : tiers[t]->recovered_blocks()) {
+        if (b.slot.value() >= owner[t].size() || StateOf(tier, b.slot) != SlotState::kCached) {
+          continue;
+        }
+        if (AddCopy(b.key, tier, b.slot, CopyState::kReady, kRootBlockKey, -1).ok()) {
+          UpdateCandidate(b.key, tier);
+        }
+      }
+      for (size_t s = 0; s < owner[t].size(); ++s) {
+        const SlotId slot(static_cast<uint32_t>(s));
+        if (!owner[t][s].indexed && StateOf(tier, slot) == SlotState::kCached) {
+          (void)Alloc(tier, [&](BlockAllocator& a) { return a.Evict(slot); });
+        }
+      }
+    }
   }
 
   absl::Status CheckInvariantsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
@@ -794,13 +854,14 @@ void KvCache::Impl::OnMoveDone(const std::shared_ptr<Move>& move, const absl::St
     if (move->evict_source) {
       --evicting[from];
       auto m = meta.find(key);
-      if (m != meta.end()) m->second.evict_after &= static_cast<uint8_t>(~(1u << from));
+      if (m != meta.end()) SetLeaving(key, move->from, false);
       const std::optional<BlockRecord> rec = index->Lookup(key);
       if (status.ok() && m != meta.end() && rec.has_value() &&
           rec->state(move->from) == CopyState::kReady && rec->slots[from] == move->src &&
           WantCandidate(key, m->second, move->from)) {
         DropCopy(key, move->from);
         ++counters.tiers[from].evictions;
+        ++counters.tiers[from].demotions;
       }
     }
     UpdateCandidate(key, move->from);
@@ -946,6 +1007,8 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const CacheNamespace& n
       impl->counters.tiers[t].present = true;
     }
     impl->ticket_refs.assign(static_cast<size_t>(impl->tiers[0]->info().capacity_blocks), 0);
+    impl->seq_refs.assign(impl->ticket_refs.size(), 0);
+    impl->AdoptRecoveredBlocks();
   }
   impl->lifeline->Set(impl.get());
   return std::unique_ptr<KvCache>(new KvCache(std::move(impl)));
@@ -1017,12 +1080,25 @@ absl::StatusOr<AttachResult> KvCache::AttachPrefix(SequenceId id,
   KVTIER_ASSIGN_OR_RETURN(const PrefixMatch match,
                           I.index->Match(keys, static_cast<int64_t>(prompt.size()), &where));
   // Phase 1: pin every matched block where it is.
+  // One pass under the engine's lock; a block that was cached (no holder) may have been an
+  // eviction candidate and stops being one.
   std::vector<Impl::SeqBlock> pinned;
+  std::vector<size_t> were_cached;
   pinned.reserve(where.size());
-  for (const BlockLocation& loc : where) {
-    if (!I.AcquireRef(loc.tier, loc.slot).ok()) break;
-    pinned.push_back(Impl::SeqBlock{loc.tier, loc.slot});
+  (void)I.engine->WithAllocators([&](const std::array<BlockAllocator*, kNumTiers>& a) {
+    for (const BlockLocation& loc : where) {
+      BlockAllocator* alloc = a[TierIndex(loc.tier)];
+      const SlotState before = alloc->state_or_free(loc.slot);
+      if (!alloc->Acquire(loc.slot).ok()) break;
+      if (before == SlotState::kCached) were_cached.push_back(pinned.size());
+      pinned.push_back(Impl::SeqBlock{loc.tier, loc.slot});
+    }
+    return absl::OkStatus();
+  });
+  for (const Impl::SeqBlock& b : pinned) {
+    if (b.tier == Tier::kHbm) ++I.seq_refs[b.slot.value()];
   }
+  for (size_t i : were_cached) I.UpdateCandidate(keys[i], pinned[i].tier);
   // Phase 2: plan, and keep the leading blocks worth restoring.
   std::vector<Tier> tiers_of;
   tiers_of.reserve(pinned.size());
@@ -1043,10 +1119,13 @@ absl::StatusOr<AttachResult> KvCache::AttachPrefix(SequenceId id,
     I.DropRef(pinned[i]);
   }
   pinned.resize(static_cast<size_t>(plan.restore_blocks));
-  const int64_t now_ns = absl::ToUnixNanos(I.Now());
+  const absl::Time now = I.Now();
+  const int64_t now_ns = absl::ToUnixNanos(now);
   for (size_t i = 0; i < pinned.size(); ++i) {
     (void)I.index->RecordHit(keys[i], now_ns);
-    ++I.meta[keys[i]].uses;
+    Impl::BlockMeta& m = I.meta[keys[i]];
+    ++m.uses;
+    m.last_use = now;
     ++result.attached_blocks_by_tier[TierIndex(pinned[i].tier)];
     ++I.counters.tiers[TierIndex(pinned[i].tier)].hits;
   }
@@ -1098,7 +1177,7 @@ absl::StatusOr<KvAppendResult> KvCache::Append(SequenceId id, absl::Span<const i
             return absl::ResourceExhaustedError("Append: HBM room was taken by other calls");
           }
         }
-        absl::Status room = I.MakeHbmRoom(need, I.Now() + I.room_wait, d);
+        absl::Status room = I.MakeHbmRoom(need, absl::Now() + I.room_wait, d);
         if (!room.ok()) {
           I.DeferredRelease(d);
           return room;
@@ -1134,6 +1213,7 @@ absl::StatusOr<KvAppendResult> KvCache::Append(SequenceId id, absl::Span<const i
       for (SlotId s : fresh) {
         I.tiers[0]->BeginDeviceWrite(s);
         seq->blocks.push_back(Impl::SeqBlock{Tier::kHbm, s});
+        ++I.seq_refs[s.value()];
       }
       seq->tokens = std::move(all);
       const int64_t old_full = old_n / b_tokens;
@@ -1217,7 +1297,7 @@ absl::StatusOr<std::optional<BlockCopy>> KvCache::Fork(SequenceId parent, Sequen
       }
       if (rem != 0 && I.FreeBlocks(Tier::kHbm) < 1) {
         if (round > 2) return absl::ResourceExhaustedError("Fork: no HBM slot for the copy");
-        absl::Status room = I.MakeHbmRoom(1, I.Now() + I.room_wait, d);
+        absl::Status room = I.MakeHbmRoom(1, absl::Now() + I.room_wait, d);
         if (!room.ok()) {
           I.DeferredRelease(d);
           return room;
@@ -1252,6 +1332,7 @@ absl::StatusOr<std::optional<BlockCopy>> KvCache::Fork(SequenceId parent, Sequen
         }
         I.tiers[0]->BeginDeviceWrite(dst);
         c->blocks.push_back(Impl::SeqBlock{Tier::kHbm, dst});
+        ++I.seq_refs[dst.value()];
         copy = BlockCopy{p->blocks[static_cast<size_t>(full)].slot, dst, static_cast<int>(rem)};
       }
       I.released_ids.erase(child);
@@ -1272,11 +1353,14 @@ absl::Status KvCache::Release(SequenceId id) {
                                ? absl::InfiniteFuture()
                                : now + seq->options.retention;
   for (size_t i = seq->blocks.size(); i-- > 0;) {
-    if (seq->options.retention_priority > 0 && i < seq->keys.size()) {
+    if (i < seq->keys.size()) {
       auto m = I.meta.find(seq->keys[i]);
       if (m != I.meta.end()) {
-        m->second.retention_priority = seq->options.retention_priority;
-        m->second.priority_until = until;
+        m->second.last_use = now;  // in use until now
+        if (seq->options.retention_priority > 0) {
+          m->second.retention_priority = seq->options.retention_priority;
+          m->second.priority_until = until;
+        }
       }
     }
     I.DropRef(seq->blocks[i]);
@@ -1349,9 +1433,19 @@ absl::StatusOr<Completion> KvCache::Resume(SequenceId id) {
   auto t = std::make_shared<internal::TicketState>();
   {
     internal::MutexLock lock(&I.mu);
-    KVTIER_ASSIGN_OR_RETURN(Impl::Sequence * seq, I.FindSeq(id));
-    if (!seq->paused) {
-      return absl::FailedPreconditionError(absl::StrCat("Resume: ", SeqName(id), " is not paused"));
+    Impl::Sequence* seq = nullptr;
+    for (int round = 0;; ++round) {
+      KVTIER_ASSIGN_OR_RETURN(seq, I.FindSeq(id));
+      if (!seq->paused) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("Resume: ", SeqName(id), " is not paused"));
+      }
+      int64_t missing = 0;
+      for (const auto& b : seq->blocks) missing += b.tier != Tier::kHbm ? 1 : 0;
+      if (round > 0 || missing == 0 || I.FreeBlocks(Tier::kHbm) >= missing) break;
+      // Room for as many as possible (waiting for demotions like Append); what still does not
+      // fit is left below and onboarded by a later EnsureResident.
+      (void)I.MakeHbmRoom(missing, absl::Now() + I.room_wait, d);
     }
     seq->paused = false;
     t->owner = &I;
@@ -1366,15 +1460,7 @@ absl::StatusOr<Completion> KvCache::Resume(SequenceId id) {
       t->status.assign(static_cast<size_t>(full), BlockResidency::kPending);
     }
     t->pending = full + 1;  // +1 released below, so an empty sequence completes too
-    for (int64_t j = 0; j < full; ++j) {
-      if (seq->blocks[static_cast<size_t>(j)].tier != Tier::kHbm) {
-        (void)I.MakeHbmRoom(1, I.Now(), d);  // no waiting: what does not fit loads later
-        auto again = I.FindSeq(id);
-        if (!again.ok()) break;
-        seq = *again;
-      }
-      I.Onboard(*seq, j, t, j, absl::InfiniteFuture(), d);
-    }
+    for (int64_t j = 0; j < full; ++j) I.Onboard(*seq, j, t, j, absl::InfiniteFuture(), d);
     if (--t->pending == 0) d.fire.emplace_back(t->done, Impl::TicketOutcome(*t));
   }
   I.RunDeferred(d);
@@ -1398,10 +1484,10 @@ absl::StatusOr<int64_t> KvCache::Prefetch(absl::Span<const int32_t> tokens,
       if (where[i].tier == Tier::kHbm || I.onboarding.contains(keys[i])) continue;
       const std::optional<BlockRecord> rec = I.index->Lookup(keys[i]);
       if (!rec.has_value() || rec->state(Tier::kHbm) != CopyState::kAbsent) continue;
-      if (I.FreeBlocks(Tier::kHbm) < 1) {
-        while (I.FreeBlocks(Tier::kHbm) < 1 && I.EvictOne(Tier::kHbm, d)) {
-        }
-        if (I.FreeBlocks(Tier::kHbm) < 1) break;
+      // A hint: take a free slot or one victim that can go at once, never wait for room.
+      if (I.FreeBlocks(Tier::kHbm) < 1 &&
+          (I.evicting[0] > 0 || !I.EvictOne(Tier::kHbm, d) || I.FreeBlocks(Tier::kHbm) < 1)) {
+        break;
       }
       // Re-read: an eviction above may have demoted or dropped this very block's neighbours.
       const std::optional<BlockRecord> now = I.index->Lookup(keys[i]);
@@ -1457,7 +1543,7 @@ absl::StatusOr<ResidencyTicket> KvCache::EnsureResident(SequenceId id, int64_t b
       }
       if (missing > 0 && I.FreeBlocks(Tier::kHbm) < missing) {
         // Room for as many as possible; what still does not fit is reported not resident.
-        (void)I.MakeHbmRoom(missing, std::min(options.deadline, I.Now() + I.room_wait), d);
+        (void)I.MakeHbmRoom(missing, std::min(options.deadline, absl::Now() + I.room_wait), d);
         KVTIER_ASSIGN_OR_RETURN(seq, I.FindSeq(id));
         if (end_token > static_cast<int64_t>(seq->tokens.size())) {
           return absl::OutOfRangeError("EnsureResident: the sequence shrank meanwhile");
@@ -1489,13 +1575,8 @@ absl::StatusOr<ResidencyTicket> KvCache::EnsureResident(SequenceId id, int64_t b
     for (; i < count; ++i) {
       const Impl::SeqBlock& b = seq->blocks[static_cast<size_t>(first) + i];
       if (b.tier != Tier::kHbm) break;
-      if (I.ticket_refs[b.slot.value()]++ == 0) {
-        ++I.locked;
-        if (I.owner[0][b.slot.value()].indexed &&
-            I.StateOf(Tier::kHbm, b.slot) == SlotState::kCached) {
-          I.UpdateCandidate(I.owner[0][b.slot.value()].key, Tier::kHbm);
-        }
-      }
+      // The sequence holds the slot, so it is no eviction candidate: no policy update needed.
+      if (I.ticket_refs[b.slot.value()]++ == 0) ++I.locked;
       t->table.slots[i] = static_cast<int32_t>(b.slot.value());
     }
     {
@@ -1504,6 +1585,7 @@ absl::StatusOr<ResidencyTicket> KvCache::EnsureResident(SequenceId id, int64_t b
                 BlockResidency::kResident);
     }
     t->pending -= static_cast<int64_t>(i);
+    const bool all_resident = i == count;
     for (; i < count; ++i) {
       const int64_t block = first + static_cast<int64_t>(i);
       if (options.mode == ResidencyMode::kBestEffort) {
@@ -1521,7 +1603,9 @@ absl::StatusOr<ResidencyTicket> KvCache::EnsureResident(SequenceId id, int64_t b
       }
       I.Onboard(*seq, block, t, static_cast<int64_t>(i), options.deadline, d);
     }
-    if (--t->pending == 0) d.fire.emplace_back(t->done, Impl::TicketOutcome(*t));
+    if (--t->pending == 0) {
+      d.fire.emplace_back(t->done, all_resident ? absl::OkStatus() : Impl::TicketOutcome(*t));
+    }
     I.tickets[t->id] = t;
   }
   I.RunDeferred(d);
@@ -1544,16 +1628,20 @@ absl::Status KvCache::ReleaseTicket(const ResidencyTicket& ticket) {
         absl::StrCat("ReleaseTicket: ticket ", t.id, " was already released"));
   }
   t.released = true;
-  std::vector<SlotId> resident;
+  // Unpin in one pass; only slots no sequence holds any more need settling.
+  std::vector<SlotId> settle;
   {
     internal::MutexLock tl(&t.mu);
     for (size_t i = 0; i < t.status.size(); ++i) {
-      if (t.status[i] == BlockResidency::kResident) {
-        resident.push_back(SlotId(static_cast<uint32_t>(t.table.slots[i])));
+      if (t.status[i] != BlockResidency::kResident) continue;
+      const auto s = static_cast<uint32_t>(t.table.slots[i]);
+      if (--I.ticket_refs[s] == 0) {
+        --I.locked;
+        if (I.seq_refs[s] == 0) settle.push_back(SlotId(s));
       }
     }
   }
-  for (SlotId s : resident) I.UnpinTicket(s);
+  for (SlotId s : settle) I.SettleSlot(Tier::kHbm, s);
   I.tickets.erase(it);
   return absl::OkStatus();
 }
@@ -1597,13 +1685,16 @@ KvCacheStats KvCache::stats() const {
   s.last_event_sequence = I.next_event - 1;
   std::array<SlotCounts, kNumTiers> counts{};
   int64_t locked_cached = 0;
+  // The lambda runs under I.mu (held here); the analysis cannot see that through the call.
+  const std::vector<uint32_t>* ticket_refs = &I.ticket_refs;
+  const int64_t locked_now = I.locked;
   (void)I.engine->WithAllocators([&](const std::array<BlockAllocator*, kNumTiers>& a) {
     for (int t = 0; t < kNumTiers; ++t) {
       if (a[t] != nullptr) counts[t] = a[t]->counts();
     }
-    if (I.locked > 0) {
-      for (size_t slot = 0; slot < I.ticket_refs.size(); ++slot) {
-        if (I.ticket_refs[slot] == 0) continue;
+    if (locked_now > 0) {
+      for (size_t slot = 0; slot < ticket_refs->size(); ++slot) {
+        if ((*ticket_refs)[slot] == 0) continue;
         auto st = a[0]->state(SlotId(static_cast<uint32_t>(slot)));
         if (st.ok() && *st == SlotState::kCached) ++locked_cached;
       }
@@ -1686,6 +1777,11 @@ absl::Status KvCache::Impl::CheckInvariantsLocked() {
       ++refs[TierIndex(b.tier)][b.slot.value()];
     }
   }
+  // The lambda runs under mu (held here); the analysis cannot see that through the call.
+  const auto* owners = &owner;
+  const auto* metas = &meta;
+  const auto* pinned = &ticket_refs;
+  const auto* orphans = &orphan_partials;
   absl::Status st =
       engine->WithAllocators([&](const std::array<BlockAllocator*, kNumTiers>& a) -> absl::Status {
         for (int t = 0; t < kNumTiers; ++t) {
@@ -1702,15 +1798,15 @@ absl::Status KvCache::Impl::CheckInvariantsLocked() {
             const uint32_t rc = *a[t]->ref_count(slot);
             auto it = refs[t].find(slot.value());
             const uint32_t want = it == refs[t].end() ? 0 : it->second;
-            const SlotOwner& o = owner[t][static_cast<size_t>(s)];
+            const SlotOwner& o = (*owners)[t][static_cast<size_t>(s)];
             uint32_t readers_here = 0;
             if (o.indexed) {
-              auto m = meta.find(o.key);
-              if (m != meta.end()) readers_here = m->second.readers[t];
+              auto m = metas->find(o.key);
+              if (m != metas->end()) readers_here = m->second.readers[t];
             }
-            const bool ticketed = t == 0 && ticket_refs[static_cast<size_t>(s)] != 0;
+            const bool ticketed = t == 0 && (*pinned)[static_cast<size_t>(s)] != 0;
             if (state == SlotState::kWritable) {
-              const bool orphan = t == 0 && orphan_partials.contains(slot.value());
+              const bool orphan = t == 0 && orphans->contains(slot.value());
               if (want != 1 && !(want == 0 && orphan && ticketed)) {
                 return fail(ToAbsl(TierName(static_cast<Tier>(t))), " slot ", s,
                             " is writable with ", want, " sequence holders");
@@ -1741,12 +1837,14 @@ absl::Status KvCache::Impl::CheckInvariantsLocked() {
   // The index, the owners and the candidates agree.
   std::array<int64_t, kNumTiers> candidates{};
   absl::flat_hash_map<BlockKey, std::array<uint32_t, kNumTiers>> child_count;
+  absl::flat_hash_map<BlockKey, std::array<uint32_t, kNumTiers>> leaving_count;
   for (const auto& [key, m] : meta) {
     const std::optional<BlockRecord> rec = index->Lookup(key);
     if (!rec.has_value()) continue;
     if (m.parent != kRootBlockKey) {
       for (int t = 0; t < kNumTiers; ++t) {
         if (rec->state(static_cast<Tier>(t)) != CopyState::kAbsent) ++child_count[m.parent][t];
+        if ((m.evict_after >> t) & 1) ++leaving_count[m.parent][t];
       }
     }
   }
@@ -1755,12 +1853,20 @@ absl::Status KvCache::Impl::CheckInvariantsLocked() {
     auto cc = child_count.find(key);
     for (int t = 0; t < kNumTiers; ++t) {
       const uint32_t expect = cc == child_count.end() ? 0 : cc->second[t];
+      auto lc = leaving_count.find(key);
+      const uint32_t leaving = lc == leaving_count.end() ? 0 : lc->second[t];
+      if (m.leaving_children[t] != leaving) {
+        return fail("block ", key.ToHex(), " counts ", m.leaving_children[t], " children leaving ",
+                    ToAbsl(TierName(static_cast<Tier>(t))), ", there are ", leaving);
+      }
       if (m.child_copies[t] != expect) {
         return fail("block ", key.ToHex(), " counts ", m.child_copies[t], " child copies in ",
                     ToAbsl(TierName(static_cast<Tier>(t))), ", there are ", expect);
       }
       if (!rec.has_value()) continue;
-      if (rec->state(static_cast<Tier>(t)) != CopyState::kAbsent) {
+      // A pending copy's slot may already be reused: a failed transfer frees it before the
+      // cache's callback forgets the copy.
+      if (rec->state(static_cast<Tier>(t)) == CopyState::kReady) {
         const SlotOwner& o = owner[t][rec->slots[t].value()];
         if (!o.indexed || o.key != key) {
           return fail("block ", key.ToHex(), "'s ", ToAbsl(TierName(static_cast<Tier>(t))),
@@ -1788,6 +1894,14 @@ absl::Status KvCache::Impl::CheckInvariantsLocked() {
     internal::MutexLock tl(&t->mu);
     for (size_t i = 0; i < t->status.size(); ++i) {
       if (t->status[i] == BlockResidency::kResident) ++pins[static_cast<size_t>(t->table.slots[i])];
+    }
+  }
+  for (size_t s = 0; s < seq_refs.size(); ++s) {
+    auto it = refs[0].find(static_cast<uint32_t>(s));
+    const uint32_t want = it == refs[0].end() ? 0 : it->second;
+    if (seq_refs[s] != want) {
+      return fail("HBM slot ", s, " counts ", seq_refs[s], " sequence references, there are ",
+                  want);
     }
   }
   int64_t locked_count = 0;

@@ -54,6 +54,9 @@ class FaultInjectingTier final : public TierBackend {
     inner_->EndDeviceWrite(slot, key);
   }
   std::optional<DevicePoolView> device_pool() const override { return inner_->device_pool(); }
+  std::vector<RecoveredBlock> recovered_blocks() const override {
+    return inner_->recovered_blocks();
+  }
 
   Completion WriteBlock(SlotId slot, const BlockKey& key, absl::Span<const std::byte> src,
                         const BlockIoOptions& options = {}) override {

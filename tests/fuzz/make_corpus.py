@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Writes the seed inputs of kvtier_kv_cache_fuzz into tests/fuzz/corpus/.
+
+Each seed is 4 configuration bytes and then operations, encoded as kv_cache_fuzz.cc decodes them
+(one byte picks the operation, modulo the operation count; the bytes after it are its arguments).
+They only give the fuzzer a start on realistic call sequences: any byte string is a valid input.
+Run from anywhere: python3 tests/fuzz/make_corpus.py
+
+The corpus also keeps inputs the fuzzer once failed on (regress_*: a warm restart over an NVMe
+file with blocks, a failed transfer whose freed slot was reused before the cache forgot it, and
+demotions counted before their evictions); this script leaves them alone. They are replayed
+first in every fuzzing run, as regression tests. Note they encode operations by number, so
+adding an operation in the middle of `enum class Op` would change what they test.
+"""
+import os
+
+# Op numbers: the order of `enum class Op` in kv_cache_fuzz.cc.
+(CREATE, ATTACH, APPEND, REPORT, FORK, ENSURE, RELEASE_TICKET, WAIT_TICKET, PAUSE, RESUME,
+ RELEASE, PREFETCH, LOOKUP, GET, STATS, POLL, CLOCK, COMPLETE_READY, WAIT_IDLE, FAULT,
+ REMOTE, RESTART, FOREIGN) = range(23)
+
+# Configuration bytes a, b, d, e (see DecodeConfig).
+LAYER_FIRST_DRAM_NVME = [0x00, 0x06, 0x00, 0x00]       # HBM 12, write-back, lru
+BLOCK_FIRST_WRITE_THROUGH = [0x11, 0x04, 0x00, 0x00]   # HBM 10
+REMOTE_COST_AWARE_SMALL = [0x28, 0x08, 0x0C, 0x00]     # HBM 6, DRAM admits on 2nd use,
+                                                       # 4 events kept, room_wait 1 ms
+
+SEEDS = {
+    # Two turns of a conversation: the second attaches the first's cached prefix.
+    "serving_loop": LAYER_FIRST_DRAM_NVME + [
+        CREATE, 1, 0x00,
+        ATTACH, 1, 0, 20, 0,            # stem 0, 20 tokens: nothing cached yet
+        APPEND, 1, 0, 12, 0,            # stem 0 from position 0
+        APPEND, 1, 0, 8, 0,
+        REPORT, 1, 0, 0,                # all tokens, ready now
+        ENSURE, 1, 0, 0, 0,             # [0, n), kWait, no deadline
+        RELEASE_TICKET, 0,
+        RELEASE, 1,
+        CREATE, 2, 0x00,
+        ATTACH, 2, 3, 0, 0, 1, 1, 2,    # sequence 1's tokens plus 2 more
+        APPEND, 2, 2, 2, 1, 2,
+        ENSURE, 2, 0, 0, 0,
+        REPORT, 2, 0, 0,
+        STATS,
+        POLL, 0, 1,
+        LOOKUP, 1, 0, 0, 16, 0,
+        WAIT_IDLE, 1,
+    ],
+    # Pending ready, pause and resume, best-effort and async tickets, fork with a partial block,
+    # double releases, a restart over the NVMe file, a foreign ticket, bad ranges and deadlines.
+    "pause_fork_restart": BLOCK_FIRST_WRITE_THROUGH + [
+        CREATE, 3, 0x00,
+        APPEND, 3, 0, 10, 1,
+        REPORT, 3, 0, 6,                # ready pending
+        COMPLETE_READY,
+        PAUSE, 3, 1, 60,
+        ENSURE, 3, 0, 1, 0,             # kBestEffort
+        RESUME, 3,
+        ENSURE, 3, 0, 2, 0,             # kAsync
+        WAIT_TICKET, 1,
+        FORK, 3, 4, 3, 6,               # child of 6 tokens: copies a 2-token block
+        APPEND, 4, 3, 0, 1,
+        REPORT, 4, 0, 0,
+        ENSURE, 4, 0, 0, 0,
+        RELEASE, 3,
+        RELEASE, 3,
+        RELEASE_TICKET, 0,
+        RELEASE_TICKET, 0,
+        CLOCK, 4,
+        RESTART,
+        CREATE, 5, 0x00,
+        ATTACH, 5, 1, 12, 1, 0,         # a prefix of a sequence from before the restart
+        FOREIGN,
+        ENSURE, 5, 3, 1, 1, 1, 0, 0,    # begin > end
+        ENSURE, 5, 0, 0, 1,             # deadline in the past
+    ],
+    # HBM pressure with a remote tier, injected read faults, the store going down, a pause
+    # under pressure, invalid options and a prefetch.
+    "pressure_faults": REMOTE_COST_AWARE_SMALL + [
+        CREATE, 1, 0x02,                # tenant salt
+        APPEND, 1, 0, 12, 2,
+        REPORT, 1, 0, 0,
+        APPEND, 1, 0, 12, 2,
+        REPORT, 1, 0, 0,
+        RELEASE, 1,
+        FAULT, 1, 1, 1, 0,              # next 2 DRAM reads fail kUnavailable
+        CREATE, 2, 0x02,
+        ATTACH, 2, 3, 0, 0, 0, 3,
+        APPEND, 2, 0, 12, 0,
+        APPEND, 2, 0, 12, 0,
+        ENSURE, 2, 0, 0, 0,
+        REMOTE, 1,
+        PAUSE, 2, 1, 10,
+        STATS,
+        POLL, 0, 1,
+        CREATE, 7, 0x83,                # over-long salt: kInvalidArgument
+        PREFETCH, 0, 0, 1, 24, 0, 0,
+        WAIT_IDLE, 0,
+    ],
+}
+
+
+def main():
+    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+    os.makedirs(out, exist_ok=True)
+    for name, data in SEEDS.items():
+        with open(os.path.join(out, name), "wb") as f:
+            f.write(bytes(data))
+        print(f"{name}: {len(data)} bytes")
+
+
+if __name__ == "__main__":
+    main()

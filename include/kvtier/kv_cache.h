@@ -306,8 +306,10 @@ class KvCache {
 
   // Makes blocks [begin_token / B, ceil(end_token / B)) of the sequence resident in HBM and pins
   // them until ReleaseTicket. Blocks not resident by the deadline (or failing to load) are
-  // reported kNotResident with their cause and slot -1, never silently missing. kWait blocks
-  // until done or the deadline. Errors: kNotFound / kFailedPrecondition for the sequence;
+  // reported kNotResident with their cause (kDeadlineExceeded, the load's error) and slot -1,
+  // never silently missing; an onboard still running at the deadline goes on, and its block
+  // lands for the sequence (a later call finds it resident) but is not pinned by this ticket.
+  // kWait blocks until done or the deadline; a kAsync ticket completes by its deadline. Errors: kNotFound / kFailedPrecondition for the sequence;
   // kInvalidArgument if begin_token > end_token or begin_token < 0; kOutOfRange if end_token
   // is past the sequence's tokens; kDeadlineExceeded if the deadline has already passed.
   absl::StatusOr<ResidencyTicket> EnsureResident(SequenceId id, int64_t begin_token,

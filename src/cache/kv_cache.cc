@@ -29,11 +29,13 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "cache/ticket_state.h"
+#include "internal/deadline_timer.h"
 #include "internal/mutex.h"
 #include "internal/status_macros.h"
 #include "internal/strings.h"
@@ -122,6 +124,7 @@ struct KvCache::Impl {
     std::vector<SeqBlock> blocks;  // one reference each
     int64_t written = 0;
     bool paused = false;
+    uint64_t generation = 0;  // unique per CreateSequence/Fork, so a re-created id is told apart
   };
 
   // One transfer started by the cache.
@@ -179,6 +182,8 @@ struct KvCache::Impl {
   absl::Duration room_wait;
   DevicePoolView pool;
   std::shared_ptr<internal::Lifeline> lifeline = std::make_shared<internal::Lifeline>();
+  // Expires kAsync tickets at their deadlines (callbacks enter through the lifeline).
+  std::unique_ptr<internal::DeadlineTimer> timer = std::make_unique<internal::DeadlineTimer>();
 
   // ---- Mutable state.
   mutable internal::Mutex mu;
@@ -194,10 +199,14 @@ struct KvCache::Impl {
   int64_t locked ABSL_GUARDED_BY(mu) = 0;  // HBM slots with ticket_refs > 0
   absl::flat_hash_set<uint32_t> orphan_partials ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<SequenceId, std::unique_ptr<Sequence>> seqs ABSL_GUARDED_BY(mu);
-  absl::flat_hash_set<SequenceId> released_ids ABSL_GUARDED_BY(mu);
-  std::deque<SequenceId> released_order ABSL_GUARDED_BY(mu);
+  // Recently released ids (to tell "released" from "unknown"): id -> release serial, and the
+  // order they were released in, oldest first, with the serial each entry stands for.
+  absl::flat_hash_map<SequenceId, uint64_t> released_ids ABSL_GUARDED_BY(mu);
+  std::deque<std::pair<SequenceId, uint64_t>> released_order ABSL_GUARDED_BY(mu);
+  uint64_t next_release ABSL_GUARDED_BY(mu) = 1;
   absl::flat_hash_map<uint64_t, std::shared_ptr<internal::TicketState>> tickets ABSL_GUARDED_BY(mu);
   uint64_t next_ticket ABSL_GUARDED_BY(mu) = 1;
+  uint64_t next_generation ABSL_GUARDED_BY(mu) = 1;
   absl::flat_hash_map<BlockKey, std::shared_ptr<Move>> onboarding ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<BlockKey, std::vector<std::shared_ptr<Move>>> offloading ABSL_GUARDED_BY(mu);
   int64_t moves_in_flight ABSL_GUARDED_BY(mu) = 0;
@@ -340,9 +349,11 @@ struct KvCache::Impl {
       m.last_use = Now();
     }
     owner[TierIndex(t)][slot.value()] = SlotOwner{key, true};
-    if (m.parent != kRootBlockKey) {
-      ++meta[m.parent].child_copies[TierIndex(t)];
-      UpdateCandidate(m.parent, t);
+    // Copied: inserting the parent below may rehash `meta` and move `m`.
+    const BlockKey parent_key = m.parent;
+    if (parent_key != kRootBlockKey) {
+      ++meta[parent_key].child_copies[TierIndex(t)];
+      UpdateCandidate(parent_key, t);
     }
     if (state == CopyState::kReady) {
       Event(CacheEventKind::kStored, key, t);
@@ -471,14 +482,19 @@ struct KvCache::Impl {
     return std::nullopt;
   }
 
-  // Starts copying `key` from (from, src) to a new slot of `to`.
+  // Starts copying `key` from (from, src) to a new slot of `to`. The transfer has no deadline:
+  // a ticket's deadline is kept by the cache (ExpireTicket), so the engine never reports a copy
+  // that may still be running, and a source is unpinned by the time its callback runs.
   absl::StatusOr<std::shared_ptr<Move>> StartMove(const BlockKey& key, Tier from, SlotId src,
-                                                  Tier to, bool pin, absl::Time deadline,
-                                                  Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+                                                  Tier to, bool pin, Deferred& d)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     auto m = meta.find(key);
     if (m == meta.end()) return absl::InternalError("a move of a block the cache does not know");
+    if (const std::optional<BlockRecord> rec = index->Lookup(key);
+        rec.has_value() && rec->state(to) != CopyState::kAbsent) {
+      return absl::AlreadyExistsError("the destination tier already has a copy of the block");
+    }
     TransferOptions options;
-    options.deadline = deadline;
     options.pin_destination = pin;
     KVTIER_ASSIGN_OR_RETURN(Transfer transfer, engine->Copy(key, from, src, to, options));
     auto move = std::make_shared<Move>();
@@ -491,11 +507,8 @@ struct KvCache::Impl {
     move->completion = transfer.completion;
     const BlockKey parent = m->second.parent;
     const int64_t first = m->second.first_token;
-    if (absl::Status s = AddCopy(key, to, move->dst, CopyState::kPending, parent, first); !s.ok()) {
-      // Cannot happen (callers check the index first); the transfer still runs and its slot is
-      // released by the engine, so only the index is left untouched.
-      return s;
-    }
+    // Cannot fail: the destination tier was checked to have no copy above.
+    (void)AddCopy(key, to, move->dst, CopyState::kPending, parent, first);
     ++meta[key].readers[TierIndex(from)];
     UpdateCandidate(key, from);
     ++moves_in_flight;
@@ -511,9 +524,12 @@ struct KvCache::Impl {
   // Makes a slot of lower tier `t` free now if that needs no waiting: drops victims that need
   // no demotion; starts demotions of the others (which free later). True if a slot is free.
   bool RoomBelowNow(Tier t, Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    // A demotion out of `t` already in flight will free a slot; starting more would evict blocks
+    // the caller does not need. Without one, victims that go at once are dropped until a slot is
+    // free, and at most one demotion is started.
     for (int attempts = 0; attempts < 8; ++attempts) {
       if (FreeBlocks(t) > 0) return true;
-      if (!EvictOne(t, d)) return false;
+      if (evicting[TierIndex(t)] > 0 || !EvictOne(t, d)) return false;
     }
     return FreeBlocks(t) > 0;
   }
@@ -534,7 +550,7 @@ struct KvCache::Impl {
     if (demote_on_evict && target.has_value() && !HasCopyBelow(*rec, t) &&
         RoomBelowNow(*target, d)) {
       const SlotId src = rec->slots[TierIndex(t)];
-      auto move = StartMove(key, t, src, *target, /*pin=*/false, absl::InfiniteFuture(), d);
+      auto move = StartMove(key, t, src, *target, /*pin=*/false, d);
       if (move.ok()) {
         (*move)->evict_source = true;
         SetLeaving(key, t, true);
@@ -589,12 +605,14 @@ struct KvCache::Impl {
   void OnWritten(const std::vector<std::pair<BlockKey, SlotId>>& blocks, const absl::Status& status)
       ABSL_LOCKS_EXCLUDED(mu);
 
-  // Resolves one block of a ticket.
-  void ResolveTicketBlock(const std::shared_ptr<internal::TicketState>& t, int64_t i,
+  // Resolves one still-pending block of a ticket (false if it was resolved already: a late
+  // onboard after the ticket's deadline).
+  bool ResolveTicketBlock(const std::shared_ptr<internal::TicketState>& t, int64_t i,
                           std::optional<SlotId> slot, absl::Status error, Deferred& d)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     {
       internal::MutexLock lock(&t->mu);
+      if (t->status[static_cast<size_t>(i)] != BlockResidency::kPending) return false;
       if (slot.has_value()) {
         t->status[static_cast<size_t>(i)] = BlockResidency::kResident;
         t->table.slots[static_cast<size_t>(i)] = static_cast<int32_t>(slot->value());
@@ -605,6 +623,61 @@ struct KvCache::Impl {
       }
     }
     if (--t->pending == 0) d.fire.emplace_back(t->done, TicketOutcome(*t));
+    return true;
+  }
+
+  static bool TicketBlockPending(internal::TicketState& t, int64_t i) {
+    internal::MutexLock lock(&t.mu);
+    return t.status[static_cast<size_t>(i)] == BlockResidency::kPending;
+  }
+
+  // The ticket's deadline passed: every block still onboarding is reported not resident (the
+  // onboard goes on and lands as a droppable block, or for the sequence).
+  void ExpireTicket(const std::shared_ptr<internal::TicketState>& t, Deferred& d)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    std::vector<int64_t> late;
+    {
+      internal::MutexLock lock(&t->mu);
+      for (size_t i = 0; i < t->status.size(); ++i) {
+        if (t->status[i] == BlockResidency::kPending) late.push_back(static_cast<int64_t>(i));
+      }
+    }
+    for (int64_t i : late) {
+      ResolveTicketBlock(t, i, std::nullopt,
+                         absl::DeadlineExceededError("the block was not resident by the deadline"),
+                         d);
+    }
+  }
+
+  // Blocks [first, last) of `seq` below HBM whose block has a ready HBM copy (another request
+  // onboarded it, or it was never dropped) take that copy: no bytes move, and it can no longer
+  // be evicted to make room for this very request.
+  void AdoptHbmCopies(Sequence& seq, int64_t first, int64_t last)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    for (int64_t i = first; i < last && i < static_cast<int64_t>(seq.keys.size()); ++i) {
+      const SeqBlock b = seq.blocks[static_cast<size_t>(i)];
+      if (b.tier == Tier::kHbm) continue;
+      const BlockKey key = seq.keys[static_cast<size_t>(i)];
+      const std::optional<BlockRecord> rec = index->Lookup(key);
+      if (!rec.has_value() || rec->state(Tier::kHbm) != CopyState::kReady) continue;
+      if (!AcquireRef(Tier::kHbm, rec->slots[0]).ok()) continue;
+      seq.blocks[static_cast<size_t>(i)] = SeqBlock{Tier::kHbm, rec->slots[0]};
+      DropRef(b);
+      if (inclusion == TierInclusion::kExclusive) DropIfDroppable(key, b.tier);
+    }
+  }
+
+  // Blocks of [first, last) an onboard would have to bring: below HBM and not on the way.
+  int64_t MissingBlocks(const Sequence& seq, int64_t first, int64_t last)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    int64_t missing = 0;
+    for (int64_t i = first; i < last; ++i) {
+      if (seq.blocks[static_cast<size_t>(i)].tier != Tier::kHbm &&
+          !onboarding.contains(seq.keys[static_cast<size_t>(i)])) {
+        ++missing;
+      }
+    }
+    return missing;
   }
 
   static absl::Status TicketOutcome(internal::TicketState& t) {
@@ -621,16 +694,16 @@ struct KvCache::Impl {
   }
 
   // Makes block `i` of `seq` resident for ticket `t` (index `ti` in it): adopts an HBM copy,
-  // joins an onboard in flight, or starts one. Returns false if it resolved the block at once.
+  // joins an onboard in flight, or starts one.
   void Onboard(Sequence& seq, int64_t i, const std::shared_ptr<internal::TicketState>& t,
-               int64_t ti, absl::Time deadline, Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+               int64_t ti, Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     const SeqBlock b = seq.blocks[static_cast<size_t>(i)];
-    const BlockKey key = seq.keys[static_cast<size_t>(i)];
-    if (b.tier == Tier::kHbm) {
+    if (b.tier == Tier::kHbm) {  // also the partial last block, which has no key
       if (t->pins) PinTicket(b.slot);
       ResolveTicketBlock(t, ti, b.slot, absl::OkStatus(), d);
       return;
     }
+    const BlockKey key = seq.keys[static_cast<size_t>(i)];
     const std::optional<BlockRecord> rec = index->Lookup(key);
     if (rec.has_value() && rec->state(Tier::kHbm) == CopyState::kReady) {
       const SlotId hbm = rec->slots[0];
@@ -653,7 +726,7 @@ struct KvCache::Impl {
                          absl::UnavailableError("another sequence is still writing this block"), d);
       return;
     }
-    auto move = StartMove(key, b.tier, b.slot, Tier::kHbm, /*pin=*/true, deadline, d);
+    auto move = StartMove(key, b.tier, b.slot, Tier::kHbm, /*pin=*/true, d);
     if (!move.ok()) {
       ResolveTicketBlock(t, ti, std::nullopt, move.status(), d);
       return;
@@ -714,7 +787,9 @@ struct KvCache::Impl {
   absl::Status CheckInvariantsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 };
 
-void KvCache::Impl::RunDeferred(Deferred& d) {
+void KvCache::Impl::RunDeferred(Deferred& work) {
+  Deferred d;  // taken, so running a Deferred twice does nothing the second time
+  std::swap(d, work);
   for (auto& [done, status] : d.fire) done.Complete(status);
   for (auto& [ready, blocks] : d.publish) {
     std::weak_ptr<internal::Lifeline> weak = lifeline;
@@ -763,7 +838,7 @@ void KvCache::Impl::OnWritten(const std::vector<std::pair<BlockKey, SlotId>>& bl
         if (lower.has_value() && m != meta.end() &&
             m->second.uses >= static_cast<uint32_t>(admit_after_uses[TierIndex(*lower)]) &&
             index->Lookup(key)->state(*lower) == CopyState::kAbsent && RoomBelowNow(*lower, d)) {
-          (void)StartMove(key, Tier::kHbm, slot, *lower, false, absl::InfiniteFuture(), d);
+          (void)StartMove(key, Tier::kHbm, slot, *lower, false, d);
         }
       }
     }
@@ -805,7 +880,7 @@ void KvCache::Impl::OnMoveDone(const std::shared_ptr<Move>& move, const absl::St
               DropRef(old);
             }
           }
-          if (w.ticket != nullptr) {
+          if (w.ticket != nullptr && TicketBlockPending(*w.ticket, w.ticket_index)) {
             if (w.ticket->pins && !w.ticket->released) PinTicket(move->dst);
             ResolveTicketBlock(w.ticket, w.ticket_index, move->dst, absl::OkStatus(), d);
           }
@@ -841,7 +916,11 @@ void KvCache::Impl::OnMoveDone(const std::shared_ptr<Move>& move, const absl::St
           // reference, freed when they let go.
           ++counters.tiers[from].corrupt_reads;
           RemoveCopy(key, move->from);
-          SettleSlot(move->from, move->src);
+          // Another transfer may still read it; the last reader's callback settles it.
+          auto mm = meta.find(key);
+          if (mm == meta.end() || mm->second.readers[from] == 0) {
+            SettleSlot(move->from, move->src);
+          }
         }
         for (const Move::Waiter& w : move->waiters) {
           if (w.ticket != nullptr)
@@ -864,7 +943,12 @@ void KvCache::Impl::OnMoveDone(const std::shared_ptr<Move>& move, const absl::St
         ++counters.tiers[from].demotions;
       }
     }
-    UpdateCandidate(key, move->from);
+    // The source may have lost its last holder while it was read (a sequence released it): once
+    // no transfer of the cache reads it, settle it (a candidate again, or freed if private).
+    auto src_meta = meta.find(key);
+    if (src_meta == meta.end() || src_meta->second.readers[from] == 0) {
+      SettleSlot(move->from, move->src);
+    }
   }
   RunDeferred(d);
   internal::MutexLock lock(&mu);
@@ -1019,7 +1103,8 @@ KvCache::KvCache(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 KvCache::~KvCache() {
   (void)WaitIdle();
   impl_->lifeline->Close();  // later callbacks (e.g. a ReportWritten completion) do nothing
-  impl_->engine.reset();     // waits for anything still in flight, before the tiers go
+  impl_->timer.reset();
+  impl_->engine.reset();  // waits for anything still in flight, before the tiers go
 }
 
 const CacheNamespace& KvCache::cache_namespace() const { return impl_->ns; }
@@ -1053,6 +1138,7 @@ absl::Status KvCache::CreateSequence(SequenceId id, const SequenceOptions& optio
     return absl::AlreadyExistsError(absl::StrCat(SeqName(id), " already exists"));
   }
   impl_->released_ids.erase(id);
+  seq->generation = impl_->next_generation++;
   impl_->seqs[id] = std::move(seq);
   return absl::OkStatus();
 }
@@ -1062,16 +1148,24 @@ absl::StatusOr<AttachResult> KvCache::AttachPrefix(SequenceId id,
   Impl& I = *impl_;
   if (prompt.empty()) return absl::InvalidArgumentError("AttachPrefix: an empty prompt");
   BlockExtras extras;
+  uint64_t generation = 0;
   {
     internal::MutexLock lock(&I.mu);
     KVTIER_ASSIGN_OR_RETURN(Impl::Sequence * seq, I.FindSeq(id));
     extras = seq->extras;
+    generation = seq->generation;
   }
   // Hash outside the lock: it is the expensive part and needs nothing shared.
   KVTIER_ASSIGN_OR_RETURN(std::vector<BlockKey> keys, I.hasher.BlockKeys(prompt, extras));
   AttachResult result;
   internal::MutexLock lock(&I.mu);
   KVTIER_ASSIGN_OR_RETURN(Impl::Sequence * seq, I.FindSeq(id));
+  if (seq->generation != generation) {
+    // Released and created again meanwhile, perhaps with another adapter or tenant: keys hashed
+    // under the old identity must not be attached to it.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "AttachPrefix: ", SeqName(id), " was released and created again during the call"));
+  }
   if (!seq->tokens.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "AttachPrefix: ", SeqName(id), " already has ", seq->tokens.size(), " tokens"));
@@ -1107,8 +1201,13 @@ absl::StatusOr<AttachResult> KvCache::AttachPrefix(SequenceId id,
   const int64_t n = static_cast<int64_t>(prompt.size());
   RestorePlan plan;
   if (I.cost.has_value()) {
-    KVTIER_ASSIGN_OR_RETURN(
-        plan, PlanRestore(*I.cost, tiers_of, I.CurrentLinks(), b_tokens, I.block_bytes, n));
+    absl::StatusOr<RestorePlan> planned =
+        PlanRestore(*I.cost, tiers_of, I.CurrentLinks(), b_tokens, I.block_bytes, n);
+    if (!planned.ok()) {  // on error nothing changes: unpin what phase 1 pinned
+      for (const Impl::SeqBlock& b : pinned) I.DropRef(b);
+      return planned.status();
+    }
+    plan = *planned;
   } else {
     plan.restore_blocks =
         std::min<int64_t>(static_cast<int64_t>(pinned.size()), (n - 1) / b_tokens);
@@ -1157,6 +1256,9 @@ absl::StatusOr<KvAppendResult> KvCache::Append(SequenceId id, absl::Span<const i
   if (tokens.empty()) return absl::InvalidArgumentError("Append: no tokens");
   const int64_t b_tokens = I.block_tokens;
   Impl::Deferred d;
+  // Runs once the lock below is released, on every return path: a move started under the lock
+  // needs its completion callback, or it would never be accounted for (WaitIdle would hang).
+  absl::Cleanup run_deferred = [&I, &d] { I.RunDeferred(d); };
   KvAppendResult result;
   {
     internal::MutexLock lock(&I.mu);
@@ -1184,15 +1286,14 @@ absl::StatusOr<KvAppendResult> KvCache::Append(SequenceId id, absl::Span<const i
         }
         continue;  // the lock may have been dropped: look everything up again
       }
-      // Key the blocks this append fills before changing anything.
-      std::vector<int32_t> all(seq->tokens.begin(), seq->tokens.end());
-      all.insert(all.end(), tokens.begin(), tokens.end());
-      std::vector<BlockKey> keys = seq->keys;
-      const int64_t have = static_cast<int64_t>(keys.size());
-      KVTIER_RETURN_IF_ERROR(I.hasher.AppendBlockKeys(
-          have == 0 ? kRootBlockKey : keys.back(), have * b_tokens,
-          absl::MakeConstSpan(all).subspan(static_cast<size_t>(have * b_tokens)), seq->extras,
-          &keys));
+      // Key the blocks this append fills before changing anything. Only the partial tail and
+      // the new tokens are hashed: a decode step costs one block's hashing, not the sequence's.
+      const int64_t have = static_cast<int64_t>(seq->keys.size());
+      std::vector<int32_t> tail(seq->tokens.begin() + have * b_tokens, seq->tokens.end());
+      tail.insert(tail.end(), tokens.begin(), tokens.end());
+      std::vector<BlockKey> added;
+      KVTIER_RETURN_IF_ERROR(I.hasher.AppendBlockKeys(have == 0 ? kRootBlockKey : seq->keys.back(),
+                                                      have * b_tokens, tail, seq->extras, &added));
       std::vector<SlotId> fresh;
       absl::Status alloc = I.Alloc(Tier::kHbm, [&](BlockAllocator& a) -> absl::Status {
         for (int64_t i = 0; i < need; ++i) {
@@ -1215,14 +1316,14 @@ absl::StatusOr<KvAppendResult> KvCache::Append(SequenceId id, absl::Span<const i
         seq->blocks.push_back(Impl::SeqBlock{Tier::kHbm, s});
         ++I.seq_refs[s.value()];
       }
-      seq->tokens = std::move(all);
+      seq->tokens.insert(seq->tokens.end(), tokens.begin(), tokens.end());
       const int64_t old_full = old_n / b_tokens;
       const int64_t new_full = new_n / b_tokens;
       for (int64_t j = old_full; j < new_full; ++j) {
         const SlotId s = seq->blocks[static_cast<size_t>(j)].slot;
         (void)I.Alloc(Tier::kHbm, [&](BlockAllocator& a) { return a.Seal(s); });
       }
-      seq->keys = std::move(keys);
+      seq->keys.insert(seq->keys.end(), added.begin(), added.end());
       result.first_sealed_block = old_full;
       result.num_sealed_blocks = new_full - old_full;
       result.num_new_slots = need > 0 ? need : 0;
@@ -1236,6 +1337,9 @@ absl::StatusOr<KvAppendResult> KvCache::Append(SequenceId id, absl::Span<const i
 absl::Status KvCache::ReportWritten(SequenceId id, int64_t num_tokens, Completion ready) {
   Impl& I = *impl_;
   Impl::Deferred d;
+  // Runs once the lock below is released, on every return path: a move started under the lock
+  // needs its completion callback, or it would never be accounted for (WaitIdle would hang).
+  absl::Cleanup run_deferred = [&I, &d] { I.RunDeferred(d); };
   {
     internal::MutexLock lock(&I.mu);
     KVTIER_ASSIGN_OR_RETURN(Impl::Sequence * seq, I.FindSeq(id));
@@ -1275,6 +1379,9 @@ absl::StatusOr<std::optional<BlockCopy>> KvCache::Fork(SequenceId parent, Sequen
   if (!child.valid()) return absl::InvalidArgumentError("Fork: an invalid child sequence id");
   const int64_t b_tokens = I.block_tokens;
   Impl::Deferred d;
+  // Runs once the lock below is released, on every return path: a move started under the lock
+  // needs its completion callback, or it would never be accounted for (WaitIdle would hang).
+  absl::Cleanup run_deferred = [&I, &d] { I.RunDeferred(d); };
   std::optional<BlockCopy> copy;
   {
     internal::MutexLock lock(&I.mu);
@@ -1336,6 +1443,7 @@ absl::StatusOr<std::optional<BlockCopy>> KvCache::Fork(SequenceId parent, Sequen
         copy = BlockCopy{p->blocks[static_cast<size_t>(full)].slot, dst, static_cast<int>(rem)};
       }
       I.released_ids.erase(child);
+      c->generation = I.next_generation++;
       I.seqs[child] = std::move(c);
       break;
     }
@@ -1366,10 +1474,13 @@ absl::Status KvCache::Release(SequenceId id) {
     I.DropRef(seq->blocks[i]);
   }
   I.seqs.erase(id);
-  I.released_ids.insert(id);
-  I.released_order.push_back(id);
+  const uint64_t serial = I.next_release++;
+  I.released_ids[id] = serial;
+  I.released_order.emplace_back(id, serial);
   while (I.released_order.size() > kReleasedIdsRemembered) {
-    I.released_ids.erase(I.released_order.front());
+    const auto [old_id, old_serial] = I.released_order.front();
+    auto it = I.released_ids.find(old_id);
+    if (it != I.released_ids.end() && it->second == old_serial) I.released_ids.erase(it);
     I.released_order.pop_front();
   }
   return absl::OkStatus();
@@ -1384,6 +1495,9 @@ absl::Status KvCache::Pause(SequenceId id, absl::Duration expected_idle) {
         "Pause: expected_idle = ", absl::FormatDuration(expected_idle), " must not be negative"));
   }
   Impl::Deferred d;
+  // Runs once the lock below is released, on every return path: a move started under the lock
+  // needs its completion callback, or it would never be accounted for (WaitIdle would hang).
+  absl::Cleanup run_deferred = [&I, &d] { I.RunDeferred(d); };
   {
     internal::MutexLock lock(&I.mu);
     KVTIER_ASSIGN_OR_RETURN(Impl::Sequence * seq, I.FindSeq(id));
@@ -1414,12 +1528,17 @@ absl::Status KvCache::Pause(SequenceId id, absl::Duration expected_idle) {
       }
       if (moved) continue;
       auto off = I.offloading.find(key);
-      if (off != I.offloading.end() && !off->second.empty()) {
-        off->second.front()->pause_waiters.emplace_back(id, j);
-        continue;
+      if (off != I.offloading.end()) {
+        auto move = std::find_if(off->second.begin(), off->second.end(), [&](const auto& m) {
+          return m->from == Tier::kHbm && m->src == b.slot;
+        });
+        if (move != off->second.end()) {
+          (*move)->pause_waiters.emplace_back(id, j);
+          continue;
+        }
       }
       if (rec->state(*lower) != CopyState::kAbsent || !I.RoomBelowNow(*lower, d)) continue;
-      auto move = I.StartMove(key, Tier::kHbm, b.slot, *lower, false, absl::InfiniteFuture(), d);
+      auto move = I.StartMove(key, Tier::kHbm, b.slot, *lower, false, d);
       if (move.ok()) (*move)->pause_waiters.emplace_back(id, j);
     }
   }
@@ -1430,6 +1549,9 @@ absl::Status KvCache::Pause(SequenceId id, absl::Duration expected_idle) {
 absl::StatusOr<Completion> KvCache::Resume(SequenceId id) {
   Impl& I = *impl_;
   Impl::Deferred d;
+  // Runs once the lock below is released, on every return path: a move started under the lock
+  // needs its completion callback, or it would never be accounted for (WaitIdle would hang).
+  absl::Cleanup run_deferred = [&I, &d] { I.RunDeferred(d); };
   auto t = std::make_shared<internal::TicketState>();
   {
     internal::MutexLock lock(&I.mu);
@@ -1440,8 +1562,9 @@ absl::StatusOr<Completion> KvCache::Resume(SequenceId id) {
         return absl::FailedPreconditionError(
             absl::StrCat("Resume: ", SeqName(id), " is not paused"));
       }
-      int64_t missing = 0;
-      for (const auto& b : seq->blocks) missing += b.tier != Tier::kHbm ? 1 : 0;
+      const int64_t full = static_cast<int64_t>(seq->keys.size());
+      I.AdoptHbmCopies(*seq, 0, full);
+      const int64_t missing = I.MissingBlocks(*seq, 0, full);
       if (round > 0 || missing == 0 || I.FreeBlocks(Tier::kHbm) >= missing) break;
       // Room for as many as possible (waiting for demotions like Append); what still does not
       // fit is left below and onboarded by a later EnsureResident.
@@ -1460,7 +1583,7 @@ absl::StatusOr<Completion> KvCache::Resume(SequenceId id) {
       t->status.assign(static_cast<size_t>(full), BlockResidency::kPending);
     }
     t->pending = full + 1;  // +1 released below, so an empty sequence completes too
-    for (int64_t j = 0; j < full; ++j) I.Onboard(*seq, j, t, j, absl::InfiniteFuture(), d);
+    for (int64_t j = 0; j < full; ++j) I.Onboard(*seq, j, t, j, d);
     if (--t->pending == 0) d.fire.emplace_back(t->done, Impl::TicketOutcome(*t));
   }
   I.RunDeferred(d);
@@ -1473,6 +1596,9 @@ absl::StatusOr<int64_t> KvCache::Prefetch(absl::Span<const int32_t> tokens,
   BlockExtras extras{identity.adapter, identity.tenant_salt, identity.multimodal};
   KVTIER_ASSIGN_OR_RETURN(std::vector<BlockKey> keys, I.hasher.BlockKeys(tokens, extras));
   Impl::Deferred d;
+  // Runs once the lock below is released, on every return path: a move started under the lock
+  // needs its completion callback, or it would never be accounted for (WaitIdle would hang).
+  absl::Cleanup run_deferred = [&I, &d] { I.RunDeferred(d); };
   int64_t started = 0;
   {
     internal::MutexLock lock(&I.mu);
@@ -1494,9 +1620,7 @@ absl::StatusOr<int64_t> KvCache::Prefetch(absl::Span<const int32_t> tokens,
       if (!now.has_value()) break;
       const std::optional<Tier> from = now->fastest_ready_tier();
       if (!from.has_value() || *from == Tier::kHbm) continue;
-      if (I.StartMove(keys[i], *from, now->slots[TierIndex(*from)], Tier::kHbm, false,
-                      absl::InfiniteFuture(), d)
-              .ok()) {
+      if (I.StartMove(keys[i], *from, now->slots[TierIndex(*from)], Tier::kHbm, false, d).ok()) {
         ++started;
       }
     }
@@ -1525,6 +1649,9 @@ absl::StatusOr<ResidencyTicket> KvCache::EnsureResident(SequenceId id, int64_t b
   }
   const int64_t b_tokens = I.block_tokens;
   Impl::Deferred d;
+  // Runs once the lock below is released, on every return path: a move started under the lock
+  // needs its completion callback, or it would never be accounted for (WaitIdle would hang).
+  absl::Cleanup run_deferred = [&I, &d] { I.RunDeferred(d); };
   auto t = std::make_shared<internal::TicketState>();
   {
     internal::MutexLock lock(&I.mu);
@@ -1536,11 +1663,11 @@ absl::StatusOr<ResidencyTicket> KvCache::EnsureResident(SequenceId id, int64_t b
     }
     const int64_t first = begin_token / b_tokens;
     const int64_t last = end_token == begin_token ? first : (end_token + b_tokens - 1) / b_tokens;
+    // Pin first (DESIGN section 5): HBM copies this request can use are taken before any room
+    // is made, so making room cannot evict them.
+    I.AdoptHbmCopies(*seq, first, last);
     if (options.mode != ResidencyMode::kBestEffort) {
-      int64_t missing = 0;
-      for (int64_t i = first; i < last; ++i) {
-        if (seq->blocks[static_cast<size_t>(i)].tier != Tier::kHbm) ++missing;
-      }
+      const int64_t missing = I.MissingBlocks(*seq, first, last);
       if (missing > 0 && I.FreeBlocks(Tier::kHbm) < missing) {
         // Room for as many as possible; what still does not fit is reported not resident.
         (void)I.MakeHbmRoom(missing, std::min(options.deadline, absl::Now() + I.room_wait), d);
@@ -1548,6 +1675,7 @@ absl::StatusOr<ResidencyTicket> KvCache::EnsureResident(SequenceId id, int64_t b
         if (end_token > static_cast<int64_t>(seq->tokens.size())) {
           return absl::OutOfRangeError("EnsureResident: the sequence shrank meanwhile");
         }
+        I.AdoptHbmCopies(*seq, first, last);  // the lock was dropped: others may have onboarded
       }
     }
     t->id = I.next_ticket++;
@@ -1601,7 +1729,7 @@ absl::StatusOr<ResidencyTicket> KvCache::EnsureResident(SequenceId id, int64_t b
         }
         continue;
       }
-      I.Onboard(*seq, block, t, static_cast<int64_t>(i), options.deadline, d);
+      I.Onboard(*seq, block, t, static_cast<int64_t>(i), d);
     }
     if (--t->pending == 0) {
       d.fire.emplace_back(t->done, all_resident ? absl::OkStatus() : Impl::TicketOutcome(*t));
@@ -1609,7 +1737,34 @@ absl::StatusOr<ResidencyTicket> KvCache::EnsureResident(SequenceId id, int64_t b
     I.tickets[t->id] = t;
   }
   I.RunDeferred(d);
-  if (options.mode == ResidencyMode::kWait) (void)t->done.Wait();
+  if (!t->done.done() && options.mode == ResidencyMode::kWait) {
+    // Blocks that joined an onboard started by someone else (a prefetch, another request) wait
+    // for it only until this call's deadline.
+    (void)t->done.WaitUntil(options.deadline);
+    if (!t->done.done()) {
+      {
+        internal::MutexLock lock(&I.mu);
+        I.ExpireTicket(t, d);
+      }
+      I.RunDeferred(d);
+    }
+  } else if (!t->done.done() && options.deadline != absl::InfiniteFuture()) {
+    std::weak_ptr<internal::TicketState> weak = t;
+    std::shared_ptr<internal::Lifeline> life = I.lifeline;
+    I.timer->Schedule(options.deadline, [life, weak] {
+      std::shared_ptr<internal::TicketState> ticket = weak.lock();
+      if (ticket == nullptr || ticket->done.done()) return;
+      auto* impl = static_cast<Impl*>(life->Enter());
+      if (impl == nullptr) return;
+      Impl::Deferred late;
+      {
+        internal::MutexLock lock(&impl->mu);
+        impl->ExpireTicket(ticket, late);
+      }
+      impl->RunDeferred(late);
+      life->Exit();
+    });
+  }
   return ResidencyTicket(t);
 }
 
@@ -1623,9 +1778,14 @@ absl::Status KvCache::ReleaseTicket(const ResidencyTicket& ticket) {
   }
   internal::MutexLock lock(&I.mu);
   auto it = I.tickets.find(t.id);
-  if (it == I.tickets.end()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("ReleaseTicket: ticket ", t.id, " was already released"));
+  if (it == I.tickets.end() || it->second != ticket.state_) {
+    if (t.released) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("ReleaseTicket: ticket ", t.id, " was already released"));
+    }
+    // A ticket of a destroyed cache that lived at this address (ids restart at 1).
+    return absl::NotFoundError(
+        absl::StrCat("ReleaseTicket: ticket ", t.id, " was issued by another cache"));
   }
   t.released = true;
   // Unpin in one pass; only slots no sequence holds any more need settling.

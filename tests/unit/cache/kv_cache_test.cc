@@ -1205,5 +1205,61 @@ TEST_F(KvCacheTest, WarmRestartFindsNvmeBlocksAgain) {
   KVTIER_ASSERT_OK(cache_->Release(Seq(3)));
 }
 
+// Regression (review): a block that joined an onboard started without a deadline (here a
+// prefetch) made a kWait call wait for that onboard, past its own deadline, and a kAsync ticket
+// never completed by its deadline. The deadline is now the ticket's, kept by the cache.
+TEST_F(KvCacheTest, TicketDeadlineHoldsWhenJoiningAnOnboardWithoutOne) {
+  Rebuild({.hbm_blocks = 8, .dram_blocks = 0, .nvme_blocks = 16, .fault_injectors = true});
+  const std::vector<int32_t> prompt = Iota(16, 100);
+  KVTIER_ASSERT_OK(AddReleased(1, prompt));
+  KVTIER_ASSERT_OK(EvictAllOfHbm(99));
+  std::vector<int32_t> query = prompt;
+  query.push_back(1);
+  KVTIER_ASSERT_OK(cache_->CreateSequence(Seq(2)));
+  KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult r, cache_->AttachPrefix(Seq(2), query));
+  ASSERT_EQ(r.attached_blocks_by_tier[kNvme], 4);
+  KVTIER_ASSERT_OK(cache_->CreateSequence(Seq(3)));
+  KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult r3, cache_->AttachPrefix(Seq(3), query));
+  ASSERT_EQ(r3.attached_blocks_by_tier[kNvme], 4);
+
+  // A slow device: every NVMe read takes 1 s (4 s for the 4 blocks, one after another). The
+  // prefetch's onboards have no deadline.
+  env_->fault(Tier::kNvme)->SetDelay(absl::Seconds(1));
+  KVTIER_ASSERT_OK_AND_ASSIGN(int64_t started, cache_->Prefetch(query));
+  ASSERT_EQ(started, 4);
+
+  const absl::Time start = absl::Now();
+  KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket waited,
+                              cache_->EnsureResident(Seq(2), 0, 16,
+                                                     {.deadline = start + absl::Milliseconds(100),
+                                                      .mode = ResidencyMode::kWait}));
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(900)) << "kWait waited past its deadline";
+  EXPECT_TRUE(waited.completion().done());
+  EXPECT_THAT(waited.block_status(), Each(BlockResidency::kNotResident));
+  EXPECT_THAT(waited.block_table().slots, Each(-1));
+  EXPECT_THAT(waited.block_error(0), IsError(StatusCode::kDeadlineExceeded, ""));
+
+  KVTIER_ASSERT_OK_AND_ASSIGN(
+      ResidencyTicket async,
+      cache_->EnsureResident(
+          Seq(3), 0, 16,
+          {.deadline = absl::Now() + absl::Milliseconds(100), .mode = ResidencyMode::kAsync}));
+  EXPECT_THAT(async.completion().WaitFor(absl::Milliseconds(900)),
+              IsError(StatusCode::kUnavailable, ""))
+      << "the kAsync ticket did not complete by its deadline";
+  EXPECT_THAT(async.block_status(), Each(BlockResidency::kNotResident));
+
+  // The onboards go on and land; the late blocks are not pinned by the expired tickets.
+  KVTIER_ASSERT_OK(cache_->WaitIdle(absl::Now() + absl::Seconds(30)));
+  EXPECT_EQ(TierStats(Tier::kHbm).locked_blocks, 0);
+  KVTIER_ASSERT_OK(cache_->CheckInvariants());
+  KVTIER_ASSERT_OK(cache_->ReleaseTicket(waited));
+  KVTIER_ASSERT_OK(cache_->ReleaseTicket(async));
+  env_->fault(Tier::kNvme)->SetDelay(absl::ZeroDuration());
+  KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket now, Resident(2, 0, 16));
+  EXPECT_THAT(now.block_status(), Each(BlockResidency::kResident));
+  KVTIER_ASSERT_OK(cache_->ReleaseTicket(now));
+}
+
 }  // namespace
 }  // namespace kvtier

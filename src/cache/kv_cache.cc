@@ -324,6 +324,14 @@ struct KvCache::Impl {
     if (!leaving) MaybeEraseMeta(parent);
   }
 
+  // The block was used (a hit, or released by a sequence at `m.last_use`): its copies that are
+  // candidates in other tiers are re-ranked with the new last use.
+  void TouchCandidates(const BlockKey& key, const BlockMeta& m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    for (int t = 0; t < kNumTiers; ++t) {
+      if ((m.candidate >> t) & 1) (void)policy[t]->Touch(key, Traits(m), m.last_use);
+    }
+  }
+
   void MaybeEraseMeta(const BlockKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     auto it = meta.find(key);
     if (it == meta.end()) return;
@@ -1225,6 +1233,7 @@ absl::StatusOr<AttachResult> KvCache::AttachPrefix(SequenceId id,
     Impl::BlockMeta& m = I.meta[keys[i]];
     ++m.uses;
     m.last_use = now;
+    I.TouchCandidates(keys[i], m);
     ++result.attached_blocks_by_tier[TierIndex(pinned[i].tier)];
     ++I.counters.tiers[TierIndex(pinned[i].tier)].hits;
   }
@@ -1469,6 +1478,7 @@ absl::Status KvCache::Release(SequenceId id) {
           m->second.retention_priority = seq->options.retention_priority;
           m->second.priority_until = until;
         }
+        I.TouchCandidates(seq->keys[i], m->second);
       }
     }
     I.DropRef(seq->blocks[i]);

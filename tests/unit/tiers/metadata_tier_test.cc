@@ -1,0 +1,385 @@
+#include "kvtier/metadata_tier.h"
+
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kvtier/cache_namespace.h"
+#include "kvtier/emulated_hbm.h"
+#include "kvtier/kv_cache.h"
+#include "kvtier/kv_cache_stats.h"
+#include "tests/testing/fixtures.h"
+#include "tests/testing/kv_cache_fixture.h"
+#include "tests/testing/status_matchers.h"
+
+namespace kvtier {
+namespace {
+
+using ::absl::StatusCode;
+using ::kvtier::testing::Iota;
+using ::kvtier::testing::IsError;
+using ::testing::Each;
+using ::testing::Ge;
+using ::testing::IsEmpty;
+
+constexpr int kHbm = TierIndex(Tier::kHbm);
+constexpr int kDram = TierIndex(Tier::kDram);
+
+// 2 layers x 2 KV heads x head_dim 8, bf16, 4 tokens per block: 512-byte blocks.
+KvGeometry SmallGeometry() {
+  return *KvGeometry::Create(
+      {.num_layers = 2, .num_kv_heads = 2, .head_dim = 8, .tokens_per_block = 4});
+}
+
+// Llama-3.1-70B's KV (80 layers, 8 KV heads of 128, bf16) at 512 tokens per block:
+// 2 x 80 x 8 x 128 x 2 bytes x 512 = 160 MiB a block.
+KvGeometry Llama70BGeometry() {
+  return *KvGeometry::Create({.num_layers = 80,
+                              .num_kv_heads = 8,
+                              .head_dim = 128,
+                              .dtype = KvDtype::kBf16,
+                              .tokens_per_block = 512});
+}
+
+BlockKey Key(uint64_t i) { return BlockKey{0x6d657461, i}; }
+
+std::unique_ptr<MetadataTier> Make(Tier tier, int64_t capacity_blocks,
+                                   const KvGeometry& g = SmallGeometry()) {
+  auto t = MetadataTier::Create(g, {.tier = tier, .capacity_blocks = capacity_blocks});
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? std::move(*t) : nullptr;
+}
+
+// Resident set size of this process, from /proc/self/statm (its second field, in pages).
+int64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t size_pages = 0, resident_pages = 0;
+  statm >> size_pages >> resident_pages;
+  return resident_pages * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+}
+
+// ---------------------------------------------------------------- Create and info
+
+TEST(MetadataTierTest, CreateRejectsBadOptions) {
+  const KvGeometry g = SmallGeometry();
+  EXPECT_THAT(MetadataTier::Create(g, {.tier = Tier::kHbm, .capacity_blocks = 0}),
+              IsError(StatusCode::kInvalidArgument, "capacity_blocks = 0"));
+  EXPECT_THAT(MetadataTier::Create(g, {.tier = Tier::kDram, .capacity_blocks = -5}),
+              IsError(StatusCode::kInvalidArgument, "capacity_blocks = -5"));
+  EXPECT_THAT(MetadataTier::Create(g, {.tier = Tier::kDram,
+                                       .capacity_blocks = BlockAllocator::kMaxCapacityBlocks + 1}),
+              IsError(StatusCode::kInvalidArgument, "capacity_blocks"));
+  EXPECT_THAT(MetadataTier::Create(g, {.tier = static_cast<Tier>(kNumTiers), .capacity_blocks = 4}),
+              IsError(StatusCode::kInvalidArgument, "unknown tier 4"));
+  EXPECT_THAT(MetadataTier::Create(g, {.tier = static_cast<Tier>(255), .capacity_blocks = 4}),
+              IsError(StatusCode::kInvalidArgument, "unknown tier"));
+}
+
+TEST(MetadataTierTest, InfoIsARealTiersExceptForCapabilities) {
+  const KvGeometry g = SmallGeometry();
+  for (Tier tier : {Tier::kHbm, Tier::kDram, Tier::kNvme, Tier::kRemote}) {
+    SCOPED_TRACE(TierName(tier));
+    std::unique_ptr<MetadataTier> t = Make(tier, 10);
+    ASSERT_NE(t, nullptr);
+    const TierInfo& info = t->info();
+    EXPECT_EQ(info.tier, tier);
+    EXPECT_EQ(info.name, "metadata(" + std::string(TierName(tier)) + ")");
+    EXPECT_EQ(info.capacity_blocks, 10);
+    EXPECT_EQ(info.block_bytes, g.bytes_per_block());
+    EXPECT_EQ(info.capacity_bytes, 10 * g.bytes_per_block());
+    EXPECT_EQ(info.metadata_bytes, 10 * MetadataTier::kMetadataBytesPerSlot);
+    EXPECT_EQ(info.capabilities, tier == Tier::kHbm ? uint32_t{kCapDeviceMemory} : uint32_t{0});
+    EXPECT_EQ(t->allocator().capacity_blocks(), 10);
+    EXPECT_EQ(t->allocator().tier(), tier);
+    EXPECT_EQ(t->HostAddress(SlotId(0)), nullptr);
+    EXPECT_THAT(t->CheckHolds(SlotId(0), Key(0)), IsError(StatusCode::kUnimplemented, ""));
+    EXPECT_TRUE(t->recovered_blocks().empty());
+  }
+}
+
+TEST(MetadataTierTest, CapacityOfTerabytesCostsOnlyItsSlots) {
+  // 200000 blocks of 160 MiB: 31.25 TiB of capacity, 6.4 MB of bookkeeping.
+  std::unique_ptr<MetadataTier> t = Make(Tier::kDram, 200000, Llama70BGeometry());
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->info().block_bytes, int64_t{160} << 20);
+  EXPECT_EQ(t->info().capacity_bytes, int64_t{200000} * (int64_t{160} << 20));
+  EXPECT_EQ(t->info().metadata_bytes, 200000 * 32);
+}
+
+// ---------------------------------------------------------------- Reads and writes
+
+TEST(MetadataTierTest, WriteThenReadChecksTheKeyAndMovesNoBytes) {
+  std::unique_ptr<MetadataTier> t = Make(Tier::kDram, 8);
+  ASSERT_NE(t, nullptr);
+  const size_t bytes = static_cast<size_t>(t->info().block_bytes);
+  const std::vector<std::byte> src(bytes, std::byte{0x5a});
+  std::vector<std::byte> dst(bytes, std::byte{0xab});
+
+  Completion write = t->WriteBlock(SlotId(3), Key(7), src);
+  EXPECT_TRUE(write.done()) << "a metadata write completes before returning";
+  KVTIER_ASSERT_OK(write.Wait());
+  Completion read = t->ReadBlock(SlotId(3), Key(7), absl::MakeSpan(dst));
+  EXPECT_TRUE(read.done());
+  KVTIER_EXPECT_OK(read.Wait());
+  EXPECT_THAT(dst, Each(std::byte{0xab})) << "a metadata read must not write its destination";
+
+  EXPECT_THAT(t->ReadBlock(SlotId(3), Key(8), absl::MakeSpan(dst)).Wait(),
+              IsError(StatusCode::kDataLoss, Key(7).ToHex()));
+  EXPECT_THAT(t->ReadBlock(SlotId(4), Key(7), absl::MakeSpan(dst)).Wait(),
+              IsError(StatusCode::kNotFound, "slot 4 holds no complete block"));
+
+  KVTIER_ASSERT_OK(t->WriteBlock(SlotId(3), Key(8), src).Wait());  // an overwrite replaces it
+  KVTIER_EXPECT_OK(t->ReadBlock(SlotId(3), Key(8), absl::MakeSpan(dst)).Wait());
+  EXPECT_THAT(t->ReadBlock(SlotId(3), Key(7), absl::MakeSpan(dst)).Wait(),
+              IsError(StatusCode::kDataLoss, "slot 3"));
+}
+
+TEST(MetadataTierTest, BadArgumentsAreRejectedAndLeaveTheSlot) {
+  std::unique_ptr<MetadataTier> t = Make(Tier::kNvme, 8);
+  ASSERT_NE(t, nullptr);
+  const size_t bytes = static_cast<size_t>(t->info().block_bytes);
+  std::vector<std::byte> ok(bytes), small(bytes - 1), big(bytes + 1);
+  KVTIER_ASSERT_OK(t->WriteBlock(SlotId(0), Key(1), ok).Wait());
+
+  EXPECT_THAT(t->WriteBlock(SlotId(8), Key(0), ok).Wait(),
+              IsError(StatusCode::kInvalidArgument, "slot 8 is outside [0, 8)"));
+  EXPECT_THAT(t->WriteBlock(SlotId(), Key(0), ok).Wait(),
+              IsError(StatusCode::kInvalidArgument, "outside"));
+  EXPECT_THAT(t->WriteBlock(SlotId(0), Key(2), small).Wait(),
+              IsError(StatusCode::kInvalidArgument, "a buffer of 511 bytes for a block of 512"));
+  EXPECT_THAT(t->WriteBlock(SlotId(0), Key(2), big).Wait(),
+              IsError(StatusCode::kInvalidArgument, "513"));
+  EXPECT_THAT(t->ReadBlock(SlotId(8), Key(1), absl::MakeSpan(ok)).Wait(),
+              IsError(StatusCode::kInvalidArgument, "outside"));
+  EXPECT_THAT(t->ReadBlock(SlotId(0), Key(1), absl::MakeSpan(small)).Wait(),
+              IsError(StatusCode::kInvalidArgument, "511"));
+  // The refused writes did not record their key.
+  KVTIER_EXPECT_OK(t->ReadBlock(SlotId(0), Key(1), absl::MakeSpan(ok)).Wait());
+}
+
+TEST(MetadataTierTest, OperationPastItsDeadlineDoesNotTouchTheSlot) {
+  std::unique_ptr<MetadataTier> t = Make(Tier::kRemote, 4);
+  ASSERT_NE(t, nullptr);
+  std::vector<std::byte> buf(static_cast<size_t>(t->info().block_bytes));
+  KVTIER_ASSERT_OK(t->WriteBlock(SlotId(1), Key(1), buf).Wait());
+  const BlockIoOptions past{.deadline = absl::Now() - absl::Seconds(1)};
+  EXPECT_THAT(t->WriteBlock(SlotId(1), Key(2), buf, past).Wait(),
+              IsError(StatusCode::kDeadlineExceeded, "slot 1"));
+  EXPECT_THAT(t->ReadBlock(SlotId(1), Key(1), absl::MakeSpan(buf), past).Wait(),
+              IsError(StatusCode::kDeadlineExceeded, "deadline"));
+  KVTIER_EXPECT_OK(t->ReadBlock(SlotId(1), Key(1), absl::MakeSpan(buf)).Wait())
+      << "a write that never started changed the slot";
+  const BlockIoOptions future{.deadline = absl::Now() + absl::Hours(1)};
+  KVTIER_EXPECT_OK(t->WriteBlock(SlotId(2), Key(2), buf, future).Wait());
+}
+
+TEST(MetadataTierTest, ConcurrentWritersAndReadersSeeWholeKeys) {
+  std::unique_ptr<MetadataTier> t = Make(Tier::kDram, 64);
+  ASSERT_NE(t, nullptr);
+  const size_t bytes = static_cast<size_t>(t->info().block_bytes);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 4; ++w) {
+    threads.emplace_back([&, w] {
+      std::vector<std::byte> buf(bytes);
+      for (int i = 0; i < 2000; ++i) {
+        const auto slot = SlotId(static_cast<uint32_t>((w * 16) + (i % 16)));
+        const BlockKey key = Key(static_cast<uint64_t>(w * 100000 + i));
+        EXPECT_TRUE(t->WriteBlock(slot, key, buf).Wait().ok());
+        EXPECT_TRUE(t->ReadBlock(slot, key, absl::MakeSpan(buf)).Wait().ok());
+        // Another thread's slot: any answer but a crash, and never OK for a key it never had.
+        const auto other = SlotId(static_cast<uint32_t>(((w + 1) % 4) * 16 + (i % 16)));
+        EXPECT_FALSE(t->ReadBlock(other, key, absl::MakeSpan(buf)).Wait().ok());
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+}
+
+// ---------------------------------------------------------------- Device-facing
+
+TEST(MetadataTierTest, DevicePoolForHbmOnlyWithLayerFirstStridesAndNoAddresses) {
+  const KvGeometry g = SmallGeometry();
+  std::unique_ptr<MetadataTier> hbm = Make(Tier::kHbm, 8);
+  ASSERT_NE(hbm, nullptr);
+  std::optional<DevicePoolView> pool = hbm->device_pool();
+  ASSERT_TRUE(pool.has_value());
+  EXPECT_THAT(pool->k_base, IsEmpty());
+  EXPECT_THAT(pool->v_base, IsEmpty());
+  EXPECT_FALSE(pool->host_accessible);
+  // The strides are those of a real layer-first pool of the same geometry.
+  KVTIER_ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<EmulatedHbm> real,
+      EmulatedHbm::Create(g, {.layout = HbmLayout::kLayerFirst, .capacity_blocks = 8}));
+  const DevicePoolView expected = *real->device_pool();
+  EXPECT_EQ(pool->block_stride_bytes, expected.block_stride_bytes);
+  EXPECT_EQ(pool->token_stride_bytes, expected.token_stride_bytes);
+  EXPECT_EQ(pool->head_stride_bytes, expected.head_stride_bytes);
+  EXPECT_EQ(pool->block_stride_bytes, g.bytes_per_block_per_layer());
+
+  for (Tier tier : {Tier::kDram, Tier::kNvme, Tier::kRemote}) {
+    std::unique_ptr<MetadataTier> t = Make(tier, 8);
+    ASSERT_NE(t, nullptr);
+    EXPECT_FALSE(t->device_pool().has_value()) << TierName(tier);
+  }
+}
+
+TEST(MetadataTierTest, DeviceWritesInvalidateAndRecordOnHbmOnly) {
+  std::unique_ptr<MetadataTier> hbm = Make(Tier::kHbm, 4);
+  ASSERT_NE(hbm, nullptr);
+  std::vector<std::byte> buf(static_cast<size_t>(hbm->info().block_bytes));
+  KVTIER_ASSERT_OK(hbm->WriteBlock(SlotId(2), Key(1), buf).Wait());
+  hbm->BeginDeviceWrite(SlotId(2));
+  EXPECT_THAT(hbm->ReadBlock(SlotId(2), Key(1), absl::MakeSpan(buf)).Wait(),
+              IsError(StatusCode::kNotFound, "slot 2"));
+  hbm->EndDeviceWrite(SlotId(2), Key(9));
+  KVTIER_EXPECT_OK(hbm->ReadBlock(SlotId(2), Key(9), absl::MakeSpan(buf)).Wait());
+  hbm->BeginDeviceWrite(SlotId(4));  // outside the tier: ignored
+  hbm->EndDeviceWrite(SlotId(), Key(1));
+
+  std::unique_ptr<MetadataTier> dram = Make(Tier::kDram, 4);
+  ASSERT_NE(dram, nullptr);
+  KVTIER_ASSERT_OK(dram->WriteBlock(SlotId(2), Key(1), buf).Wait());
+  dram->BeginDeviceWrite(SlotId(2));  // no device memory: a no-op
+  KVTIER_EXPECT_OK(dram->ReadBlock(SlotId(2), Key(1), absl::MakeSpan(buf)).Wait());
+  dram->EndDeviceWrite(SlotId(3), Key(5));
+  EXPECT_THAT(dram->ReadBlock(SlotId(3), Key(5), absl::MakeSpan(buf)).Wait(),
+              IsError(StatusCode::kNotFound, "slot 3"));
+}
+
+// ---------------------------------------------------------------- Under a KvCache
+
+KvCacheOptions MetadataCacheOptions(const KvGeometry& g, int64_t hbm_blocks, int64_t dram_blocks) {
+  KvCacheOptions o;
+  o.tiers[kHbm] = Make(Tier::kHbm, hbm_blocks, g);
+  o.tiers[kDram] = Make(Tier::kDram, dram_blocks, g);
+  o.room_wait = absl::Seconds(10);
+  return o;
+}
+
+// A prompt is cached, demoted to DRAM by another sequence's need for HBM, and attached again:
+// every decision and every count is what byte-holding tiers give (kv_cache_test.cc), with no
+// bytes anywhere.
+TEST(MetadataTierTest, KvCacheDemotesAndOnboardsThroughMetadataTiers) {
+  constexpr int kB = 4;
+  constexpr int64_t kHbmBlocks = 8;
+  // 7 blocks: with the one token appended after the attach they fill HBM's 8 slots exactly.
+  constexpr int kPromptBlocks = 7;
+  const KvGeometry g = SmallGeometry();
+  KVTIER_ASSERT_OK_AND_ASSIGN(
+      CacheNamespace ns,
+      CacheNamespace::Create(g, {.model_id = "kvtier-test/metadata", .weights_fingerprint = "w"}));
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> cache,
+                              KvCache::Create(ns, MetadataCacheOptions(g, kHbmBlocks, 16)));
+  const int64_t bb = g.bytes_per_block();
+
+  const std::vector<int32_t> prompt = Iota(kPromptBlocks * kB, 1000);
+  KVTIER_ASSERT_OK(cache->CreateSequence(SequenceId(1)));
+  KVTIER_ASSERT_OK_AND_ASSIGN(KvAppendResult appended, cache->Append(SequenceId(1), prompt));
+  EXPECT_EQ(appended.num_sealed_blocks, kPromptBlocks);
+  KVTIER_ASSERT_OK(cache->ReportWritten(SequenceId(1), static_cast<int64_t>(prompt.size())));
+  KVTIER_ASSERT_OK(cache->Release(SequenceId(1)));
+
+  // Another sequence takes every HBM slot: the prompt's blocks are demoted to DRAM.
+  KVTIER_ASSERT_OK(cache->CreateSequence(SequenceId(2)));
+  KVTIER_ASSERT_OK(cache->Append(SequenceId(2), Iota(kHbmBlocks * kB, 500000)).status());
+  KVTIER_ASSERT_OK(cache->Release(SequenceId(2)));
+  KVTIER_ASSERT_OK(cache->WaitIdle(absl::Now() + absl::Seconds(30)));
+  KvCacheStats s = cache->stats();
+  EXPECT_EQ(s.tiers[kHbm].demotions, kPromptBlocks);
+  EXPECT_EQ(s.tiers[kDram].stored, kPromptBlocks);
+  EXPECT_EQ(s.tiers[kDram].bytes_in, kPromptBlocks * bb);
+  EXPECT_EQ(s.tiers[kHbm].bytes_out, kPromptBlocks * bb);
+
+  // The same prompt plus one token: every block is found in DRAM and onboarded.
+  std::vector<int32_t> again = prompt;
+  again.push_back(7);
+  KVTIER_ASSERT_OK(cache->CreateSequence(SequenceId(3)));
+  KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult attached, cache->AttachPrefix(SequenceId(3), again));
+  EXPECT_EQ(attached.attached_tokens, kPromptBlocks * kB);
+  EXPECT_EQ(attached.attached_blocks_by_tier[kDram], kPromptBlocks);
+  KVTIER_ASSERT_OK(cache->Append(SequenceId(3), {7}).status());
+  KVTIER_ASSERT_OK_AND_ASSIGN(
+      ResidencyTicket ticket,
+      cache->EnsureResident(SequenceId(3), 0, static_cast<int64_t>(again.size()),
+                            {.mode = ResidencyMode::kWait}));
+  EXPECT_THAT(ticket.block_status(), Each(BlockResidency::kResident));
+  EXPECT_EQ(ticket.block_table().slots.size(), static_cast<size_t>(kPromptBlocks + 1));
+  EXPECT_THAT(ticket.block_table().slots, Each(Ge(0)));
+  EXPECT_THAT(ticket.block_table().pool.k_base, IsEmpty()) << "no addresses to hand a kernel";
+  KVTIER_EXPECT_OK(ticket.completion().Wait());
+
+  s = cache->stats();
+  EXPECT_EQ(s.tiers[kDram].hits, kPromptBlocks);
+  EXPECT_EQ(s.tiers[kDram].bytes_out, kPromptBlocks * bb);
+  EXPECT_EQ(s.tiers[kHbm].bytes_in, kPromptBlocks * bb);
+  EXPECT_EQ(s.tiers[kDram].failed_loads, 0);
+  EXPECT_EQ(s.tiers[kHbm].failed_stores, 0);
+  testing::ExpectTierAccounting(s);
+  KVTIER_EXPECT_OK(cache->CheckInvariants());
+
+  KVTIER_ASSERT_OK(cache->ReleaseTicket(ticket));
+  KVTIER_ASSERT_OK(cache->Release(SequenceId(3)));
+  KVTIER_EXPECT_OK(cache->WaitIdle(absl::Now() + absl::Seconds(30)));
+  KVTIER_EXPECT_OK(cache->CheckInvariants());
+}
+
+// A 70B model's real block size and terabytes of capacity: creating the tiers and a cache, and
+// copying blocks between the tiers (through the engine's bounce buffer, which neither tier
+// touches), allocates no block bytes. One 160 MiB block touched would show in the resident set.
+TEST(MetadataTierTest, LargeGeometryAllocatesNoBlockBytes) {
+  const KvGeometry g = Llama70BGeometry();
+  const int64_t bb = g.bytes_per_block();
+  ASSERT_EQ(bb, int64_t{160} << 20);
+  const int64_t rss_before = ResidentBytes();
+  {
+    KVTIER_ASSERT_OK_AND_ASSIGN(
+        CacheNamespace ns, CacheNamespace::Create(g, {.model_id = "kvtier-test/llama-70b-shape",
+                                                      .weights_fingerprint = "w"}));
+    KvCacheOptions options = MetadataCacheOptions(g, 100000, 200000);
+    options.bounce_buffers = 1;
+    ASSERT_NE(options.tiers[kHbm], nullptr);
+    ASSERT_NE(options.tiers[kDram], nullptr);
+    EXPECT_EQ(options.tiers[kHbm]->info().capacity_bytes, 100000 * bb);   // 15.3 TiB
+    EXPECT_EQ(options.tiers[kDram]->info().capacity_bytes, 200000 * bb);  // 30.5 TiB
+    KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> cache,
+                                KvCache::Create(ns, std::move(options)));
+    const int64_t rss_created = ResidentBytes();
+
+    // Four blocks written, then a Pause copies them HBM -> DRAM (staged through the bounce
+    // buffer: neither tier is host addressable).
+    constexpr int kBlocks = 4;
+    KVTIER_ASSERT_OK(cache->CreateSequence(SequenceId(1)));
+    KVTIER_ASSERT_OK(cache->Append(SequenceId(1), Iota(kBlocks * 512, 1)).status());
+    KVTIER_ASSERT_OK(cache->ReportWritten(SequenceId(1), kBlocks * 512));
+    KVTIER_ASSERT_OK(cache->Pause(SequenceId(1), absl::Seconds(1)));
+    KVTIER_ASSERT_OK(cache->WaitIdle(absl::Now() + absl::Seconds(30)));
+    const KvCacheStats s = cache->stats();
+    EXPECT_EQ(s.tiers[kDram].stored, kBlocks);
+    EXPECT_EQ(s.tiers[kDram].bytes_in, kBlocks * bb);
+    KVTIER_EXPECT_OK(cache->Release(SequenceId(1)));
+    KVTIER_EXPECT_OK(cache->WaitIdle(absl::Now() + absl::Seconds(30)));
+    KVTIER_EXPECT_OK(cache->CheckInvariants());
+    const int64_t rss_after = ResidentBytes();
+
+    std::cout << "[ rss      ] before " << (rss_before >> 20) << " MiB, tiers and cache created "
+              << (rss_created >> 20) << " MiB, after " << kBlocks << " staged copies of "
+              << (bb >> 20) << " MiB blocks " << (rss_after >> 20) << " MiB\n";
+    // Bookkeeping for 300000 slots is a few tens of MiB; one block is 160.
+    EXPECT_LT(rss_created - rss_before, int64_t{128} << 20);
+    EXPECT_LT(rss_after - rss_before, int64_t{128} << 20);
+    EXPECT_LT(rss_after, int64_t{300} << 20);
+  }
+}
+
+}  // namespace
+}  // namespace kvtier

@@ -53,6 +53,11 @@ std::string SeqName(SequenceId id) { return absl::StrCat("sequence ", id.value()
 
 bool Finite(double v) { return std::isfinite(v) && v > 0; }
 
+// The identity fields of `options` that enter block keys.
+BlockExtras ExtrasOf(const SequenceOptions& options) {
+  return BlockExtras{options.adapter, options.tenant_salt, options.multimodal};
+}
+
 }  // namespace
 
 namespace internal {
@@ -640,21 +645,26 @@ struct KvCache::Impl {
   }
 
   // The ticket's deadline passed: every block still onboarding is reported not resident (the
-  // onboard goes on and lands as a droppable block, or for the sequence).
-  void ExpireTicket(const std::shared_ptr<internal::TicketState>& t, Deferred& d)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    std::vector<int64_t> late;
+  // onboard goes on and lands as a droppable block, or for the sequence), and the ticket's
+  // completion fires.
+  void ExpireTicket(const std::shared_ptr<internal::TicketState>& t) ABSL_LOCKS_EXCLUDED(mu) {
+    Deferred d;
     {
-      internal::MutexLock lock(&t->mu);
-      for (size_t i = 0; i < t->status.size(); ++i) {
-        if (t->status[i] == BlockResidency::kPending) late.push_back(static_cast<int64_t>(i));
+      internal::MutexLock lock(&mu);
+      std::vector<int64_t> late;
+      {
+        internal::MutexLock tl(&t->mu);
+        for (size_t i = 0; i < t->status.size(); ++i) {
+          if (t->status[i] == BlockResidency::kPending) late.push_back(static_cast<int64_t>(i));
+        }
+      }
+      for (int64_t i : late) {
+        ResolveTicketBlock(
+            t, i, std::nullopt,
+            absl::DeadlineExceededError("the block was not resident by the deadline"), d);
       }
     }
-    for (int64_t i : late) {
-      ResolveTicketBlock(t, i, std::nullopt,
-                         absl::DeadlineExceededError("the block was not resident by the deadline"),
-                         d);
-    }
+    RunDeferred(d);
   }
 
   // Blocks [first, last) of `seq` below HBM whose block has a ready HBM copy (another request
@@ -1135,9 +1145,7 @@ absl::Status KvCache::CreateSequence(SequenceId id, const SequenceOptions& optio
   auto seq = std::make_unique<Impl::Sequence>();
   seq->id = id;
   seq->options = options;
-  seq->extras.adapter = options.adapter;
-  seq->extras.tenant_salt = options.tenant_salt;
-  seq->extras.multimodal = options.multimodal;
+  seq->extras = ExtrasOf(options);
   // Validates the extras once, so later calls fail only on what they add.
   std::vector<BlockKey> probe;
   KVTIER_RETURN_IF_ERROR(impl_->hasher.AppendBlockKeys(kRootBlockKey, 0, {}, seq->extras, &probe));
@@ -1603,8 +1611,8 @@ absl::StatusOr<Completion> KvCache::Resume(SequenceId id) {
 absl::StatusOr<int64_t> KvCache::Prefetch(absl::Span<const int32_t> tokens,
                                           const SequenceOptions& identity) {
   Impl& I = *impl_;
-  BlockExtras extras{identity.adapter, identity.tenant_salt, identity.multimodal};
-  KVTIER_ASSIGN_OR_RETURN(std::vector<BlockKey> keys, I.hasher.BlockKeys(tokens, extras));
+  KVTIER_ASSIGN_OR_RETURN(std::vector<BlockKey> keys,
+                          I.hasher.BlockKeys(tokens, ExtrasOf(identity)));
   Impl::Deferred d;
   // Runs once the lock below is released, on every return path: a move started under the lock
   // needs its completion callback, or it would never be accounted for (WaitIdle would hang).
@@ -1751,13 +1759,7 @@ absl::StatusOr<ResidencyTicket> KvCache::EnsureResident(SequenceId id, int64_t b
     // Blocks that joined an onboard started by someone else (a prefetch, another request) wait
     // for it only until this call's deadline.
     (void)t->done.WaitUntil(options.deadline);
-    if (!t->done.done()) {
-      {
-        internal::MutexLock lock(&I.mu);
-        I.ExpireTicket(t, d);
-      }
-      I.RunDeferred(d);
-    }
+    if (!t->done.done()) I.ExpireTicket(t);
   } else if (!t->done.done() && options.deadline != absl::InfiniteFuture()) {
     std::weak_ptr<internal::TicketState> weak = t;
     std::shared_ptr<internal::Lifeline> life = I.lifeline;
@@ -1766,12 +1768,7 @@ absl::StatusOr<ResidencyTicket> KvCache::EnsureResident(SequenceId id, int64_t b
       if (ticket == nullptr || ticket->done.done()) return;
       auto* impl = static_cast<Impl*>(life->Enter());
       if (impl == nullptr) return;
-      Impl::Deferred late;
-      {
-        internal::MutexLock lock(&impl->mu);
-        impl->ExpireTicket(ticket, late);
-      }
-      impl->RunDeferred(late);
+      impl->ExpireTicket(ticket);
       life->Exit();
     });
   }
@@ -1821,8 +1818,8 @@ absl::Status KvCache::ReleaseTicket(const ResidencyTicket& ticket) {
 absl::StatusOr<PrefixLookup> KvCache::Lookup(absl::Span<const int32_t> tokens,
                                              const SequenceOptions& identity) const {
   const Impl& I = *impl_;
-  BlockExtras extras{identity.adapter, identity.tenant_salt, identity.multimodal};
-  KVTIER_ASSIGN_OR_RETURN(std::vector<BlockKey> keys, I.hasher.BlockKeys(tokens, extras));
+  KVTIER_ASSIGN_OR_RETURN(std::vector<BlockKey> keys,
+                          I.hasher.BlockKeys(tokens, ExtrasOf(identity)));
   internal::MutexLock lock(&I.mu);
   KVTIER_ASSIGN_OR_RETURN(const PrefixMatch match,
                           I.index->Match(keys, static_cast<int64_t>(tokens.size())));

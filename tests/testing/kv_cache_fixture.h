@@ -236,6 +236,20 @@ inline void ExpectTierAccounting(const KvCacheStats& s) {
   EXPECT_EQ(error, "") << StatsString(s);
 }
 
+// The state after every sequence and ticket was released and the cache is idle: nothing held,
+// locked or in flight in any tier, no live sequence or open ticket, and the accounting holds.
+inline void ExpectAllReleased(const KvCacheStats& s) {
+  for (int i = 0; i < kNumTiers; ++i) {
+    const KvTierStats& t = s.tiers[static_cast<size_t>(i)];
+    EXPECT_EQ(t.held_blocks, 0) << TierName(static_cast<Tier>(i)) << "\n" << StatsString(s);
+    EXPECT_EQ(t.locked_blocks, 0) << TierName(static_cast<Tier>(i)) << "\n" << StatsString(s);
+    EXPECT_EQ(t.in_flight_blocks, 0) << TierName(static_cast<Tier>(i)) << "\n" << StatsString(s);
+  }
+  EXPECT_EQ(s.live_sequences, 0);
+  EXPECT_EQ(s.open_tickets, 0);
+  ExpectTierAccounting(s);
+}
+
 // KV bytes as an attention kernel writes and reads them: every element of block `i` of `table`
 // (K and V planes, every layer, token, head and dimension), addressed as device_block_table.h
 // says, with bytes derived from `seed`. The pool must be host accessible (the emulated HBM).

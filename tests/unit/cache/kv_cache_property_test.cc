@@ -133,15 +133,7 @@ class Driver {
     KVTIER_EXPECT_OK(cache_->CheckInvariants());
     PollAndCheckEvents();
     const KvCacheStats s = cache_->stats();
-    for (int i = 0; i < kNumTiers; ++i) {
-      const KvTierStats& t = s.tiers[static_cast<size_t>(i)];
-      EXPECT_EQ(t.held_blocks, 0) << TierName(static_cast<Tier>(i)) << "\n" << StatsString(s);
-      EXPECT_EQ(t.locked_blocks, 0) << TierName(static_cast<Tier>(i)) << "\n" << StatsString(s);
-      EXPECT_EQ(t.in_flight_blocks, 0) << TierName(static_cast<Tier>(i)) << "\n" << StatsString(s);
-    }
-    EXPECT_EQ(s.live_sequences, 0);
-    EXPECT_EQ(s.open_tickets, 0);
-    testing::ExpectTierAccounting(s);
+    testing::ExpectAllReleased(s);
     EXPECT_EQ(s.indexed_blocks, IndexedFromEvents()) << StatsString(s);
   }
 

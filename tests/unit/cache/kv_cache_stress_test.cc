@@ -310,15 +310,7 @@ void RunStress(const StressConfig& config) {
   KVTIER_ASSERT_OK(cache->WaitIdle(absl::Now() + absl::Seconds(60)));
   KVTIER_EXPECT_OK(cache->CheckInvariants());
   const KvCacheStats s = cache->stats();
-  for (int i = 0; i < kNumTiers; ++i) {
-    const KvTierStats& t = s.tiers[static_cast<size_t>(i)];
-    EXPECT_EQ(t.held_blocks, 0) << TierName(static_cast<Tier>(i)) << "\n" << StatsString(s);
-    EXPECT_EQ(t.locked_blocks, 0) << TierName(static_cast<Tier>(i)) << "\n" << StatsString(s);
-    EXPECT_EQ(t.in_flight_blocks, 0) << TierName(static_cast<Tier>(i)) << "\n" << StatsString(s);
-  }
-  EXPECT_EQ(s.live_sequences, 0);
-  EXPECT_EQ(s.open_tickets, 0);
-  testing::ExpectTierAccounting(s);
+  testing::ExpectAllReleased(s);
   std::cout << "[ summary  ] hbm evictions " << s.tiers[TierIndex(Tier::kHbm)].evictions
             << ", demotions " << s.tiers[TierIndex(Tier::kHbm)].demotions << "; dram stored "
             << s.tiers[TierIndex(Tier::kDram)].stored << ", hits "

@@ -7,15 +7,34 @@
 // Two policies behind one interface:
 //   lru         the block touched longest ago (what vLLM, SGLang and LMCache ship); a retention
 //               priority p counts, while it lasts, as a touch p x 30 minutes later.
-//   cost_aware  the block of lowest value = expected reuse x recompute seconds saved / bytes,
-//               aged over idle time: score(now) = value x exp(-(now - last_touch) / half_life x
-//               ln 2), times (1 + retention_priority) while the priority lasts. Because the decay
-//               is exponential, the order of two blocks does not change as time passes, so each
-//               block keeps one key (ln value + last_touch x ln 2 / half_life) and finding the
-//               victim is O(log n); a priority that ends re-keys its block then.
+//   cost_aware  the block of lowest hit density per byte, after LHD (Beckmann, Chen and Cidon,
+//               "LHD: Improving Cache Hit Rate by Maximizing Hit Density", NSDI 2018), with the
+//               reuse ages learned online per class of block:
+//     - A candidate's age is the time since its last use (Add's or Touch's `now`). Its class is
+//       its uses so far (1, or 2 and more: expected_reuse) x its run_blocks (1, 2-3, 4-7, 8-15,
+//       16-31, 32+): in a conversation trace, how much the turn that wrote it added.
+//     - Each candidate's life ends in a hit (a Remove that does not follow Victim for it, or a
+//       Touch at a later time: the block was used again; the age is taken at the latest time
+//       any call gave) or an eviction (the Remove of the block Victim returned). An evicted
+//       block is remembered as a ghost for ghost_horizon: if it becomes a candidate again, or
+//       its parent (BlockTraits::parent), left a leaf by its eviction, is used again, the
+//       eviction becomes a hit at that age, so the estimate is not limited to the ages the
+//       policy itself lets blocks reach. Per class, the ages are kept as histograms aged by an
+//       EWMA (half_life) and, every reconfigure_outcomes lives, turned into a Kaplan-Meier
+//       survival S(x) = P(not reused by age x) (lives enter at the age they became candidates
+//       and end in a reuse or censored), each class's hazard shrunk towards the pooled one.
+//     - hit density at age a = P(reused after a | not by a) / E[age at reuse - a | reused after
+//       a] = (S(a) - S(end))^2 / (S(a) x integral from a to end of (S - S(end))): LHD's hits
+//       per unit of cache lifetime, with the lifetime charged up to the reuse.
+//     - rank = hit density / bytes x (1 + retention_priority while it lasts). Victim ranks
+//       sample_size candidates drawn at random (all of them when fewer), as LHD does, and
+//       returns the lowest; equal ranks (a cold start, before any outcome) go least recently
+//       used. recompute_seconds is not weighed: on the Mooncake trace it favoured deep blocks
+//       and cost hit ratio at every capacity (bench/replay/policy_sim.h measures it).
 //
 // Times are absl::Time (the caller's clock, so a replay can run on trace time). Thread-safety:
-// not thread-safe; the caller serializes (KvCache holds its lock). Keys must be unique.
+// not thread-safe; the caller serializes (KvCache holds its lock). Keys must be unique. A policy
+// owns only copies of the keys and traits it is given.
 #ifndef KVTIER_EVICTION_POLICY_H_
 #define KVTIER_EVICTION_POLICY_H_
 
@@ -30,13 +49,18 @@
 
 namespace kvtier {
 
-// What a policy may weigh about a candidate. LRU reads only the retention priority.
+// What a policy may weigh about a candidate. LRU reads only the retention priority; cost_aware
+// reads expected_reuse, bytes, the priority, parent and run_blocks.
 struct BlockTraits {
   double expected_reuse = 1.0;    // expected future hits, > 0
   double recompute_seconds = 0;   // prefill time its presence saves (cost_model.h), >= 0
   int64_t bytes = 1;              // its size in this tier, > 0
   double retention_priority = 0;  // >= 0: value x (1 + priority) ...
   absl::Time priority_until = absl::InfinitePast();  // ... until then
+  BlockKey parent = kRootBlockKey;  // the block before it in its sequence (kRootBlockKey: none)
+  // Blocks in the run ending at this one whose use counts equal its own (it and its parents), at
+  // most 32, >= 1: about how many blocks the request that wrote it added.
+  int run_blocks = 1;
 };
 
 class EvictionPolicy {
@@ -44,7 +68,7 @@ class EvictionPolicy {
   virtual ~EvictionPolicy() = default;
   virtual std::string_view name() const = 0;
 
-  // `key` became a candidate, last touched at `now`. kAlreadyExists if it is one;
+  // `key` became a candidate, last touched (used) at `now`. kAlreadyExists if it is one;
   // kInvalidArgument for traits out of range.
   virtual absl::Status Add(const BlockKey& key, const BlockTraits& traits, absl::Time now) = 0;
   // `key` was used at `now` (a hit); its traits may have changed. kNotFound if not a candidate.
@@ -52,6 +76,8 @@ class EvictionPolicy {
   // `key` stopped being a candidate. kNotFound if it was not one.
   virtual absl::Status Remove(const BlockKey& key) = 0;
   // The candidate to evict at `now` (it stays a candidate until Removed), or nullopt if none.
+  // The caller is expected to Remove it before the next Victim call (cost_aware counts that
+  // Remove as an eviction, any other as a reuse). cost_aware samples: two calls may differ.
   virtual std::optional<BlockKey> Victim(absl::Time now) = 0;
   virtual int64_t size() const = 0;
 };
@@ -59,9 +85,18 @@ class EvictionPolicy {
 std::unique_ptr<EvictionPolicy> MakeLruPolicy();
 
 struct CostAwareOptions {
-  absl::Duration half_life = absl::Minutes(5);  // idle time that halves a block's value, > 0
+  // Trace time over which the reuse-age histograms' old outcomes lose half their weight, > 0.
+  absl::Duration half_life = absl::Minutes(30);
+  int sample_size = 32;            // candidates ranked per Victim call, >= 1
+  uint64_t seed = 1;               // of the sampling RNG (splitmix64): runs repeat exactly
+  int reconfigure_outcomes = 512;  // lives ended between recomputations of the densities, >= 1
+  // How long after its last use an evicted block is remembered (a reuse later than this counts
+  // as none), >= 0 and finite, and how many such ghosts at most (about 100 bytes each), >= 0.
+  absl::Duration ghost_horizon = absl::Minutes(4);
+  int64_t max_ghosts = int64_t{1} << 16;
 };
-// Errors: kInvalidArgument for a half-life that is not positive and finite.
+// Errors: kInvalidArgument for a half-life that is not positive and finite, or another option
+// out of the range given above (the message names it).
 absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeCostAwarePolicy(
     const CostAwareOptions& options = {});
 

@@ -54,7 +54,10 @@ struct KvCacheStats {
   int64_t attached_tokens = 0;               // of those, restored (the rest is recomputed)
   int64_t cached_but_recomputed_blocks = 0;  // matched blocks the cost model chose to recompute
   int64_t indexed_blocks = 0;                // blocks with a copy in some tier (gauge)
-  uint64_t last_event_sequence = 0;          // 0 before the first event
+  // Block copies that arrived, by source and destination tier: blocks_moved[from][to] (index
+  // TierIndex; the diagonal is 0). Onboards are [t][kHbm], demotions and write-through [t][t+k].
+  std::array<std::array<int64_t, kNumTiers>, kNumTiers> blocks_moved{};
+  uint64_t last_event_sequence = 0;  // 0 before the first event
 };
 
 // Renders `stats` in the Prometheus text exposition format (version 0.0.4): one `# HELP` and

@@ -265,7 +265,7 @@ struct KvCache::Impl {
     while (events.size() > event_buffer) events.pop_front();
   }
 
-  BlockTraits Traits(const BlockMeta& m) const {
+  BlockTraits Traits(const BlockMeta& m) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     BlockTraits t;
     t.expected_reuse = std::max<double>(1.0, m.uses);
     t.recompute_seconds = cost.has_value() && m.first_token >= 0
@@ -275,6 +275,15 @@ struct KvCache::Impl {
     t.bytes = block_bytes;
     t.retention_priority = m.retention_priority;
     t.priority_until = m.priority_until;
+    t.parent = m.parent;
+    // cost_aware's class: how many blocks before it share its use count (the turn that wrote it
+    // added about that many), a walk of at most 31 parents.
+    for (BlockKey p = m.parent; p != kRootBlockKey && t.run_blocks < 32;) {
+      auto it = meta.find(p);
+      if (it == meta.end() || it->second.uses != m.uses) break;
+      ++t.run_blocks;
+      p = it->second.parent;
+    }
     return t;
   }
 
@@ -536,44 +545,58 @@ struct KvCache::Impl {
 
   // Makes a slot of lower tier `t` free now if that needs no waiting: drops victims that need
   // no demotion; starts demotions of the others (which free later). True if a slot is free.
-  bool RoomBelowNow(Tier t, Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    // A demotion out of `t` already in flight will free a slot; starting more would evict blocks
-    // the caller does not need. Without one, victims that go at once are dropped until a slot is
-    // free, and at most one demotion is started.
+  // `window` bounds the demotions out of `t` in flight: each frees one slot when it lands, and
+  // starting more than the caller will use evicts blocks for nothing (1 for a single block).
+  bool RoomBelowNow(Tier t, Deferred& d, int64_t window = 1) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     for (int attempts = 0; attempts < 8; ++attempts) {
       if (FreeBlocks(t) > 0) return true;
-      if (evicting[TierIndex(t)] > 0 || !EvictOne(t, d)) return false;
+      if (evicting[TierIndex(t)] >= window) return false;
+      if (EvictOne(t, d, window) != EvictResult::kEvicted) return false;
     }
     return FreeBlocks(t) > 0;
   }
 
+  enum class EvictResult : uint8_t {
+    kEvicted = 0,      // dropped, or its demotion started
+    kNoCandidate = 1,  // nothing in `t` can be evicted
+    kWaitBelow = 2,    // (may_wait) the victim waits for a demotion below to free room
+  };
+
   // Evicts the policy's victim in `t`: drops it if a lower tier has it (or none admits it),
-  // else starts its demotion. False if `t` has no candidate.
-  bool EvictOne(Tier t, Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+  // else starts its demotion. When the lower tier is full and its own demotions are under way,
+  // a caller that can wait (`window` > 1 or from MakeHbmRoom) keeps the victim for later
+  // (kWaitBelow) rather than drop a block a slot would soon be free for: dropping would lose
+  // every block of a burst but the few the lower tier had room for.
+  EvictResult EvictOne(Tier t, Deferred& d, int64_t window = 0) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     const std::optional<BlockKey> victim = policy[TierIndex(t)]->Victim(Now());
-    if (!victim.has_value()) return false;
+    if (!victim.has_value()) return EvictResult::kNoCandidate;
     const BlockKey key = *victim;
     const std::optional<BlockRecord> rec = index->Lookup(key);
     auto m = meta.find(key);
     if (!rec.has_value() || m == meta.end()) {  // stale: cannot happen, but never loop on it
       (void)policy[TierIndex(t)]->Remove(key);
-      return true;
+      return EvictResult::kEvicted;
     }
     const std::optional<Tier> target = DemotionTarget(m->second, t);
-    if (demote_on_evict && target.has_value() && !HasCopyBelow(*rec, t) &&
-        RoomBelowNow(*target, d)) {
-      const SlotId src = rec->slots[TierIndex(t)];
-      auto move = StartMove(key, t, src, *target, /*pin=*/false, d);
-      if (move.ok()) {
-        (*move)->evict_source = true;
-        SetLeaving(key, t, true);
-        ++evicting[TierIndex(t)];
-        return true;
+    if (demote_on_evict && target.has_value() && !HasCopyBelow(*rec, t)) {
+      if (RoomBelowNow(*target, d, std::max<int64_t>(window, 1))) {
+        const SlotId src = rec->slots[TierIndex(t)];
+        auto move = StartMove(key, t, src, *target, /*pin=*/false, d);
+        if (move.ok()) {
+          (*move)->evict_source = true;
+          SetLeaving(key, t, true);
+          ++evicting[TierIndex(t)];
+          return EvictResult::kEvicted;
+        }
+      } else if (window > 0) {
+        for (int below = TierIndex(*target); below < kNumTiers; ++below) {
+          if (evicting[below] > 0) return EvictResult::kWaitBelow;
+        }
       }
     }
     DropCopy(key, t);
     ++counters.tiers[TierIndex(t)].evictions;
-    return true;
+    return EvictResult::kEvicted;
   }
 
   // Frees `need` HBM slots, waiting (lock released) up to `deadline` (wall clock, not the
@@ -584,32 +607,38 @@ struct KvCache::Impl {
     for (;;) {
       // Demotions in flight free their sources when they land: count them, so no more is
       // evicted than needed.
+      bool waiting_below = false;
       while (FreeBlocks(Tier::kHbm) + evicting[0] < need) {
-        if (!EvictOne(Tier::kHbm, d)) break;
+        const EvictResult e = EvictOne(Tier::kHbm, d, need - FreeBlocks(Tier::kHbm) - evicting[0]);
+        waiting_below = e == EvictResult::kWaitBelow;
+        if (e != EvictResult::kEvicted) break;
       }
       if (FreeBlocks(Tier::kHbm) >= need) return absl::OkStatus();
-      if (evicting[0] == 0 || absl::Now() >= deadline) {
+      // Demotions started above free their sources when they land; their callbacks need the
+      // lock, and must first be registered. A copy that already finished (a synchronous tier)
+      // runs its callback right there, while the lock is dropped, and its wake-up is gone by
+      // the time we would wait: look again first.
+      if (DeferredRelease(d)) continue;
+      if ((evicting[0] == 0 && !waiting_below) || absl::Now() >= deadline) {
         return absl::ResourceExhaustedError(
             absl::StrCat("HBM has ", FreeBlocks(Tier::kHbm), " free slots, ", need,
                          " needed; every other slot is locked by a ticket or held by a sequence"));
       }
-      // Demotions started above free their sources when they land; their callbacks need the
-      // lock, and must first be registered.
-      DeferredRelease(d);
       cv.WaitUntil(&mu,
                    absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Milliseconds(50))));
     }
   }
 
   // Registers the callbacks of moves started so far (they must exist before anyone waits on
-  // them), dropping and retaking the lock.
-  void DeferredRelease(Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    if (d.moves.empty() && d.fire.empty() && d.publish.empty()) return;
+  // them), dropping and retaking the lock. True if it did (state may have changed meanwhile).
+  bool DeferredRelease(Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (d.moves.empty() && d.fire.empty() && d.publish.empty()) return false;
     Deferred now;
     std::swap(now, d);
     mu.Unlock();
     RunDeferred(now);
     mu.Lock();
+    return true;
   }
 
   void RunDeferred(Deferred& d) ABSL_LOCKS_EXCLUDED(mu);
@@ -1630,7 +1659,8 @@ absl::StatusOr<int64_t> KvCache::Prefetch(absl::Span<const int32_t> tokens,
       if (!rec.has_value() || rec->state(Tier::kHbm) != CopyState::kAbsent) continue;
       // A hint: take a free slot or one victim that can go at once, never wait for room.
       if (I.FreeBlocks(Tier::kHbm) < 1 &&
-          (I.evicting[0] > 0 || !I.EvictOne(Tier::kHbm, d) || I.FreeBlocks(Tier::kHbm) < 1)) {
+          (I.evicting[0] > 0 || I.EvictOne(Tier::kHbm, d) != Impl::EvictResult::kEvicted ||
+           I.FreeBlocks(Tier::kHbm) < 1)) {
         break;
       }
       // Re-read: an eviction above may have demoted or dropped this very block's neighbours.
@@ -1883,8 +1913,10 @@ KvCacheStats KvCache::stats() const {
     ts.quarantined_blocks = c.quarantined;
     for (int o = 0; o < kNumTiers; ++o) {
       if (o == t || I.tiers[o] == nullptr) continue;
-      ts.bytes_in += I.engine->stats(static_cast<Tier>(o), static_cast<Tier>(t)).bytes;
+      const TransferStats in = I.engine->stats(static_cast<Tier>(o), static_cast<Tier>(t));
+      ts.bytes_in += in.bytes;
       ts.bytes_out += I.engine->stats(static_cast<Tier>(t), static_cast<Tier>(o)).bytes;
+      s.blocks_moved[o][t] = in.blocks;
     }
   }
   return s;

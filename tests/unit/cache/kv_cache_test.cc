@@ -838,7 +838,9 @@ TEST_F(KvCacheTest, EvictionDemotesOldBlocksToDramAndAttachOnboardsThem) {
   EXPECT_GE(s.tiers[kHbm].evictions, 4) << StatsString(s);
   EXPECT_GE(s.tiers[kHbm].demotions, 4) << StatsString(s);
   EXPECT_EQ(s.tiers[kDram].stored, s.tiers[kHbm].demotions) << StatsString(s);
-  EXPECT_GT(s.tiers[kDram].bytes_in, 0);
+  EXPECT_EQ(s.tiers[kDram].bytes_in, s.blocks_moved[kHbm][kDram] * env_->geometry().bytes_per_block());
+  EXPECT_EQ(s.blocks_moved[kHbm][kDram], s.tiers[kHbm].demotions) << StatsString(s);
+  EXPECT_EQ(s.blocks_moved[kDram][kHbm], 0);
   KVTIER_ASSERT_OK_AND_ASSIGN(PrefixLookup old_where, cache_->Lookup(old_prompt));
   EXPECT_EQ(old_where.matched_tokens, 16);
   EXPECT_GE(old_where.blocks_by_tier[kDram], 1);
@@ -883,6 +885,8 @@ TEST_F(KvCacheTest, EvictionDemotesOldBlocksToDramAndAttachOnboardsThem) {
   s = cache_->stats();
   EXPECT_GT(s.tiers[kDram].bytes_out, 0);
   EXPECT_GT(s.tiers[kHbm].bytes_in, 0);
+  // Every block onboarded from DRAM is one DRAM -> HBM copy.
+  EXPECT_EQ(s.blocks_moved[kDram][kHbm], old_where.blocks_by_tier[kDram]);
   KVTIER_ASSERT_OK_AND_ASSIGN(info, cache_->GetSequence(Seq(4)));
   EXPECT_EQ(info.blocks_by_tier[kHbm], 4);
   KVTIER_EXPECT_OK(cache_->ReleaseTicket(t));

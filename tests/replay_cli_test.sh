@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# kvtier-replay's command line: the default run prints a report; malformed input exits 2 with a
+# message naming the file, line and field, and writes no JSON.
+set -uo pipefail
+bin="$1"
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+out=$("$bin" --quiet --max-requests 150 --payload scaled --json "$dir/r.json") || fail "default run: rc $?"
+grep -q "^lru " <<<"$out" || fail "no report row: $out"
+grep -q '"corrupt_blocks": 0' "$dir/r.json" || fail "corrupt blocks or no JSON"
+
+# Line 2 has a negative length.
+printf '%s\n' '{"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [1, 2]}' \
+  '{"timestamp": 1, "input_length": -5, "output_length": 1, "hash_ids": [1]}' > "$dir/bad.jsonl"
+err=$("$bin" --quiet --trace "$dir/bad.jsonl" --json "$dir/bad.json" 2>&1)
+rc=$?
+[ "$rc" -eq 2 ] || fail "malformed trace: rc $rc, want 2: $err"
+grep -q "bad.jsonl" <<<"$err" && grep -q ":2" <<<"$err" && grep -q "input_length" <<<"$err" ||
+  fail "message does not name file, line and field: $err"
+[ ! -e "$dir/bad.json" ] || fail "JSON written for a failed run"
+
+# Not JSON at all; a bad flag; an unknown model.
+echo 'not json' > "$dir/junk.jsonl"
+"$bin" --quiet --trace "$dir/junk.jsonl" >/dev/null 2>&1; [ $? -eq 2 ] || fail "junk: rc != 2"
+"$bin" --quiet --hbm 12XB >/dev/null 2>&1; [ $? -eq 2 ] || fail "bad size: rc != 2"
+"$bin" --quiet --model GPT-9 >/dev/null 2>&1; [ $? -eq 2 ] || fail "bad model: rc != 2"
+"$bin" --quiet --no-such-flag >/dev/null 2>&1; [ $? -eq 2 ] || fail "bad flag: rc != 2"
+echo "PASS"

@@ -204,7 +204,7 @@ absl::Status Plot(const std::string& path, const std::string& tier,
     if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", data));
   }
   std::string script =
-      absl::StrCat("set terminal pngcairo size 1100,450; set output '", path, "';",
+      absl::StrCat("set terminal pngcairo noenhanced size 1100,450; set output '", path, "';",
                    "set multiplot layout 1,2 title '", points.front().front().trace, "';",
                    "set key bottom right; set grid; set xlabel '", tier, " capacity (blocks)';",
                    "set ylabel 'hit ratio'; plot ");

@@ -34,8 +34,10 @@ absl::Status CheckTraits(const BlockTraits& t) {
 
 double SinceEpoch(absl::Time t) { return absl::ToDoubleSeconds(t - absl::UnixEpoch()); }
 
-// A policy whose order is a fixed key per candidate (smallest evicted first, ties in the order
-// the blocks were added or touched), re-keyed only when touched or when a priority ends.
+// A policy whose order is a fixed key per candidate (smallest evicted first), re-keyed only when
+// touched or when a priority ends. Ties go by block key: an order that depends only on what the
+// caller told the policy, not on when, so a replay decides the same whatever order its
+// transfers landed in (KvCache adds the copies a batch of transfers made as each one lands).
 class KeyedPolicy : public EvictionPolicy {
  public:
   absl::Status Add(const BlockKey& key, const BlockTraits& traits, absl::Time now) override {
@@ -76,7 +78,7 @@ class KeyedPolicy : public EvictionPolicy {
       Insert(key, entry, now);
     }
     if (order_.empty()) return std::nullopt;
-    return std::get<2>(*order_.begin());
+    return order_.begin()->second;
   }
 
   int64_t size() const override { return static_cast<int64_t>(entries_.size()); }
@@ -90,7 +92,6 @@ class KeyedPolicy : public EvictionPolicy {
     BlockTraits traits;
     absl::Time touched;
     double key = 0;
-    uint64_t seq = 0;
     bool boosted = false;
   };
 
@@ -102,22 +103,20 @@ class KeyedPolicy : public EvictionPolicy {
   void Insert(const BlockKey& key, Entry entry, absl::Time now) {
     entry.boosted = entry.traits.retention_priority > 0 && now < entry.traits.priority_until;
     entry.key = Key(entry.traits, entry.touched, entry.boosted);
-    entry.seq = next_seq_++;
-    order_.emplace(entry.key, entry.seq, key);
+    order_.emplace(entry.key, key);
     if (entry.boosted) expiries_.emplace(entry.traits.priority_until, key);
     entries_[key] = entry;
   }
 
   void Erase(const BlockKey& key, const Entry& entry) {
-    order_.erase({entry.key, entry.seq, key});
+    order_.erase({entry.key, key});
     if (entry.boosted) expiries_.erase({entry.traits.priority_until, key});
     entries_.erase(key);
   }
 
   absl::flat_hash_map<BlockKey, Entry> entries_;
-  std::set<std::tuple<double, uint64_t, BlockKey>> order_;
+  std::set<std::pair<double, BlockKey>> order_;
   std::set<std::pair<absl::Time, BlockKey>> expiries_;
-  uint64_t next_seq_ = 0;
 };
 
 class LruPolicy final : public KeyedPolicy {

@@ -27,4 +27,15 @@ echo 'not json' > "$dir/junk.jsonl"
 "$bin" --quiet --hbm 12XB >/dev/null 2>&1; [ $? -eq 2 ] || fail "bad size: rc != 2"
 "$bin" --quiet --model GPT-9 >/dev/null 2>&1; [ $? -eq 2 ] || fail "bad model: rc != 2"
 "$bin" --quiet --no-such-flag >/dev/null 2>&1; [ $? -eq 2 ] || fail "bad flag: rc != 2"
+"$bin" --quiet --sweep hbm= >/dev/null 2>&1; [ $? -eq 2 ] || fail "empty sweep: rc != 2"
+"$bin" --quiet --tokens-per-block -4 >/dev/null 2>&1; [ $? -eq 2 ] || fail "negative block: rc != 2"
+
+# A model from --geometry-csv: its geometry, and the cost model once --active-params is given.
+printf '%s\n' 'model,attention,layers_growing_with_context,num_key_value_heads,head_dim,kv_lora_rank,qk_rope_head_dim,hidden_size' \
+  'Tiny-1B,GQA,4,2,64,,,1024' > "$dir/models.csv"
+"$bin" --quiet --max-requests 20 --geometry-csv "$dir/models.csv" --model Tiny-1B >/dev/null 2>&1
+[ $? -eq 2 ] || fail "unknown active params: rc != 2"
+out=$("$bin" --quiet --max-requests 20 --geometry-csv "$dir/models.csv" --model Tiny-1B \
+  --active-params 1e9) || fail "csv model with --active-params: rc $?"
+grep -q "model Tiny-1B (128.0 KiB per 64-token block)" <<<"$out" || fail "csv geometry not used: $out"
 echo "PASS"

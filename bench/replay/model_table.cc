@@ -21,16 +21,19 @@ ModelSpec Mha(const char* name, int layers, int kv_heads, int head_dim) {
                            .num_kv_heads = kv_heads,
                            .head_dim = head_dim},
               .cost = KnownModelCost(name)};
+  m.hidden_size = m.cost.has_value() ? m.cost->d_model : 0;
   return m;
 }
 
 ModelSpec Mla(const char* name, int layers, int rank, int rope) {
-  return ModelSpec{.name = name,
-                   .geometry = {.attention = AttentionKind::kMla,
-                                .num_layers = layers,
-                                .kv_lora_rank = rank,
-                                .qk_rope_head_dim = rope},
-                   .cost = KnownModelCost(name)};
+  ModelSpec m{.name = name,
+              .geometry = {.attention = AttentionKind::kMla,
+                           .num_layers = layers,
+                           .kv_lora_rank = rank,
+                           .qk_rope_head_dim = rope},
+              .cost = KnownModelCost(name)};
+  m.hidden_size = m.cost.has_value() ? m.cost->d_model : 0;
+  return m;
 }
 
 // RFC 4180 fields: quotes, "" escapes, commas inside quotes.
@@ -134,6 +137,11 @@ absl::StatusOr<std::vector<ModelSpec>> LoadGeometryCsv(const std::string& path) 
           absl::StrCat(path, ":", line_no, ": ", g.status().message()));
     }
     m.cost = KnownModelCost(m.name);
+    if (col.contains("hidden_size") && !field("hidden_size").empty()) {
+      int hidden = 0;
+      if (absl::Status h = positive("hidden_size", true, hidden); !h.ok()) return h;
+      m.hidden_size = hidden;
+    }
     out.push_back(std::move(m));
   }
   return out;

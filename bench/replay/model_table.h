@@ -23,6 +23,7 @@ struct ModelSpec {
   // Prefill cost shape (flops_per_second 0: the caller sets it); nullopt when the CSV row names
   // a model without a known active parameter count.
   std::optional<PrefillCostOptions> cost;
+  int64_t hidden_size = 0;  // d_model, for a cost model from --active-params; 0 if unknown
 };
 
 // The built-in table, in a fixed order.
@@ -30,7 +31,9 @@ std::vector<ModelSpec> BuiltInModels();
 
 // Rows of a CSV with shared/models/kv_geometry.csv's header (columns model, attention,
 // layers_growing_with_context, num_key_value_heads, head_dim, kv_lora_rank, qk_rope_head_dim,
-// hidden_size; others ignored). attention "MLA" gives an MLA geometry, anything else MHA/GQA.
+// and hidden_size when present; others ignored). attention "MLA" gives an MLA geometry, anything
+// else MHA/GQA. A row's cost is KnownModelCost(model): nullopt for a model not in that table (the
+// caller supplies the active parameters, e.g. kvtier-replay --active-params).
 // Errors: kNotFound if the file cannot be read; kInvalidArgument naming the file, line and column
 // for a missing column or a field that is not a positive integer where one is required.
 absl::StatusOr<std::vector<ModelSpec>> LoadGeometryCsv(const std::string& path);

@@ -380,8 +380,10 @@ absl::StatusOr<ReplayReport> BoundReport(const Trace& trace, const ReplayOptions
     const TraceRequest& q = trace.requests[static_cast<size_t>(i)];
     const int64_t hit =
         i < static_cast<int64_t>(hit_tokens_per_request.size()) ? hit_tokens_per_request[i] : 0;
-    // The bounds count a whole cached prompt as a hit; the last token is computed anyway.
-    const int64_t restored = std::min(hit, q.input_tokens - 1);
+    // The bounds count a whole cached prompt as a hit; the block holding the last token is
+    // computed anyway (as KvCache's plan does).
+    const int64_t b = options.geometry.tokens_per_block();
+    const int64_t restored = std::min(hit, (q.input_tokens - 1) / b * b);
     r.requests++;
     r.prompt_tokens += q.input_tokens;
     r.hit_tokens += hit;
@@ -455,7 +457,13 @@ absl::StatusOr<ReplayReport> RunReplay(const Trace& trace, const ReplayOptions& 
     const SequenceId id(static_cast<uint64_t>(i) + 1);
     const std::vector<int32_t> prompt = PromptTokens(q, trace.block_tokens);
 
-    // The session's previous request, paused on a tool call: it comes back now.
+    // Where the prompt's cached blocks are when the request arrives: the hits by tier, and
+    // (after a Resume) what their restore costs.
+    auto where = cache.Lookup(prompt);
+    if (!where.ok()) return where.status();
+
+    // The session's previous request, paused on a tool call: it comes back now. Resume starts
+    // onboarding its blocks; that is this request's restore, charged below from `where`.
     std::optional<SequenceId> resumed;
     if (q.session != 0) {
       auto it = paused_by_session.find(q.session);
@@ -463,12 +471,11 @@ absl::StatusOr<ReplayReport> RunReplay(const Trace& trace, const ReplayOptions& 
         resumed = it->second;
         forget_paused(q.session);
         (void)WithRoom(cache, paused, paused_by_session, [&] { return cache.Resume(*resumed); });
+        if (absl::Status s = cache.WaitIdle(); !s.ok()) return s;
       }
     }
 
     if (absl::Status s = cache.CreateSequence(id); !s.ok()) return s;
-    auto where = cache.Lookup(prompt);
-    if (!where.ok()) return where.status();
     auto attach =
         WithRoom(cache, paused, paused_by_session, [&] { return cache.AttachPrefix(id, prompt); });
     if (!attach.ok()) return attach.status();
@@ -517,7 +524,9 @@ absl::StatusOr<ReplayReport> RunReplay(const Trace& trace, const ReplayOptions& 
           const int32_t slot = table.slots[static_cast<size_t>(j)];
           if (slot < 0) continue;
           const BlockPattern pattern = PatternOf(q, j, B, trace.block_tokens);
-          if (j < resident_blocks) {
+          // Every attached block with a slot is checked (one after a not-resident gap is
+          // recomputed from the gap on, but its cached bytes are still someone's KV).
+          if (j < attached_blocks) {
             bool ok = true;
             absl::Status s =
                 ForEachRun(cg, table.pool, slot, [&](std::byte* p, int64_t off, int64_t len) {
@@ -545,10 +554,23 @@ absl::StatusOr<ReplayReport> RunReplay(const Trace& trace, const ReplayOptions& 
     r.restore_vs_recompute.last_token += last_token_blocks;
     r.restore_vs_recompute.cost_model += matched_blocks - attached_blocks - last_token_blocks;
     r.restore_vs_recompute.not_resident += attached_blocks - resident_blocks;
+    // Restore: the attached blocks by the tier they came from. After a Resume the attach found
+    // them already onboarded, so the tiers are those at arrival (`where`, all matched blocks),
+    // less the blocks left to recompute, taken from the slowest tiers (the deepest blocks).
+    std::array<int64_t, kNumTiers> from = attach->attached_blocks_by_tier;
+    if (resumed.has_value()) {
+      from = where->blocks_by_tier;
+      int64_t surplus = matched_blocks - attached_blocks;
+      for (int t = kNumTiers - 1; t >= 0 && surplus > 0; --t) {
+        const int64_t take = std::min(surplus, from[t]);
+        from[t] -= take;
+        surplus -= take;
+      }
+    }
     double restore = 0;
     int64_t below = 0;
-    for (int t = 1; t < kNumTiers; ++t) {
-      const int64_t blocks = attach->attached_blocks_by_tier[t];
+    for (int t = 1; t < kNumTiers && !failed; ++t) {
+      const int64_t blocks = from[t];
       if (blocks == 0) continue;
       below += blocks;
       restore +=

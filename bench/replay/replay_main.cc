@@ -41,6 +41,7 @@ struct Flags {
   std::string model = "Llama-3.1-70B";
   std::string geometry_csv;
   int tokens_per_block = 0;
+  double active_params = 0;
   std::array<std::string, kNumTiers> size = {"80GiB", "512GiB", "2TiB", "8TiB"};
   std::string nvme_path;
   std::string remote;
@@ -94,12 +95,19 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& tex
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out << text;
     out.flush();
-    if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", tmp));
+    if (!out) {
+      std::error_code ignored;
+      std::filesystem::remove(tmp, ignored);
+      return absl::UnavailableError(absl::StrCat("cannot write ", tmp));
+    }
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
-  if (ec)
+  if (ec) {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
     return absl::UnavailableError(absl::StrCat("cannot rename to ", path, ": ", ec.message()));
+  }
   return absl::OkStatus();
 }
 
@@ -218,8 +226,14 @@ absl::Status Plot(const std::string& path, const std::string& tier,
     absl::StrAppend(&script, k ? ", " : "", "'", data, "' using 1:", 3 + 2 * k,
                     " with linespoints title '", points.front()[k].name, "'");
   }
-  absl::StrAppend(&script, "; unset multiplot");
-  const std::string cmd = absl::StrCat("gnuplot -e \"", script, "\"");
+  absl::StrAppend(&script, "; unset multiplot\n");
+  const std::string script_path = path + ".gp";
+  if (absl::Status s = WriteFileAtomically(script_path, script); !s.ok()) return s;
+  // The only shell word is the script's path, single-quoted.
+  std::string quoted = "'";
+  for (char c : script_path) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  quoted += "'";
+  const std::string cmd = absl::StrCat("gnuplot ", quoted);
   if (std::system(cmd.c_str()) != 0) {
     return absl::UnavailableError("gnuplot failed (is gnuplot-nox installed?)");
   }
@@ -236,6 +250,8 @@ int Main(int argc, char** argv) {
   app.add_option("--model", f.model, "model geometry and prefill cost, e.g. Llama-3.1-70B");
   app.add_option("--geometry-csv", f.geometry_csv,
                  "more models, columns as shared/models/kv_geometry.csv");
+  app.add_option("--active-params", f.active_params,
+                 "active parameters for the prefill cost model (models from --geometry-csv)");
   app.add_option("--tokens-per-block", f.tokens_per_block,
                  "cache block size in tokens (default: the trace's block size)");
   app.add_option("--hbm", f.size[0], "HBM for KV: bytes (80GiB), Nblocks, unlimited");
@@ -292,15 +308,33 @@ int Main(int argc, char** argv) {
   }
   auto spec = FindModel(models, f.model);
   if (!spec.ok()) return fail(spec.status(), 2);
+  if (f.active_params > 0) {
+    if (spec->hidden_size <= 0) {
+      return fail(absl::InvalidArgumentError(
+                      absl::StrCat("--active-params: model ", spec->name, " has no hidden_size")),
+                  2);
+    }
+    spec->cost = PrefillCostOptions{.params = f.active_params,
+                                    .num_layers = spec->geometry.num_layers,
+                                    .d_model = spec->hidden_size};
+  }
   if (!spec->cost.has_value()) {
     return fail(
         absl::InvalidArgumentError(absl::StrCat(
-            "model ", spec->name, " has no known active parameter count for the cost model")),
+            "model ", spec->name,
+            " has no known active parameter count for the cost model: pass --active-params")),
         2);
   }
 
   auto trace = LoadTrace(f);
   if (!trace.ok()) return fail(trace.status(), 2);
+  // The first N requests are the trace: the bounds must not look past them.
+  if (f.max_requests >= 0 && static_cast<size_t>(f.max_requests) < trace->requests.size()) {
+    trace->requests.resize(static_cast<size_t>(f.max_requests));
+  }
+  if (f.tokens_per_block < 0) {
+    return fail(absl::InvalidArgumentError("--tokens-per-block must be positive"), 2);
+  }
 
   KvGeometryOptions go = spec->geometry;
   go.tokens_per_block = f.tokens_per_block > 0 ? f.tokens_per_block : trace->block_tokens;
@@ -332,7 +366,6 @@ int Main(int argc, char** argv) {
   o.hints = f.hints == "pause" ? HintMode::kPause : HintMode::kNone;
   o.work_dir = f.nvme_path;
   o.remote_url = f.remote;
-  o.max_requests = f.max_requests;
 
   std::printf(
       "kvtier-replay: %s, %zu requests, %d-token trace blocks; model %s (%s per %d-token block), "
@@ -382,13 +415,18 @@ int Main(int argc, char** argv) {
     }
     sizes.push_back(*c);
   }
+  if (sizes.empty()) {
+    return fail(absl::InvalidArgumentError(absl::StrCat("--sweep ", f.sweep, ": no sizes")), 2);
+  }
   std::vector<int64_t> capacities;
   std::vector<std::vector<ReplayReport>> points;
   for (const TierCapacity& c : sizes) {
     ReplayOptions po = o;
     po.capacity[tier] = c;
     auto reports = RunAll(*trace, po, f.compare, progress);
-    if (!reports.ok()) return fail(reports.status(), 1);
+    if (!reports.ok()) {
+      return fail(reports.status(), absl::IsInvalidArgument(reports.status()) ? 2 : 1);
+    }
     capacities.push_back(reports->front().capacity_blocks[tier]);
     std::printf("%s = %lld blocks\n%s", kTierKeys[tier], static_cast<long long>(capacities.back()),
                 ReportTable(*reports).c_str());

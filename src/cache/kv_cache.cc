@@ -547,11 +547,13 @@ struct KvCache::Impl {
   // no demotion; starts demotions of the others (which free later). True if a slot is free.
   // `window` bounds the demotions out of `t` in flight: each frees one slot when it lands, and
   // starting more than the caller will use evicts blocks for nothing (1 for a single block).
-  bool RoomBelowNow(Tier t, Deferred& d, int64_t window = 1) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+  // `may_wait` is passed to the victims' eviction (EvictOne).
+  bool RoomBelowNow(Tier t, Deferred& d, int64_t window = 1, bool may_wait = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     for (int attempts = 0; attempts < 8; ++attempts) {
       if (FreeBlocks(t) > 0) return true;
       if (evicting[TierIndex(t)] >= window) return false;
-      if (EvictOne(t, d, window) != EvictResult::kEvicted) return false;
+      if (EvictOne(t, d, window, may_wait) != EvictResult::kEvicted) return false;
     }
     return FreeBlocks(t) > 0;
   }
@@ -564,10 +566,12 @@ struct KvCache::Impl {
 
   // Evicts the policy's victim in `t`: drops it if a lower tier has it (or none admits it),
   // else starts its demotion. When the lower tier is full and its own demotions are under way,
-  // a caller that can wait (`window` > 1 or from MakeHbmRoom) keeps the victim for later
-  // (kWaitBelow) rather than drop a block a slot would soon be free for: dropping would lose
-  // every block of a burst but the few the lower tier had room for.
-  EvictResult EvictOne(Tier t, Deferred& d, int64_t window = 0) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+  // a caller that can wait for them (`may_wait`: MakeHbmRoom before its deadline) keeps the
+  // victim for later (kWaitBelow) rather than drop a block a slot will soon be free for:
+  // dropping would lose every block of a burst but the few the lower tier had room for. Other
+  // callers (Pause's copy-down, write-through, Prefetch) never wait: the victim is dropped.
+  EvictResult EvictOne(Tier t, Deferred& d, int64_t window = 1, bool may_wait = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     const std::optional<BlockKey> victim = policy[TierIndex(t)]->Victim(Now());
     if (!victim.has_value()) return EvictResult::kNoCandidate;
     const BlockKey key = *victim;
@@ -579,7 +583,7 @@ struct KvCache::Impl {
     }
     const std::optional<Tier> target = DemotionTarget(m->second, t);
     if (demote_on_evict && target.has_value() && !HasCopyBelow(*rec, t)) {
-      if (RoomBelowNow(*target, d, std::max<int64_t>(window, 1))) {
+      if (RoomBelowNow(*target, d, std::max<int64_t>(window, 1), may_wait)) {
         const SlotId src = rec->slots[TierIndex(t)];
         auto move = StartMove(key, t, src, *target, /*pin=*/false, d);
         if (move.ok()) {
@@ -588,7 +592,7 @@ struct KvCache::Impl {
           ++evicting[TierIndex(t)];
           return EvictResult::kEvicted;
         }
-      } else if (window > 0) {
+      } else if (may_wait) {
         for (int below = TierIndex(*target); below < kNumTiers; ++below) {
           if (evicting[below] > 0) return EvictResult::kWaitBelow;
         }
@@ -600,16 +604,20 @@ struct KvCache::Impl {
   }
 
   // Frees `need` HBM slots, waiting (lock released) up to `deadline` (wall clock, not the
-  // cache's clock: it bounds real transfers) for demotions to land. The caller must re-validate
-  // everything it looked up before: the lock may have been dropped.
+  // cache's clock: it bounds real transfers) for demotions to land. Victims wait for room below
+  // until the deadline; at the deadline one last pass drops what cannot be demoted at once. The
+  // caller must re-validate everything it looked up before: the lock may have been dropped.
   absl::Status MakeHbmRoom(int64_t need, absl::Time deadline, Deferred& d)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     for (;;) {
+      const bool past_deadline = absl::Now() >= deadline;
       // Demotions in flight free their sources when they land: count them, so no more is
-      // evicted than needed.
+      // evicted than needed. The nested window lets the tier below start as many demotions as
+      // HBM still needs slots (more than needed when some victims already have a copy below).
       bool waiting_below = false;
       while (FreeBlocks(Tier::kHbm) + evicting[0] < need) {
-        const EvictResult e = EvictOne(Tier::kHbm, d, need - FreeBlocks(Tier::kHbm) - evicting[0]);
+        const EvictResult e = EvictOne(Tier::kHbm, d, need - FreeBlocks(Tier::kHbm) - evicting[0],
+                                       /*may_wait=*/!past_deadline);
         waiting_below = e == EvictResult::kWaitBelow;
         if (e != EvictResult::kEvicted) break;
       }
@@ -617,12 +625,16 @@ struct KvCache::Impl {
       // Demotions started above free their sources when they land; their callbacks need the
       // lock, and must first be registered. A copy that already finished (a synchronous tier)
       // runs its callback right there, while the lock is dropped, and its wake-up is gone by
-      // the time we would wait: look again first.
-      if (DeferredRelease(d)) continue;
-      if ((evicting[0] == 0 && !waiting_below) || absl::Now() >= deadline) {
-        return absl::ResourceExhaustedError(
-            absl::StrCat("HBM has ", FreeBlocks(Tier::kHbm), " free slots, ", need,
-                         " needed; every other slot is locked by a ticket or held by a sequence"));
+      // the time we would wait: look again first (not past the deadline).
+      const bool dropped_lock = DeferredRelease(d);
+      if (FreeBlocks(Tier::kHbm) >= need) return absl::OkStatus();
+      if (dropped_lock && !past_deadline) continue;
+      if ((evicting[0] == 0 && !waiting_below) || past_deadline) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "HBM has ", FreeBlocks(Tier::kHbm), " free slots, ", need, " needed; ",
+            evicting[0] > 0
+                ? absl::StrCat(evicting[0], " demotions still in flight at the room wait's end")
+                : "every other slot is locked by a ticket or held by a sequence"));
       }
       cv.WaitUntil(&mu,
                    absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Milliseconds(50))));

@@ -223,6 +223,33 @@ TEST(ReplayTest, PauseHintsKeepASessionAcrossItsToolCall) {
   EXPECT_EQ(r.bytes_moved[kHbm][kDram], 5 * o.geometry.bytes_per_block());
 }
 
+// Review finding: Resume ran before the lookup and its onboarding was never charged, so a
+// resumed session's blocks counted as HBM hits with no restore time. HBM of 8 blocks: session 1
+// (5 blocks) pauses on a tool call, its blocks copied to DRAM; session 2 (7 blocks) evicts four of
+// its HBM copies, deepest first; when session 1 comes back, block 0 is an HBM hit and blocks 1-3
+// DRAM hits, restored from DRAM.
+TEST(ReplayTest, ResumedSessionsBlocksAreChargedFromWhereTheyWere) {
+  Trace trace;
+  trace.name = "resume";
+  trace.block_tokens = 16;
+  trace.requests = {Req(0, 40, {1, 2, 3}, 1, StopReason::kToolUse),
+                    Req(1, 56, {5, 6, 7, 10}, 2, StopReason::kEndTurn),
+                    Req(2, 56, {1, 2, 8, 9}, 1, StopReason::kEndTurn)};
+  for (PayloadMode mode : {PayloadMode::kNone, PayloadMode::kScaled}) {
+    ReplayOptions o = SmallOptions(64, mode);
+    o.capacity[kHbm] = TierCapacity::Blocks(8);
+    o.hints = HintMode::kPause;
+    KVTIER_ASSERT_OK_AND_ASSIGN(ReplayReport r, RunReplay(trace, o));
+    EXPECT_EQ(r.failed_requests, 0);
+    EXPECT_EQ(r.hit_tokens, 32);
+    EXPECT_EQ(r.hit_tokens_by_tier[kHbm], 8);
+    EXPECT_EQ(r.hit_tokens_by_tier[kDram], 24);
+    EXPECT_EQ(r.restore_vs_recompute.restored_blocks, 4);
+    EXPECT_EQ(r.restore_vs_recompute.restored_blocks_below_hbm, 3);
+    EXPECT_EQ(r.corrupt_blocks, 0);
+  }
+}
+
 TEST(ReplayTest, RejectsBadOptions) {
   ReplayOptions o = SmallOptions(8, PayloadMode::kNone);
   o.geometry = *KvGeometry::Create(

@@ -18,6 +18,7 @@
 #include "kvtier/emulated_hbm.h"
 #include "kvtier/kv_cache.h"
 #include "kvtier/kv_cache_stats.h"
+#include "tests/testing/fault_injecting_tier.h"
 #include "tests/testing/fixtures.h"
 #include "tests/testing/kv_cache_fixture.h"
 #include "tests/testing/status_matchers.h"
@@ -371,6 +372,46 @@ TEST(MetadataTierTest, BurstOfDemotionsIntoAFullTierCascadesInsteadOfDropping) {
   }
   KVTIER_ASSERT_OK_AND_ASSIGN(PrefixLookup first, cache->Lookup(prompts[0]));
   EXPECT_EQ(first.blocks_by_tier[TierIndex(Tier::kNvme)], kHbmBlocks);
+  KVTIER_EXPECT_OK(cache->CheckInvariants());
+}
+
+// When the room wait ends while the tier below is still demoting, the victims waiting for it
+// are dropped (counted) rather than failing the call with HBM full of droppable blocks. Review
+// finding on the cascade above: Append failed with kResourceExhausted. Each NVMe write is held
+// 250 ms, so DRAM's demotions are still in flight when the 50 ms room wait ends.
+TEST(MetadataTierTest, RoomWaitEndingDuringACascadeDropsInsteadOfFailing) {
+  constexpr int kB = 4;
+  constexpr int64_t kHbmBlocks = 8;
+  const KvGeometry g = SmallGeometry();
+  KVTIER_ASSERT_OK_AND_ASSIGN(
+      CacheNamespace ns,
+      CacheNamespace::Create(g, {.model_id = "kvtier-test/metadata", .weights_fingerprint = "w"}));
+  KvCacheOptions options = MetadataCacheOptions(g, kHbmBlocks, kHbmBlocks);
+  auto nvme = std::make_unique<testing::FaultInjectingTier>(Make(Tier::kNvme, 64, g));
+  testing::FaultInjectingTier* slow_nvme = nvme.get();
+  options.tiers[TierIndex(Tier::kNvme)] = std::move(nvme);
+  options.room_wait = absl::Milliseconds(50);
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> cache,
+                              KvCache::Create(ns, std::move(options)));
+  for (uint64_t i = 1; i <= 3; ++i) {
+    // Sequence 2 demotes sequence 1 into DRAM; sequence 3 finds DRAM full and its demotion to
+    // the (now slow) NVMe tier still running when the room wait ends.
+    if (i == 3) slow_nvme->SetDelay(absl::Milliseconds(250));
+    const std::vector<int32_t> prompt = Iota(kHbmBlocks * kB, static_cast<int32_t>(i * 100000));
+    KVTIER_ASSERT_OK(cache->CreateSequence(SequenceId(i)));
+    KVTIER_ASSERT_OK(cache->Append(SequenceId(i), prompt).status()) << "sequence " << i;
+    KVTIER_ASSERT_OK(cache->ReportWritten(SequenceId(i), kHbmBlocks * kB));
+    KVTIER_ASSERT_OK(cache->Release(SequenceId(i)));
+    if (i < 3) {
+      KVTIER_ASSERT_OK(cache->WaitIdle(absl::Now() + absl::Seconds(30)));
+    }
+  }
+  KVTIER_ASSERT_OK(cache->WaitIdle(absl::Now() + absl::Seconds(30)));
+  const KvCacheStats s = cache->stats();
+  EXPECT_EQ(s.tiers[kHbm].evictions, 2 * kHbmBlocks) << testing::StatsString(s);
+  // Sequence 1's blocks were demoted; sequence 2's were dropped at the end of the wait.
+  EXPECT_EQ(s.tiers[kHbm].demotions, kHbmBlocks) << testing::StatsString(s);
+  testing::ExpectTierAccounting(s);
   KVTIER_EXPECT_OK(cache->CheckInvariants());
 }
 

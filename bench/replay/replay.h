@@ -2,8 +2,10 @@
 // clock, and reports what the cache saved (ReplayReport). kvtier-replay is its command line.
 //
 // Per request, in arrival order, one at a time (the cache's clock reads the request's arrival):
-//   [a paused sequence of the same session: Resume]
-//   CreateSequence, Lookup (hits by tier, side-effect free), AttachPrefix (restore or
+//   Lookup (hits by tier as the request finds them, side-effect free),
+//   [a paused sequence of the same session: Resume, and wait for the onboarding it starts,
+//   charged to this request's restore from the tiers Lookup found],
+//   CreateSequence, AttachPrefix (restore or
 //   recompute, by the cost model), Append the rest of the prompt, EnsureResident(kWait) over the
 //   whole prompt (onboards the restored blocks), the "prefill kernel" writes the new blocks,
 //   ReportWritten, ReleaseTicket; then Release, or with hints Pause after a kToolUse stop (the

@@ -33,6 +33,7 @@ struct Result {
   double real_ns = 0;  // wall time per iteration
   std::optional<double> bytes_per_second;
   std::optional<double> items_per_second;
+  std::map<std::string, double> counters;  // every user counter, by name
 };
 
 inline double NsPerUnit(benchmark::TimeUnit unit) {
@@ -75,6 +76,7 @@ class CapturingReporter : public Base {
       if (auto it = run.counters.find("items_per_second"); it != run.counters.end()) {
         result.items_per_second = it->second.value;
       }
+      for (const auto& [counter, value] : run.counters) result.counters[counter] = value.value;
       results_[name] = result;
       if (aggregate) medians_.insert(name);
     }

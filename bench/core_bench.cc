@@ -14,8 +14,10 @@
 // the same tokens and block size on a geometry tiny in bytes (see MakeTinyKvCache): they time the
 // cache's bookkeeping, and no bytes move.
 
+#include <malloc.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -44,6 +46,7 @@
 #include "kvtier/ids.h"
 #include "kvtier/kv_cache.h"
 #include "kvtier/kv_geometry.h"
+#include "kvtier/metadata_tier.h"
 #include "kvtier/page_table.h"
 #include "kvtier/prefix_hasher.h"
 
@@ -409,6 +412,128 @@ void BM_KvCache_AttachPrefix(benchmark::State& state) {
 }
 BENCHMARK(BM_KvCache_AttachPrefix)->Arg(131072)->Unit(benchmark::kMicrosecond);
 
+// The same attach with only the AttachPrefix call timed (manual time): the sequence's creation
+// and release, which BM_KvCache_AttachPrefix includes, are left out, so the two side by side
+// show what a request pays around the attach itself.
+void BM_KvCache_AttachPrefix_AttachOnly(benchmark::State& state) {
+  const int64_t num_tokens = state.range(0);
+  const int64_t num_blocks = num_tokens / kTokensPerBlock;
+  absl::StatusOr<std::unique_ptr<KvCache>> cache = MakeTinyKvCache(num_blocks + 64);
+  if (!cache.ok()) return Skip(state, "MakeTinyKvCache", cache.status());
+  const std::vector<int32_t> prompt = MakeTokens(num_tokens + 1);
+  const std::vector<int32_t> cached(prompt.begin(), prompt.end() - 1);
+  if (absl::Status s = AddWrittenSequence(**cache, SequenceId(0), cached); !s.ok()) {
+    return Skip(state, "setup", s);
+  }
+  if (absl::Status s = (*cache)->Release(SequenceId(0)); !s.ok()) return Skip(state, "Release", s);
+  uint64_t next_id = 1;
+  for (auto _ : state) {
+    const SequenceId id(next_id++);
+    if (absl::Status s = (*cache)->CreateSequence(id); !s.ok()) {
+      Skip(state, "CreateSequence", s);
+      break;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<AttachResult> result = (*cache)->AttachPrefix(id, prompt);
+    const auto end = std::chrono::steady_clock::now();
+    state.SetIterationTime(std::chrono::duration<double>(end - start).count());
+    if (!result.ok() || result->attached_tokens != num_tokens) {
+      Skip(state, "AttachPrefix",
+           result.ok() ? absl::InternalError(absl::StrCat("attached ", result->attached_tokens))
+                       : result.status());
+      break;
+    }
+    if (absl::Status s = (*cache)->Release(id); !s.ok()) {
+      Skip(state, "Release", s);
+      break;
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * num_blocks);
+}
+BENCHMARK(BM_KvCache_AttachPrefix_AttachOnly)
+    ->Arg(131072)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// Heap in use, all arenas (glibc's mallinfo2: small chunks plus mmapped large ones).
+int64_t HeapInUseBytes() {
+  const struct mallinfo2 m = mallinfo2();
+  return static_cast<int64_t>(m.uordblks + m.hblkhd);
+}
+
+// Metadata memory per cached block (DESIGN target <= 64 bytes): a KvCache whose HBM is a
+// MetadataTier (no KV bytes) caches state.range(0) blocks, written and released by sequences of
+// 4096 blocks, so each stays cached, droppable and indexed. Counters:
+//   bytes_per_block   heap growth from just after KvCache::Create to the end, per cached block:
+//                     what caching a block adds (index, per-block records, policy entries).
+//   with_slots        the same from before the tier was built: also the per-slot arrays the
+//                     tier and the cache size by capacity (capacity = blocks + 64).
+// One iteration (a measurement, not a timing).
+void BM_KvCache_BytesPerBlock(benchmark::State& state) {
+  const int64_t num_blocks = state.range(0);
+  constexpr int64_t kBlocksPerSequence = 4096;
+  for (auto _ : state) {
+    KvGeometryOptions geometry_options;
+    geometry_options.num_layers = 1;
+    geometry_options.num_kv_heads = 1;
+    geometry_options.head_dim = 8;
+    geometry_options.dtype = KvDtype::kBf16;
+    geometry_options.tokens_per_block = kTokensPerBlock;
+    absl::StatusOr<KvGeometry> geometry = KvGeometry::Create(geometry_options);
+    if (!geometry.ok()) return Skip(state, "KvGeometry", geometry.status());
+    CacheNamespaceOptions ns_options;
+    ns_options.model_id = "kvtier/core-bench-tiny";
+    ns_options.weights_fingerprint = "kvtier-core-bench";
+    absl::StatusOr<CacheNamespace> ns = CacheNamespace::Create(*geometry, ns_options);
+    if (!ns.ok()) return Skip(state, "CacheNamespace", ns.status());
+    // Tokens of every sequence, generated before the first measurement.
+    std::vector<std::vector<int32_t>> prompts;
+    std::mt19937 rng(7);
+    std::uniform_int_distribution<int32_t> token(0, kLlama3VocabSize - 1);
+    for (int64_t done = 0; done < num_blocks; done += kBlocksPerSequence) {
+      const int64_t blocks = std::min(kBlocksPerSequence, num_blocks - done);
+      std::vector<int32_t> p(static_cast<size_t>(blocks * kTokensPerBlock));
+      for (int32_t& t : p) t = token(rng);
+      prompts.push_back(std::move(p));
+    }
+
+    const int64_t before_tier = HeapInUseBytes();
+    MetadataTierOptions hbm_options;
+    hbm_options.tier = Tier::kHbm;
+    hbm_options.capacity_blocks = num_blocks + 64;
+    absl::StatusOr<std::unique_ptr<MetadataTier>> hbm = MetadataTier::Create(*geometry, hbm_options);
+    if (!hbm.ok()) return Skip(state, "MetadataTier", hbm.status());
+    KvCacheOptions options;
+    options.tiers[TierIndex(Tier::kHbm)] = std::move(*hbm);
+    options.bounce_buffers = 1;
+    absl::StatusOr<std::unique_ptr<KvCache>> cache = KvCache::Create(*ns, std::move(options));
+    if (!cache.ok()) return Skip(state, "KvCache::Create", cache.status());
+    const int64_t after_create = HeapInUseBytes();
+    uint64_t next_id = 1;
+    for (const std::vector<int32_t>& p : prompts) {
+      const SequenceId id(next_id++);
+      if (absl::Status s = AddWrittenSequence(**cache, id, p); !s.ok()) {
+        return Skip(state, "AddWrittenSequence", s);
+      }
+      if (absl::Status s = (*cache)->Release(id); !s.ok()) return Skip(state, "Release", s);
+    }
+    const int64_t after = HeapInUseBytes();
+    const KvCacheStats stats = (*cache)->stats();
+    if (stats.indexed_blocks != num_blocks) {
+      return Skip(state, "stats",
+                  absl::InternalError(absl::StrCat(stats.indexed_blocks, " of ", num_blocks,
+                                                   " blocks indexed")));
+    }
+    const double n = static_cast<double>(num_blocks);
+    state.counters["bytes_per_block"] = static_cast<double>(after - after_create) / n;
+    state.counters["with_slots"] = static_cast<double>(after - before_tier) / n;
+  }
+}
+BENCHMARK(BM_KvCache_BytesPerBlock)
+    ->Arg(int64_t{1} << 20)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
+
 // ---- Reporting ----
 
 // Ratios and target checks over whatever ran: a line appears only when every run it needs was
@@ -423,6 +548,8 @@ void PrintRatios(std::FILE* out, const bench::Results& results) {
   const bench::Result* ensure =
       bench::Find(results, "BM_KvCache_EnsureResident_AllResident/131072/manual_time");
   const bench::Result* attach = bench::Find(results, "BM_KvCache_AttachPrefix/131072");
+  const bench::Result* attach_only =
+      bench::Find(results, "BM_KvCache_AttachPrefix_AttachOnly/131072/manual_time");
   auto bps = [](const bench::Result* r) { return r != nullptr && r->bytes_per_second.has_value(); };
 
   // Throughput over throughput (token-id bytes/s, the same 64 KiB): 1.0 would be no overhead.
@@ -445,6 +572,12 @@ void PrintRatios(std::FILE* out, const bench::Results& results) {
     const double keys_ns = 131072.0 * sizeof(int32_t) / *ours->bytes_per_second * 1e9;
     ratios += bench::Ratio("AttachPrefix 128K / (xxh3 keys + match)",
                            (keys_ns + match->real_ns) / attach->real_ns);
+    ratios += bench::Ratio("AttachPrefix 128K over (xxh3 keys + match)",
+                           attach->real_ns / (keys_ns + match->real_ns));
+    if (attach_only != nullptr) {
+      ratios += bench::Ratio("AttachPrefix call alone over (xxh3 keys + match)",
+                             attach_only->real_ns / (keys_ns + match->real_ns));
+    }
   }
   std::string checks;
   if (alloc != nullptr) {
@@ -461,6 +594,16 @@ void PrintRatios(std::FILE* out, const bench::Results& results) {
   if (ensure != nullptr) {
     checks += bench::Check("EnsureResident 131072 tokens, all (real time)", ensure->real_ns / 1e3,
                            "us", 50, false);
+  }
+  if (attach != nullptr && bps(ours) && match != nullptr) {
+    const double keys_ns = 131072.0 * sizeof(int32_t) / *ours->bytes_per_second * 1e9;
+    checks += bench::Check("AttachPrefix 128K over (xxh3 keys + match)",
+                           attach->real_ns / (keys_ns + match->real_ns), "x", 2, false);
+  }
+  if (const bench::Result* bpb = bench::Find(results, "BM_KvCache_BytesPerBlock/1048576/iterations:1");
+      bpb != nullptr && bpb->counters.contains("bytes_per_block")) {
+    checks += bench::Check("metadata heap per cached block (1M blocks)",
+                           bpb->counters.at("bytes_per_block"), "B", 64, false);
   }
 
   bench::PrintSections(out, "throughput over throughput, same token ids; 1 = equal", ratios,

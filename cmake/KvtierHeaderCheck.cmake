@@ -13,10 +13,10 @@ function(kvtier_add_header_check target)
     list(APPEND sources ${source})
   endforeach()
   add_library(${target} OBJECT ${sources})
-  # Only the public interface: abseil and the include directory, nothing private of kvtier.
+  # Only the public interface: abseil (KVTIER_ABSL_PUBLIC, cmake/KvtierLayers.cmake) and the
+  # include directory, nothing private of kvtier.
   target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR}/include)
-  target_link_libraries(${target} PRIVATE absl::status absl::statusor absl::span
-                        absl::flat_hash_map absl::strings absl::time absl::core_headers)
+  target_link_libraries(${target} PRIVATE ${KVTIER_ABSL_PUBLIC})
   target_compile_features(${target} PRIVATE cxx_std_20)
   kvtier_set_warnings(${target})
 endfunction()

@@ -5,10 +5,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "internal/cuda_host.h"
 #include "internal/host_region.h"
 #include "internal/status_macros.h"
-#include "kvtier/cuda_device.h"
+#include "platform/cuda_host.h"
 #include "tiers/slot_contents.h"
 
 namespace kvtier {
@@ -61,7 +60,7 @@ absl::StatusOr<std::unique_ptr<DramTier>> DramTier::Create(const KvGeometry& geo
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<BlockAllocator> allocator,
                           BlockAllocator::Create(Tier::kDram, blocks));
   bool pinned = false;
-  if (options.pin_for_cuda && ProbeCudaDevices().ok()) {
+  if (options.pin_for_cuda && internal::CudaDeviceAnswers()) {
     KVTIER_RETURN_IF_ERROR(internal::PinHostMemory(region.data(), region.size()));
     pinned = true;
     info.capabilities |= kCapPinnedHost;

@@ -1,8 +1,9 @@
-// cuda_device.h for a build without the CUDA toolkit: every call says so.
+// cuda_device.h and platform/cuda_host.h for a build without the CUDA toolkit: every call says
+// so, and no device ever answers.
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "internal/cuda_host.h"
 #include "kvtier/cuda_device.h"
+#include "platform/cuda_host.h"
 
 namespace kvtier {
 namespace {
@@ -26,6 +27,8 @@ absl::Status RunCudaSelfTest(int64_t num_bytes) {
 }
 
 namespace internal {
+
+bool CudaDeviceAnswers() { return false; }
 
 absl::Status PinHostMemory(void* /*data*/, size_t /*bytes*/) { return NotBuilt(); }
 void UnpinHostMemory(void* /*data*/, size_t /*bytes*/) {}

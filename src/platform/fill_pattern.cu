@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "cuda/fill_pattern.h"
+#include "platform/fill_pattern.h"
 
 namespace kvtier::cuda_internal {
 namespace {

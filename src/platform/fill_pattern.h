@@ -1,6 +1,6 @@
 // Device-side helpers shared by the kernel (fill_pattern.cu) and its host check.
-#ifndef KVTIER_CUDA_FILL_PATTERN_H_
-#define KVTIER_CUDA_FILL_PATTERN_H_
+#ifndef KVTIER_PLATFORM_FILL_PATTERN_H_
+#define KVTIER_PLATFORM_FILL_PATTERN_H_
 
 #include <cuda_runtime.h>
 
@@ -18,4 +18,4 @@ cudaError_t LaunchFillPattern(unsigned char* device_bytes, int64_t n);
 
 }  // namespace kvtier::cuda_internal
 
-#endif  // KVTIER_CUDA_FILL_PATTERN_H_
+#endif  // KVTIER_PLATFORM_FILL_PATTERN_H_

@@ -1,14 +1,14 @@
-// cuda_device.h with the CUDA runtime. cudaError_t becomes absl::Status right here, where it
-// enters kvtier (STYLE rule 4).
+// cuda_device.h and platform/cuda_host.h with the CUDA runtime. cudaError_t becomes absl::Status
+// right here, where it enters kvtier (STYLE rule 4).
 #include <cuda_runtime.h>
 
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "cuda/fill_pattern.h"
-#include "internal/cuda_host.h"
 #include "kvtier/cuda_device.h"
+#include "platform/cuda_host.h"
+#include "platform/fill_pattern.h"
 
 namespace kvtier {
 namespace {
@@ -74,6 +74,8 @@ absl::Status RunCudaSelfTest(int64_t num_bytes) {
 }
 
 namespace internal {
+
+bool CudaDeviceAnswers() { return ProbeCudaDevices().ok(); }
 
 absl::Status PinHostMemory(void* data, size_t bytes) {
   auto* base = static_cast<char*>(data);

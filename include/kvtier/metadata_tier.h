@@ -15,11 +15,13 @@
 // Cost: 32 bytes of host memory per slot (8 for the allocator, 24 for the slot's key), whatever
 // block_bytes is, reported as TierInfo::metadata_bytes; nothing per byte of capacity.
 //
-// Copies between two MetadataTiers. The tier is not host addressable, so the transfer engine
-// stages every copy through its bounce buffers (KvCacheOptions::bounce_buffers x block_bytes of
-// host memory, mapped when the engine is created). The tier never reads or writes them, so those
-// pages are never touched and cost virtual memory only, not resident memory: with a 160 MiB block
-// and one bounce buffer, 160 MiB of address space. The engine still checks that size against
+// Copies between two MetadataTiers run inline on the caller's thread (kCapInlineIo: the transfer
+// engine starts and finishes them inside Copy, with no thread hand-off). The tier is not host
+// addressable, so the engine still stages every copy through its bounce buffers
+// (KvCacheOptions::bounce_buffers x block_bytes of host memory, mapped when the engine is
+// created). The tier never reads or writes them, so those pages are never touched and cost
+// virtual memory only, not resident memory: with a 160 MiB block and one bounce buffer, 160 MiB
+// of address space. The engine still checks that size against
 // MemAvailable (and takes explicit huge pages if some are reserved), so keep bounce_buffers small
 // (1) for large blocks.
 //
@@ -59,7 +61,7 @@ class MetadataTier final : public TierBackend {
 
   // name "metadata(<tier>)", e.g. "metadata(hbm)"; block_bytes and capacity_bytes as a real tier
   // of this geometry would have them; metadata_bytes = 32 x capacity_blocks; capabilities
-  // kCapDeviceMemory for kHbm, none otherwise (in particular not kCapHostAddressable).
+  // kCapInlineIo, plus kCapDeviceMemory for kHbm (in particular not kCapHostAddressable).
   const TierInfo& info() const override;
   BlockAllocator& allocator() override;
 

@@ -40,6 +40,9 @@ enum TierCapability : uint32_t {
   kCapPersistent = 1u << 2,       // blocks survive a restart of the process (warm restart)
   kCapPinnedHost = 1u << 3,       // host memory is page-locked for DMA (cudaHostRegister)
   kCapChecksummed = 1u << 4,      // every read verifies a checksum of the payload
+  // ReadBlock and WriteBlock finish on the calling thread before they return, without I/O or
+  // waiting (MetadataTier): the transfer engine runs a copy between two such tiers inline.
+  kCapInlineIo = 1u << 5,
 };
 
 struct TierInfo {

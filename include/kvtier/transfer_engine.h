@@ -4,7 +4,9 @@
 // Paths: a host-addressable source (DRAM) is written into the destination straight from its
 // slot; a host-addressable destination is read into straight from the source (HBM -> DRAM, NVMe
 // -> DRAM); anything else (NVMe <-> HBM) is staged through one of the engine's own bounce
-// buffers in host memory.
+// buffers in host memory. A copy between two tiers with kCapInlineIo (MetadataTier) that can
+// start at once runs inside Copy on the caller's thread: its Completion has fired when Copy
+// returns (callbacks registered later run at once, on the registering thread).
 //
 // Slot lifetime (DESIGN section 5; cases LT-1, LT-2, LT-3):
 //   * The engine allocates the destination slot itself (kFree -> kInFlight), so nothing else can

@@ -107,6 +107,12 @@ struct TransferEngine::Impl : std::enable_shared_from_this<TransferEngine::Impl>
     return (tiers[TierIndex(op.from)]->info().capabilities & kCapHostAddressable) == 0 &&
            (tiers[TierIndex(op.to)]->info().capabilities & kCapHostAddressable) == 0;
   }
+  // Both ends finish their I/O on the calling thread (kCapInlineIo): the copy can run inside
+  // Copy, with no hand-off to the dispatcher.
+  bool Inline(const Op& op) const {
+    return (tiers[TierIndex(op.from)]->info().capabilities & kCapInlineIo) != 0 &&
+           (tiers[TierIndex(op.to)]->info().capabilities & kCapInlineIo) != 0;
+  }
   absl::Span<std::byte> Bounce(int index) const {
     return {bounce_region.data() + static_cast<int64_t>(index) * block_bytes,
             static_cast<size_t>(block_bytes)};
@@ -161,12 +167,14 @@ struct TransferEngine::Impl : std::enable_shared_from_this<TransferEngine::Impl>
 
   void Finish(const std::shared_ptr<Op>& op, absl::Status status) {
     std::optional<absl::Status> fire;
+    bool waiters = false;
     {
       internal::MutexLock lock(&mu);
       fire = FinishLocked(*op, std::move(status));
+      waiters = !waiting.empty();
     }
     if (fire.has_value()) op->user.Complete(*std::move(fire));
-    SchedulePump();  // a waiter may have wanted this slot or bounce buffer
+    if (waiters) SchedulePump();  // a waiter may have wanted this slot or bounce buffer
   }
 
   void OnDeadline(uint64_t id) {
@@ -216,33 +224,40 @@ struct TransferEngine::Impl : std::enable_shared_from_this<TransferEngine::Impl>
             continue;
           }
         }
-        if (pending_dst.contains(SlotKey(op->from, op->src))) {  // the source is still arriving
-          ++it;
-          continue;
-        }
-        const bool bounce = NeedsBounce(*op);
-        if (bounce && free_bounce.empty()) {
-          ++it;
-          continue;
-        }
-        if (absl::Status s = Alloc(op->from).Acquire(op->src); !s.ok()) {
-          fail.emplace_back(op, std::move(s));
+        absl::StatusOr<bool> started = TryStartLocked(*op);
+        if (!started.ok()) {
+          fail.emplace_back(op, started.status());
           it = waiting.erase(it);
           continue;
         }
-        op->src_pinned = true;
-        if (bounce) {
-          op->bounce = free_bounce.back();
-          free_bounce.pop_back();
+        if (!*started) {
+          ++it;
+          continue;
         }
-        op->running = true;
-        op->started = absl::Now();
         start.push_back(op);
         it = waiting.erase(it);
       }
     }
     for (auto& [op, status] : fail) Finish(op, std::move(status));
     for (auto& op : start) StartIo(op);
+  }
+
+  // Starts `op` if its source has landed and a bounce buffer is free where one is needed (the
+  // caller has checked source_ready): pins the source, takes the buffer, marks it running.
+  // False if it must wait; an error if the source cannot be pinned (the caller finishes it).
+  absl::StatusOr<bool> TryStartLocked(Op& op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (pending_dst.contains(SlotKey(op.from, op.src))) return false;  // the source is arriving
+    const bool bounce = NeedsBounce(op);
+    if (bounce && free_bounce.empty()) return false;
+    KVTIER_RETURN_IF_ERROR(Alloc(op.from).Acquire(op.src));
+    op.src_pinned = true;
+    if (bounce) {
+      op.bounce = free_bounce.back();
+      free_bounce.pop_back();
+    }
+    op.running = true;
+    op.started = absl::Now();
+    return true;
   }
 
   void StartIo(const std::shared_ptr<Op>& op) {
@@ -271,11 +286,13 @@ struct TransferEngine::Impl : std::enable_shared_from_this<TransferEngine::Impl>
       // Staged: read into a bounce buffer, then (from the dispatcher, which may block in a
       // backend) write it out.
       const absl::Span<std::byte> bounce = Bounce(op->bounce);
-      src->ReadBlock(op->src, op->key, bounce, io).OnDone([weak, dst, op, bounce, io, done](
-                                                              const absl::Status& s) {
+      const bool inline_io = Inline(*op);
+      src->ReadBlock(op->src, op->key, bounce, io).OnDone([weak, dst, op, bounce, io, done,
+                                                           inline_io](const absl::Status& s) {
         auto self = weak.lock();
         if (!self) return;
         if (!s.ok()) return self->Finish(op, s);
+        if (inline_io) return dst->WriteBlock(op->dst, op->key, bounce, io).OnDone(done);
         self->Dispatch([dst, op, bounce, io, done] {
           dst->WriteBlock(op->dst, op->key, bounce, io).OnDone(done);
         });
@@ -356,6 +373,7 @@ absl::StatusOr<Transfer> TransferEngine::Copy(const BlockKey& key, Tier from, Sl
                                                    "both ", ToAbsl(TierName(from))));
   }
   auto op = std::make_shared<Impl::Op>();
+  bool run_inline = false;
   {
     internal::MutexLock lock(&impl->mu);
     KVTIER_ASSIGN_OR_RETURN(const SlotState state, impl->Alloc(from).state(source));
@@ -373,16 +391,30 @@ absl::StatusOr<Transfer> TransferEngine::Copy(const BlockKey& key, Tier from, Sl
     op->src = source;
     op->options = options;
     impl->ops[op->id] = op;
-    impl->waiting.push_back(op->id);
     impl->pending_dst[SlotKey(to, op->dst)] = op->id;
     impl->stats[TierIndex(from)][TierIndex(to)].operations += 1;
-    if (options.deadline != absl::InfiniteFuture() && impl->timer != nullptr) {
+    // Between two inline tiers a copy that can start now runs here, start to finish: no
+    // dispatcher round trip per block (a metadata-only replay moves hundreds of thousands).
+    // One that must wait (its source arriving, its source_ready pending) queues as usual.
+    if (impl->Inline(*op) && (!options.source_ready.has_value() ||
+                              (options.source_ready->done() && options.source_ready->status().ok()))) {
+      // A source that cannot be pinned queues, and Pump fails it through its Completion as
+      // for any other copy.
+      absl::StatusOr<bool> started = impl->TryStartLocked(*op);
+      run_inline = started.ok() && *started;
+    }
+    if (!run_inline) impl->waiting.push_back(op->id);
+    if (!run_inline && options.deadline != absl::InfiniteFuture() && impl->timer != nullptr) {
       std::weak_ptr<Impl> weak = impl->weak_from_this();
       const uint64_t id = op->id;
       op->timer_id = impl->timer->Schedule(options.deadline, [weak, id] {
         if (auto self = weak.lock()) self->OnDeadline(id);
       });
     }
+  }
+  if (run_inline) {
+    impl->StartIo(op);  // its Completion has fired when this returns
+    return Transfer{op->dst, op->user};
   }
   if (options.source_ready.has_value()) {
     std::weak_ptr<Impl> weak = impl->weak_from_this();

@@ -55,7 +55,8 @@ absl::StatusOr<std::unique_ptr<MetadataTier>> MetadataTier::Create(
   info.capacity_bytes = info.capacity_blocks * block_bytes;
   info.metadata_bytes = info.capacity_blocks * kMetadataBytesPerSlot;
   // kCapDeviceMemory so KvCache takes it as HBM; never kCapHostAddressable: no bytes to address.
-  info.capabilities = options.tier == Tier::kHbm ? uint32_t{kCapDeviceMemory} : uint32_t{0};
+  info.capabilities =
+      kCapInlineIo | (options.tier == Tier::kHbm ? uint32_t{kCapDeviceMemory} : uint32_t{0});
   // The bookkeeping is the only memory this tier takes, and at 2^31 slots it is 64 GiB: refuse
   // it up front rather than fail inside a vector allocation.
   if (absl::StatusOr<int64_t> available = internal::AvailableMemoryBytes();

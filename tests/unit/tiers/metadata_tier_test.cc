@@ -99,7 +99,8 @@ TEST(MetadataTierTest, InfoIsARealTiersExceptForCapabilities) {
     EXPECT_EQ(info.block_bytes, g.bytes_per_block());
     EXPECT_EQ(info.capacity_bytes, 10 * g.bytes_per_block());
     EXPECT_EQ(info.metadata_bytes, 10 * MetadataTier::kMetadataBytesPerSlot);
-    EXPECT_EQ(info.capabilities, tier == Tier::kHbm ? uint32_t{kCapDeviceMemory} : uint32_t{0});
+    EXPECT_EQ(info.capabilities,
+              kCapInlineIo | (tier == Tier::kHbm ? uint32_t{kCapDeviceMemory} : uint32_t{0}));
     EXPECT_EQ(t->allocator().capacity_blocks(), 10);
     EXPECT_EQ(t->allocator().tier(), tier);
     EXPECT_EQ(t->HostAddress(SlotId(0)), nullptr);

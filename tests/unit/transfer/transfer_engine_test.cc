@@ -1,10 +1,14 @@
 #include "kvtier/transfer_engine.h"
 
+#include <memory>
+
 #include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "internal/status_macros.h"
+#include "kvtier/metadata_tier.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/tier_stack.h"
 
@@ -43,6 +47,61 @@ TEST(TransferEngineTest, CreateRejectsBadOptions) {
   no_bounce.bounce_buffers = 0;
   EXPECT_THAT(TransferEngine::Create(no_bounce),
               IsError(StatusCode::kInvalidArgument, "bounce_buffers = 0"));
+}
+
+// Two MetadataTiers (kCapInlineIo): a copy that can start at once runs inside Copy, so its
+// Completion has fired and the destination is cached when Copy returns; one whose source_ready
+// is still pending queues and runs when it fires, as between any other tiers.
+TEST(TransferEngineTest, CopyBetweenInlineTiersFinishesInsideCopy) {
+  const KvGeometry g = *KvGeometry::Create({.num_layers = 1, .num_kv_heads = 1, .head_dim = 8});
+  auto hbm = MetadataTier::Create(g, {.tier = Tier::kHbm, .capacity_blocks = 4});
+  auto dram = MetadataTier::Create(g, {.tier = Tier::kDram, .capacity_blocks = 4});
+  ASSERT_TRUE(hbm.ok() && dram.ok());
+  ASSERT_NE((*hbm)->info().capabilities & kCapInlineIo, 0u);
+  TransferEngineOptions options;
+  options.tiers[TierIndex(Tier::kHbm)] = hbm->get();
+  options.tiers[TierIndex(Tier::kDram)] = dram->get();
+  options.bounce_buffers = 1;
+  auto engine = TransferEngine::Create(options);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  SlotId src;
+  ASSERT_TRUE((*engine)
+                  ->WithAllocator(Tier::kHbm,
+                                  [&](BlockAllocator& a) -> absl::Status {
+                                    KVTIER_ASSIGN_OR_RETURN(src, a.Allocate());
+                                    return a.Seal(src);
+                                  })
+                  .ok());
+  std::vector<std::byte> bytes(static_cast<size_t>(g.bytes_per_block()));
+  ASSERT_TRUE((*hbm)->WriteBlock(src, Stack::Key(1), bytes).Wait().ok());
+
+  absl::StatusOr<Transfer> now = (*engine)->Copy(Stack::Key(1), Tier::kHbm, src, Tier::kDram);
+  ASSERT_TRUE(now.ok()) << now.status();
+  EXPECT_TRUE(now->completion.done());
+  EXPECT_TRUE(now->completion.status().ok()) << now->completion.status();
+  EXPECT_EQ((*engine)->in_flight(), 0);
+  SlotState state = SlotState::kFree;
+  ASSERT_TRUE((*engine)
+                  ->WithAllocator(Tier::kDram,
+                                  [&](BlockAllocator& a) -> absl::Status {
+                                    KVTIER_ASSIGN_OR_RETURN(state, a.state(now->destination));
+                                    return absl::OkStatus();
+                                  })
+                  .ok());
+  EXPECT_EQ(state, SlotState::kCached);
+  EXPECT_TRUE(
+      (*dram)->ReadBlock(now->destination, Stack::Key(1), absl::MakeSpan(bytes)).Wait().ok());
+
+  Completion compute;
+  TransferOptions later;
+  later.source_ready = compute;
+  absl::StatusOr<Transfer> queued =
+      (*engine)->Copy(Stack::Key(1), Tier::kDram, now->destination, Tier::kHbm, later);
+  ASSERT_TRUE(queued.ok()) << queued.status();
+  EXPECT_FALSE(queued->completion.done());
+  compute.Complete(absl::OkStatus());
+  EXPECT_TRUE(queued->completion.WaitUntil(absl::Now() + absl::Seconds(10)).ok());
+  EXPECT_EQ((*engine)->in_flight(), 0);
 }
 
 TEST(TransferEngineTest, CopyRejectsBadRequestsWithoutAllocating) {

@@ -1,22 +1,5 @@
 // KvCache: sequences, the block index, eviction and the transfers between tiers, under one lock.
-//
-// Who holds what (every reference is one BlockAllocator reference, except tickets):
-//   * A sequence holds one reference per block: its partial last block (kWritable, always HBM)
-//     and each full block in exactly one tier (HBM, or a lower tier after a Pause or before an
-//     onboard lands).
-//   * A ticket pins HBM slots by a per-slot counter (ticket_refs), not by allocator references:
-//     a slot with ticket_refs > 0 is never a candidate and never freed (a writable one whose
-//     sequence is released waits in orphan_partials). This keeps EnsureResident on resident
-//     blocks to a counter increment per block.
-//   * A transfer's source is pinned by the transfer engine while it runs; the cache counts its
-//     own readers per copy (BlockMeta::readers) so a copy being read is never a candidate.
-//   * The index (BlockIndex) lists the copies that are readable (kReady) or being written
-//     (kPending). A slot some sequence holds but the index does not list (a block computed twice,
-//     never written, or found corrupt) is private: freed when its last holder lets go.
-//
-// Lock order: mu (this file) before the transfer engine's lock. Backend and engine callbacks run
-// outside both; they enter through the Lifeline, so a callback that fires after the cache is
-// gone does nothing.
+// The state and the ownership rules are in kv_cache_impl.h.
 #include "kvtier/kv_cache.h"
 
 #include <algorithm>
@@ -29,11 +12,11 @@
 #include <utility>
 #include <vector>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "cache/kv_cache_impl.h"
 #include "cache/ticket_state.h"
 #include "internal/deadline_timer.h"
 #include "internal/mutex.h"
@@ -45,806 +28,557 @@
 namespace kvtier {
 namespace {
 
+using internal::ExtrasOf;
+using internal::SeqName;
 using internal::ToAbsl;
 
 constexpr size_t kReleasedIdsRemembered = 65536;
 
-std::string SeqName(SequenceId id) { return absl::StrCat("sequence ", id.value()); }
-
 bool Finite(double v) { return std::isfinite(v) && v > 0; }
-
-// The identity fields of `options` that enter block keys.
-BlockExtras ExtrasOf(const SequenceOptions& options) {
-  return BlockExtras{options.adapter, options.tenant_salt, options.multimodal};
-}
 
 }  // namespace
 
-namespace internal {
+SlotState KvCache::Impl::StateOf(Tier t, SlotId slot) {
+  SlotState state = SlotState::kFree;
+  (void)Alloc(t, [&](BlockAllocator& a) -> absl::Status {
+    auto s = a.state(slot);
+    if (s.ok()) state = *s;
+    return s.status();
+  });
+  return state;
+}
 
-// Lets callbacks that may outlive the cache reach it safely (see the file comment).
-class Lifeline {
- public:
-  template <typename T>
-  void Set(T* impl) {
-    MutexLock lock(&mu_);
-    impl_ = impl;
-  }
-  // The cache, counted as entered, or nullptr once it is shutting down.
-  void* Enter() {
-    MutexLock lock(&mu_);
-    if (impl_ != nullptr) ++active_;
-    return impl_;
-  }
-  void Exit() {
-    MutexLock lock(&mu_);
-    if (--active_ == 0) cv_.SignalAll();
-  }
-  // After this returns no callback runs in the cache, now or later.
-  void Close() {
-    MutexLock lock(&mu_);
-    impl_ = nullptr;
-    while (active_ > 0) cv_.Wait(&mu_);
-  }
-
- private:
-  Mutex mu_;
-  CondVar cv_;
-  void* impl_ ABSL_GUARDED_BY(mu_) = nullptr;
-  int active_ ABSL_GUARDED_BY(mu_) = 0;
-};
-
-}  // namespace internal
-
-struct KvCache::Impl {
-  // What the cache knows of one block beyond the index. Exists while the block has a copy in
-  // some tier, or while a child counts on it (child_copies).
-  struct BlockMeta {
-    BlockKey parent;           // kRootBlockKey for a sequence's first block
-    int64_t first_token = -1;  // position of its first token; -1 while only a child refers to it
-    std::array<uint32_t, kNumTiers> child_copies{};  // copies of its children, per tier
-    // Of those, copies being demoted away (evict_after set): a parent whose children are all
-    // leaving is a leaf for eviction, so a chain is evicted from its tail on without waiting.
-    std::array<uint32_t, kNumTiers> leaving_children{};
-    absl::Time last_use = absl::InfinitePast();  // the policy's "last touched"
-    std::array<uint16_t, kNumTiers> readers{};   // this cache's transfers reading the copy
-    uint8_t candidate = 0;                       // bit t: registered with policy[t]
-    uint8_t evict_after = 0;  // bit t: drop the copy in t once its demotion lands
-    uint32_t uses = 0;        // first write + attach hits (admission, cost_aware reuse)
-    double retention_priority = 0;
-    absl::Time priority_until = absl::InfinitePast();
-  };
-
-  struct SeqBlock {
-    Tier tier = Tier::kHbm;
-    SlotId slot;
-  };
-
-  struct Sequence {
-    SequenceId id;
-    SequenceOptions options;
-    BlockExtras extras;
-    std::vector<int32_t> tokens;
-    std::vector<BlockKey> keys;    // of the full blocks
-    std::vector<SeqBlock> blocks;  // one reference each
-    int64_t written = 0;
-    bool paused = false;
-    uint64_t generation = 0;  // unique per CreateSequence/Fork, so a re-created id is told apart
-  };
-
-  // One transfer started by the cache.
-  struct Move {
-    BlockKey key;
-    Tier from = Tier::kHbm;
-    SlotId src;
-    Tier to = Tier::kHbm;
-    SlotId dst;
-    bool pin = false;           // the engine leaves dst with one reference for the cache
-    bool evict_source = false;  // a demotion: drop the source once this lands
-    Completion completion;
-    struct Waiter {
-      SequenceId sequence;  // invalid for a ticket-only waiter
-      int64_t block = 0;
-      std::shared_ptr<internal::TicketState> ticket;
-      int64_t ticket_index = 0;
-    };
-    std::vector<Waiter> waiters;                                // onboards: who adopts dst
-    std::vector<std::pair<SequenceId, int64_t>> pause_waiters;  // offloads: refs to move down
-  };
-
-  // Work that must run after the lock is dropped.
-  struct Deferred {
-    std::vector<std::shared_ptr<Move>> moves;  // register completion callbacks
-    std::vector<std::pair<Completion, absl::Status>> fire;
-    std::vector<std::pair<Completion, std::vector<std::pair<BlockKey, SlotId>>>> publish;
-  };
-
-  struct SlotOwner {
-    BlockKey key;
-    bool indexed = false;  // the index lists this slot as the tier's copy of `key`
-  };
-
-  Impl(const CacheNamespace& cache_ns, PrefixHasher prefix_hasher)
-      : ns(cache_ns), hasher(std::move(prefix_hasher)), geometry(ns.geometry()) {}
-
-  // ---- Immutable after Create.
-  CacheNamespace ns;
-  PrefixHasher hasher;
-  KvGeometry geometry;
-  int block_tokens = 0;
-  int64_t block_bytes = 0;
-  std::array<std::unique_ptr<TierBackend>, kNumTiers> tiers;
-  std::unique_ptr<TransferEngine> engine;
-  WritePolicy write_policy = WritePolicy::kWriteBack;
-  TierInclusion inclusion = TierInclusion::kInclusive;
-  std::array<int, kNumTiers> admit_after_uses{};
-  bool demote_on_evict = true;
-  std::optional<PrefillCostModel> cost;
-  std::array<TierLinkCost, kNumTiers> links;
-  bool measure_bandwidth = true;
-  std::function<absl::Time()> clock;
-  size_t event_buffer = 0;
-  absl::Duration room_wait;
-  DevicePoolView pool;
-  std::shared_ptr<internal::Lifeline> lifeline = std::make_shared<internal::Lifeline>();
-  // Expires kAsync tickets at their deadlines (callbacks enter through the lifeline).
-  std::unique_ptr<internal::DeadlineTimer> timer = std::make_unique<internal::DeadlineTimer>();
-
-  // ---- Mutable state.
-  mutable internal::Mutex mu;
-  mutable internal::CondVar cv;  // a move finished
-  std::unique_ptr<BlockIndex> index ABSL_GUARDED_BY(mu);
-  absl::flat_hash_map<BlockKey, BlockMeta> meta ABSL_GUARDED_BY(mu);
-  std::array<std::unique_ptr<EvictionPolicy>, kNumTiers> policy ABSL_GUARDED_BY(mu);
-  std::array<std::vector<SlotOwner>, kNumTiers> owner ABSL_GUARDED_BY(mu);
-  std::vector<uint32_t> ticket_refs ABSL_GUARDED_BY(mu);  // per HBM slot
-  // Per HBM slot: references sequences hold (= the allocator's, less transfer pins), so a
-  // ticket's release knows without the engine's lock which slots nobody holds any more.
-  std::vector<uint32_t> seq_refs ABSL_GUARDED_BY(mu);
-  int64_t locked ABSL_GUARDED_BY(mu) = 0;  // HBM slots with ticket_refs > 0
-  absl::flat_hash_set<uint32_t> orphan_partials ABSL_GUARDED_BY(mu);
-  absl::flat_hash_map<SequenceId, std::unique_ptr<Sequence>> seqs ABSL_GUARDED_BY(mu);
-  // Recently released ids (to tell "released" from "unknown"): id -> release serial, and the
-  // order they were released in, oldest first, with the serial each entry stands for.
-  absl::flat_hash_map<SequenceId, uint64_t> released_ids ABSL_GUARDED_BY(mu);
-  std::deque<std::pair<SequenceId, uint64_t>> released_order ABSL_GUARDED_BY(mu);
-  uint64_t next_release ABSL_GUARDED_BY(mu) = 1;
-  absl::flat_hash_map<uint64_t, std::shared_ptr<internal::TicketState>> tickets ABSL_GUARDED_BY(mu);
-  uint64_t next_ticket ABSL_GUARDED_BY(mu) = 1;
-  uint64_t next_generation ABSL_GUARDED_BY(mu) = 1;
-  absl::flat_hash_map<BlockKey, std::shared_ptr<Move>> onboarding ABSL_GUARDED_BY(mu);
-  absl::flat_hash_map<BlockKey, std::vector<std::shared_ptr<Move>>> offloading ABSL_GUARDED_BY(mu);
-  int64_t moves_in_flight ABSL_GUARDED_BY(mu) = 0;
-  std::array<int64_t, kNumTiers> evicting ABSL_GUARDED_BY(mu){};
-  std::deque<CacheEvent> events ABSL_GUARDED_BY(mu);
-  uint64_t next_event ABSL_GUARDED_BY(mu) = 1;
-  KvCacheStats counters ABSL_GUARDED_BY(mu);
-
-  absl::Time Now() const { return clock ? clock() : absl::Now(); }
-  bool Present(Tier t) const { return tiers[TierIndex(t)] != nullptr; }
-
-  // ---- Allocator access (under the engine's lock, nested in mu).
-
-  absl::Status Alloc(Tier t, absl::FunctionRef<absl::Status(BlockAllocator&)> fn) {
-    return engine->WithAllocator(t, fn);
-  }
-  SlotState StateOf(Tier t, SlotId slot) {
-    SlotState state = SlotState::kFree;
-    (void)Alloc(t, [&](BlockAllocator& a) -> absl::Status {
-      auto s = a.state(slot);
-      if (s.ok()) state = *s;
-      return s.status();
-    });
-    return state;
-  }
-  int64_t FreeBlocks(Tier t) {
-    int64_t n = 0;
-    (void)Alloc(t, [&](BlockAllocator& a) {
-      n = a.free_blocks();
-      return absl::OkStatus();
-    });
-    return n;
-  }
-
-  // ---- Sequences.
-
-  absl::StatusOr<Sequence*> FindSeq(SequenceId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    auto it = seqs.find(id);
-    if (it != seqs.end()) return it->second.get();
-    if (released_ids.contains(id)) {
-      return absl::FailedPreconditionError(absl::StrCat(SeqName(id), " was released"));
-    }
-    return absl::NotFoundError(absl::StrCat(SeqName(id), " is unknown"));
-  }
-
-  // ---- Events and candidacy.
-
-  void Event(CacheEventKind kind, const BlockKey& key, Tier tier)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    events.push_back(CacheEvent{next_event++, kind, key, tier});
-    while (events.size() > event_buffer) events.pop_front();
-  }
-
-  BlockTraits Traits(const BlockMeta& m) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    BlockTraits t;
-    t.expected_reuse = std::max<double>(1.0, m.uses);
-    t.recompute_seconds = cost.has_value() && m.first_token >= 0
-                              ? absl::ToDoubleSeconds(cost->RecomputeTime(
-                                    m.first_token, m.first_token + block_tokens))
-                              : 0;
-    t.bytes = block_bytes;
-    t.retention_priority = m.retention_priority;
-    t.priority_until = m.priority_until;
-    t.parent = m.parent;
-    // cost_aware's class: how many blocks before it share its use count (the turn that wrote it
-    // added about that many), a walk of at most 31 parents.
-    for (BlockKey p = m.parent; p != kRootBlockKey && t.run_blocks < 32;) {
-      auto it = meta.find(p);
-      if (it == meta.end() || it->second.uses != m.uses) break;
-      ++t.run_blocks;
-      p = it->second.parent;
-    }
-    return t;
-  }
-
-  bool WantCandidate(const BlockKey& key, const BlockMeta& m, Tier t)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    const int ti = TierIndex(t);
-    if (m.readers[ti] != 0 || m.child_copies[ti] != m.leaving_children[ti] ||
-        (m.evict_after >> ti) & 1) {
-      return false;
-    }
-    const std::optional<BlockRecord> rec = index->Lookup(key);
-    if (!rec.has_value() || rec->state(t) != CopyState::kReady) return false;
-    const SlotId slot = rec->slots[ti];
-    if (t == Tier::kHbm && ticket_refs[slot.value()] != 0) return false;
-    return StateOf(t, slot) == SlotState::kCached;
-  }
-
-  // Registers or unregisters (key, t) with the tier's policy to match WantCandidate.
-  void UpdateCandidate(const BlockKey& key, Tier t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    auto it = meta.find(key);
-    if (it == meta.end() || !Present(t)) return;
-    BlockMeta& m = it->second;
-    const uint8_t bit = static_cast<uint8_t>(1u << TierIndex(t));
-    const bool want = WantCandidate(key, m, t);
-    if (want && !(m.candidate & bit)) {
-      if (policy[TierIndex(t)]->Add(key, Traits(m), m.last_use).ok()) m.candidate |= bit;
-    } else if (!want && (m.candidate & bit)) {
-      (void)policy[TierIndex(t)]->Remove(key);
-      m.candidate &= static_cast<uint8_t>(~bit);
-    }
-  }
-
-  // Marks the copy of `key` in `t` as being demoted away (or no longer), and tells its parent.
-  void SetLeaving(const BlockKey& key, Tier t, bool leaving) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    auto it = meta.find(key);
-    if (it == meta.end()) return;
-    const uint8_t bit = static_cast<uint8_t>(1u << TierIndex(t));
-    if (((it->second.evict_after & bit) != 0) == leaving) return;
-    it->second.evict_after =
-        leaving ? (it->second.evict_after | bit) : (it->second.evict_after & ~bit);
-    const BlockKey parent = it->second.parent;
-    UpdateCandidate(key, t);
-    if (parent == kRootBlockKey) return;
-    auto p = meta.find(parent);
-    if (p == meta.end()) return;
-    if (leaving) {
-      ++p->second.leaving_children[TierIndex(t)];
-    } else {
-      --p->second.leaving_children[TierIndex(t)];
-    }
-    UpdateCandidate(parent, t);
-    if (!leaving) MaybeEraseMeta(parent);
-  }
-
-  // The block was used (a hit, or released by a sequence at `m.last_use`): its copies that are
-  // candidates in other tiers are re-ranked with the new last use.
-  void TouchCandidates(const BlockKey& key, const BlockMeta& m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    for (int t = 0; t < kNumTiers; ++t) {
-      if ((m.candidate >> t) & 1) (void)policy[t]->Touch(key, Traits(m), m.last_use);
-    }
-  }
-
-  void MaybeEraseMeta(const BlockKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    auto it = meta.find(key);
-    if (it == meta.end()) return;
-    const BlockMeta& m = it->second;
-    for (int t = 0; t < kNumTiers; ++t) {
-      if (m.child_copies[t] != 0 || m.readers[t] != 0 || m.leaving_children[t] != 0) return;
-    }
-    if (index->Lookup(key).has_value()) return;
-    meta.erase(it);
-  }
-
-  // ---- Index copies.
-
-  absl::Status AddCopy(const BlockKey& key, Tier t, SlotId slot, CopyState state,
-                       const BlockKey& parent, int64_t first_token)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    const bool had_copy = index->Lookup(key).has_value();
-    KVTIER_RETURN_IF_ERROR(index->AddCopy(key, t, slot, state, absl::ToUnixNanos(Now())));
-    BlockMeta& m = meta[key];
-    if (!had_copy) {  // a new block, or one only its children knew (parent and position set now)
-      m.parent = parent;
-      m.first_token = first_token;
-      m.last_use = Now();
-    }
-    owner[TierIndex(t)][slot.value()] = SlotOwner{key, true};
-    // Copied: inserting the parent below may rehash `meta` and move `m`.
-    const BlockKey parent_key = m.parent;
-    if (parent_key != kRootBlockKey) {
-      ++meta[parent_key].child_copies[TierIndex(t)];
-      UpdateCandidate(parent_key, t);
-    }
-    if (state == CopyState::kReady) {
-      Event(CacheEventKind::kStored, key, t);
-      ++counters.tiers[TierIndex(t)].stored;
-    }
+int64_t KvCache::Impl::FreeBlocks(Tier t) {
+  int64_t n = 0;
+  (void)Alloc(t, [&](BlockAllocator& a) {
+    n = a.free_blocks();
     return absl::OkStatus();
-  }
+  });
+  return n;
+}
 
-  void MarkReady(const BlockKey& key, Tier t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    if (!index->MarkReady(key, t).ok()) return;
-    Event(CacheEventKind::kStored, key, t);
-    ++counters.tiers[TierIndex(t)].stored;
-    UpdateCandidate(key, t);
+absl::StatusOr<KvCache::Impl::Sequence*> KvCache::Impl::FindSeq(SequenceId id) {
+  auto it = seqs.find(id);
+  if (it != seqs.end()) return it->second.get();
+  if (released_ids.contains(id)) {
+    return absl::FailedPreconditionError(absl::StrCat(SeqName(id), " was released"));
   }
+  return absl::NotFoundError(absl::StrCat(SeqName(id), " is unknown"));
+}
 
-  // Forgets the copy of `key` in `t` (the slot itself is the caller's business).
-  void RemoveCopy(const BlockKey& key, Tier t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    const std::optional<BlockRecord> rec = index->Lookup(key);
-    if (!rec.has_value() || rec->state(t) == CopyState::kAbsent) return;
-    const bool was_ready = rec->state(t) == CopyState::kReady;
-    SetLeaving(key, t, false);
-    (void)index->RemoveCopy(key, t);
-    // The slot may already belong to another block: a failed transfer's destination is freed
-    // (and can be reused) before its callback runs here.
-    SlotOwner& o = owner[TierIndex(t)][rec->slots[TierIndex(t)].value()];
-    if (o.key == key) o.indexed = false;
-    auto it = meta.find(key);
-    if (it != meta.end()) {
-      const uint8_t bit = static_cast<uint8_t>(1u << TierIndex(t));
-      if (it->second.candidate & bit) {
-        (void)policy[TierIndex(t)]->Remove(key);
-        it->second.candidate &= static_cast<uint8_t>(~bit);
-      }
-      const BlockKey parent = it->second.parent;
-      if (parent != kRootBlockKey) {
-        auto p = meta.find(parent);
-        if (p != meta.end() && p->second.child_copies[TierIndex(t)] > 0) {
-          --p->second.child_copies[TierIndex(t)];
-          UpdateCandidate(parent, t);
-          MaybeEraseMeta(parent);
-        }
-      }
-    }
-    if (was_ready) Event(CacheEventKind::kRemoved, key, t);
-    MaybeEraseMeta(key);
+void KvCache::Impl::Event(CacheEventKind kind, const BlockKey& key, Tier tier) {
+  events.push_back(CacheEvent{next_event++, kind, key, tier});
+  while (events.size() > event_buffer) events.pop_front();
+}
+
+BlockTraits KvCache::Impl::Traits(const BlockMeta& m) const {
+  BlockTraits t;
+  t.expected_reuse = std::max<double>(1.0, m.uses);
+  t.recompute_seconds =
+      cost.has_value() && m.first_token >= 0
+          ? absl::ToDoubleSeconds(cost->RecomputeTime(m.first_token, m.first_token + block_tokens))
+          : 0;
+  t.bytes = block_bytes;
+  t.retention_priority = m.retention_priority;
+  t.priority_until = m.priority_until;
+  t.parent = m.parent;
+  // cost_aware's class: how many blocks before it share its use count (the turn that wrote it
+  // added about that many), a walk of at most 31 parents.
+  for (BlockKey p = m.parent; p != kRootBlockKey && t.run_blocks < 32;) {
+    auto it = meta.find(p);
+    if (it == meta.end() || it->second.uses != m.uses) break;
+    ++t.run_blocks;
+    p = it->second.parent;
   }
+  return t;
+}
 
-  // Drops a droppable copy: frees its slot and forgets it.
-  void DropCopy(const BlockKey& key, Tier t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    const std::optional<BlockRecord> rec = index->Lookup(key);
-    if (!rec.has_value() || rec->state(t) != CopyState::kReady) return;
-    const SlotId slot = rec->slots[TierIndex(t)];
-    if (!Alloc(t, [&](BlockAllocator& a) { return a.Evict(slot); }).ok()) return;
-    RemoveCopy(key, t);
-  }
-
-  // The HBM slot's last pin or holder may be gone: settle what it becomes.
-  void SettleSlot(Tier t, SlotId slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    if (t == Tier::kHbm && ticket_refs[slot.value()] != 0) return;
-    const SlotState state = StateOf(t, slot);
-    if (state == SlotState::kWritable && t == Tier::kHbm &&
-        orphan_partials.erase(slot.value()) > 0) {
-      (void)Alloc(t, [&](BlockAllocator& a) { return a.Release(slot); });
-      return;
-    }
-    if (state != SlotState::kCached) return;
-    const SlotOwner& o = owner[TierIndex(t)][slot.value()];
-    if (o.indexed) {
-      UpdateCandidate(o.key, t);
-    } else {
-      // A private copy (computed twice, never written, or found corrupt): nothing to keep.
-      (void)Alloc(t, [&](BlockAllocator& a) { return a.Evict(slot); });
-    }
-  }
-
-  // Drops one reference a sequence held.
-  void DropRef(const SeqBlock& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    if (b.tier == Tier::kHbm) --seq_refs[b.slot.value()];
-    if (b.tier == Tier::kHbm && ticket_refs[b.slot.value()] != 0 &&
-        StateOf(b.tier, b.slot) == SlotState::kWritable) {
-      orphan_partials.insert(b.slot.value());  // freed when the last ticket lets go
-      return;
-    }
-    (void)Alloc(b.tier, [&](BlockAllocator& a) { return a.Release(b.slot); });
-    SettleSlot(b.tier, b.slot);
-  }
-
-  absl::Status AcquireRef(Tier t, SlotId slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    KVTIER_RETURN_IF_ERROR(Alloc(t, [&](BlockAllocator& a) { return a.Acquire(slot); }));
-    if (t == Tier::kHbm) ++seq_refs[slot.value()];
-    const SlotOwner& o = owner[TierIndex(t)][slot.value()];
-    if (o.indexed) UpdateCandidate(o.key, t);
-    return absl::OkStatus();
-  }
-
-  void PinTicket(SlotId slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    if (ticket_refs[slot.value()]++ == 0) {
-      ++locked;
-      const SlotOwner& o = owner[0][slot.value()];
-      if (o.indexed) UpdateCandidate(o.key, Tier::kHbm);
-    }
-  }
-
-  // ---- Tiers below.
-
-  // The first present tier below `t`, or nullopt.
-  std::optional<Tier> NextLower(Tier t) const {
-    for (int i = TierIndex(t) + 1; i < kNumTiers; ++i) {
-      if (tiers[i] != nullptr) return static_cast<Tier>(i);
-    }
-    return std::nullopt;
-  }
-  bool HasCopyBelow(const BlockRecord& rec, Tier t) const {
-    for (int i = TierIndex(t) + 1; i < kNumTiers; ++i) {
-      if (rec.state(static_cast<Tier>(i)) != CopyState::kAbsent) return true;
-    }
+bool KvCache::Impl::WantCandidate(const BlockKey& key, const BlockMeta& m, Tier t) {
+  const int ti = TierIndex(t);
+  if (m.readers[ti] != 0 || m.child_copies[ti] != m.leaving_children[ti] ||
+      (m.evict_after >> ti) & 1) {
     return false;
   }
-  // Where an evicted block of tier `t` would be demoted: the first lower tier that admits it.
-  std::optional<Tier> DemotionTarget(const BlockMeta& m, Tier t) const {
-    for (int i = TierIndex(t) + 1; i < kNumTiers; ++i) {
-      if (tiers[i] != nullptr && m.uses >= static_cast<uint32_t>(admit_after_uses[i])) {
-        return static_cast<Tier>(i);
-      }
-    }
-    return std::nullopt;
+  const std::optional<BlockRecord> rec = index->Lookup(key);
+  if (!rec.has_value() || rec->state(t) != CopyState::kReady) return false;
+  const SlotId slot = rec->slots[ti];
+  if (t == Tier::kHbm && ticket_refs[slot.value()] != 0) return false;
+  return StateOf(t, slot) == SlotState::kCached;
+}
+
+void KvCache::Impl::UpdateCandidate(const BlockKey& key, Tier t) {
+  auto it = meta.find(key);
+  if (it == meta.end() || !Present(t)) return;
+  BlockMeta& m = it->second;
+  const uint8_t bit = static_cast<uint8_t>(1u << TierIndex(t));
+  const bool want = WantCandidate(key, m, t);
+  if (want && !(m.candidate & bit)) {
+    if (policy[TierIndex(t)]->Add(key, Traits(m), m.last_use).ok()) m.candidate |= bit;
+  } else if (!want && (m.candidate & bit)) {
+    (void)policy[TierIndex(t)]->Remove(key);
+    m.candidate &= static_cast<uint8_t>(~bit);
   }
+}
 
-  // Starts copying `key` from (from, src) to a new slot of `to`. The transfer has no deadline:
-  // a ticket's deadline is kept by the cache (ExpireTicket), so the engine never reports a copy
-  // that may still be running, and a source is unpinned by the time its callback runs.
-  absl::StatusOr<std::shared_ptr<Move>> StartMove(const BlockKey& key, Tier from, SlotId src,
-                                                  Tier to, bool pin, Deferred& d)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    auto m = meta.find(key);
-    if (m == meta.end()) return absl::InternalError("a move of a block the cache does not know");
-    if (const std::optional<BlockRecord> rec = index->Lookup(key);
-        rec.has_value() && rec->state(to) != CopyState::kAbsent) {
-      return absl::AlreadyExistsError("the destination tier already has a copy of the block");
-    }
-    TransferOptions options;
-    options.pin_destination = pin;
-    KVTIER_ASSIGN_OR_RETURN(Transfer transfer, engine->Copy(key, from, src, to, options));
-    auto move = std::make_shared<Move>();
-    move->key = key;
-    move->from = from;
-    move->src = src;
-    move->to = to;
-    move->dst = transfer.destination;
-    move->pin = pin;
-    move->completion = transfer.completion;
-    const BlockKey parent = m->second.parent;
-    const int64_t first = m->second.first_token;
-    // Cannot fail: the destination tier was checked to have no copy above.
-    (void)AddCopy(key, to, move->dst, CopyState::kPending, parent, first);
-    ++meta[key].readers[TierIndex(from)];
-    UpdateCandidate(key, from);
-    ++moves_in_flight;
-    if (to == Tier::kHbm) {
-      onboarding[key] = move;
-    } else {
-      offloading[key].push_back(move);
-    }
-    d.moves.push_back(move);
-    return move;
+void KvCache::Impl::SetLeaving(const BlockKey& key, Tier t, bool leaving) {
+  auto it = meta.find(key);
+  if (it == meta.end()) return;
+  const uint8_t bit = static_cast<uint8_t>(1u << TierIndex(t));
+  if (((it->second.evict_after & bit) != 0) == leaving) return;
+  it->second.evict_after =
+      leaving ? (it->second.evict_after | bit) : (it->second.evict_after & ~bit);
+  const BlockKey parent = it->second.parent;
+  UpdateCandidate(key, t);
+  if (parent == kRootBlockKey) return;
+  auto p = meta.find(parent);
+  if (p == meta.end()) return;
+  if (leaving) {
+    ++p->second.leaving_children[TierIndex(t)];
+  } else {
+    --p->second.leaving_children[TierIndex(t)];
   }
+  UpdateCandidate(parent, t);
+  if (!leaving) MaybeEraseMeta(parent);
+}
 
-  // Makes a slot of lower tier `t` free now if that needs no waiting: drops victims that need
-  // no demotion; starts demotions of the others (which free later). True if a slot is free.
-  // `window` bounds the demotions out of `t` in flight: each frees one slot when it lands, and
-  // starting more than the caller will use evicts blocks for nothing (1 for a single block).
-  // `may_wait` is passed to the victims' eviction (EvictOne).
-  bool RoomBelowNow(Tier t, Deferred& d, int64_t window = 1, bool may_wait = false)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    for (int attempts = 0; attempts < 8; ++attempts) {
-      if (FreeBlocks(t) > 0) return true;
-      if (evicting[TierIndex(t)] >= window) return false;
-      if (EvictOne(t, d, window, may_wait) != EvictResult::kEvicted) return false;
-    }
-    return FreeBlocks(t) > 0;
+void KvCache::Impl::TouchCandidates(const BlockKey& key, const BlockMeta& m) {
+  for (int t = 0; t < kNumTiers; ++t) {
+    if ((m.candidate >> t) & 1) (void)policy[t]->Touch(key, Traits(m), m.last_use);
   }
+}
 
-  enum class EvictResult : uint8_t {
-    kEvicted = 0,      // dropped, or its demotion started
-    kNoCandidate = 1,  // nothing in `t` can be evicted
-    kWaitBelow = 2,    // (may_wait) the victim waits for a demotion below to free room
-  };
+void KvCache::Impl::MaybeEraseMeta(const BlockKey& key) {
+  auto it = meta.find(key);
+  if (it == meta.end()) return;
+  const BlockMeta& m = it->second;
+  for (int t = 0; t < kNumTiers; ++t) {
+    if (m.child_copies[t] != 0 || m.readers[t] != 0 || m.leaving_children[t] != 0) return;
+  }
+  if (index->Lookup(key).has_value()) return;
+  meta.erase(it);
+}
 
-  // Evicts the policy's victim in `t`: drops it if a lower tier has it (or none admits it),
-  // else starts its demotion. When the lower tier is full and its own demotions are under way,
-  // a caller that can wait for them (`may_wait`: MakeHbmRoom before its deadline) keeps the
-  // victim for later (kWaitBelow) rather than drop a block a slot will soon be free for:
-  // dropping would lose every block of a burst but the few the lower tier had room for. Other
-  // callers (Pause's copy-down, write-through, Prefetch) never wait: the victim is dropped.
-  EvictResult EvictOne(Tier t, Deferred& d, int64_t window = 1, bool may_wait = false)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    const std::optional<BlockKey> victim = policy[TierIndex(t)]->Victim(Now());
-    if (!victim.has_value()) return EvictResult::kNoCandidate;
-    const BlockKey key = *victim;
-    const std::optional<BlockRecord> rec = index->Lookup(key);
-    auto m = meta.find(key);
-    if (!rec.has_value() || m == meta.end()) {  // stale: cannot happen, but never loop on it
+absl::Status KvCache::Impl::AddCopy(const BlockKey& key, Tier t, SlotId slot, CopyState state,
+                                    const BlockKey& parent, int64_t first_token) {
+  const bool had_copy = index->Lookup(key).has_value();
+  KVTIER_RETURN_IF_ERROR(index->AddCopy(key, t, slot, state, absl::ToUnixNanos(Now())));
+  BlockMeta& m = meta[key];
+  if (!had_copy) {  // a new block, or one only its children knew (parent and position set now)
+    m.parent = parent;
+    m.first_token = first_token;
+    m.last_use = Now();
+  }
+  owner[TierIndex(t)][slot.value()] = SlotOwner{key, true};
+  // Copied: inserting the parent below may rehash `meta` and move `m`.
+  const BlockKey parent_key = m.parent;
+  if (parent_key != kRootBlockKey) {
+    ++meta[parent_key].child_copies[TierIndex(t)];
+    UpdateCandidate(parent_key, t);
+  }
+  if (state == CopyState::kReady) {
+    Event(CacheEventKind::kStored, key, t);
+    ++counters.tiers[TierIndex(t)].stored;
+  }
+  return absl::OkStatus();
+}
+
+void KvCache::Impl::MarkReady(const BlockKey& key, Tier t) {
+  if (!index->MarkReady(key, t).ok()) return;
+  Event(CacheEventKind::kStored, key, t);
+  ++counters.tiers[TierIndex(t)].stored;
+  UpdateCandidate(key, t);
+}
+
+void KvCache::Impl::RemoveCopy(const BlockKey& key, Tier t) {
+  const std::optional<BlockRecord> rec = index->Lookup(key);
+  if (!rec.has_value() || rec->state(t) == CopyState::kAbsent) return;
+  const bool was_ready = rec->state(t) == CopyState::kReady;
+  SetLeaving(key, t, false);
+  (void)index->RemoveCopy(key, t);
+  // The slot may already belong to another block: a failed transfer's destination is freed
+  // (and can be reused) before its callback runs here.
+  SlotOwner& o = owner[TierIndex(t)][rec->slots[TierIndex(t)].value()];
+  if (o.key == key) o.indexed = false;
+  auto it = meta.find(key);
+  if (it != meta.end()) {
+    const uint8_t bit = static_cast<uint8_t>(1u << TierIndex(t));
+    if (it->second.candidate & bit) {
       (void)policy[TierIndex(t)]->Remove(key);
-      return EvictResult::kEvicted;
+      it->second.candidate &= static_cast<uint8_t>(~bit);
     }
-    const std::optional<Tier> target = DemotionTarget(m->second, t);
-    if (demote_on_evict && target.has_value() && !HasCopyBelow(*rec, t)) {
-      if (RoomBelowNow(*target, d, std::max<int64_t>(window, 1), may_wait)) {
-        const SlotId src = rec->slots[TierIndex(t)];
-        auto move = StartMove(key, t, src, *target, /*pin=*/false, d);
-        if (move.ok()) {
-          (*move)->evict_source = true;
-          SetLeaving(key, t, true);
-          ++evicting[TierIndex(t)];
-          return EvictResult::kEvicted;
-        }
-      } else if (may_wait) {
-        for (int below = TierIndex(*target); below < kNumTiers; ++below) {
-          if (evicting[below] > 0) return EvictResult::kWaitBelow;
-        }
+    const BlockKey parent = it->second.parent;
+    if (parent != kRootBlockKey) {
+      auto p = meta.find(parent);
+      if (p != meta.end() && p->second.child_copies[TierIndex(t)] > 0) {
+        --p->second.child_copies[TierIndex(t)];
+        UpdateCandidate(parent, t);
+        MaybeEraseMeta(parent);
       }
     }
-    DropCopy(key, t);
-    ++counters.tiers[TierIndex(t)].evictions;
+  }
+  if (was_ready) Event(CacheEventKind::kRemoved, key, t);
+  MaybeEraseMeta(key);
+}
+
+void KvCache::Impl::DropCopy(const BlockKey& key, Tier t) {
+  const std::optional<BlockRecord> rec = index->Lookup(key);
+  if (!rec.has_value() || rec->state(t) != CopyState::kReady) return;
+  const SlotId slot = rec->slots[TierIndex(t)];
+  if (!Alloc(t, [&](BlockAllocator& a) { return a.Evict(slot); }).ok()) return;
+  RemoveCopy(key, t);
+}
+
+void KvCache::Impl::SettleSlot(Tier t, SlotId slot) {
+  if (t == Tier::kHbm && ticket_refs[slot.value()] != 0) return;
+  const SlotState state = StateOf(t, slot);
+  if (state == SlotState::kWritable && t == Tier::kHbm && orphan_partials.erase(slot.value()) > 0) {
+    (void)Alloc(t, [&](BlockAllocator& a) { return a.Release(slot); });
+    return;
+  }
+  if (state != SlotState::kCached) return;
+  const SlotOwner& o = owner[TierIndex(t)][slot.value()];
+  if (o.indexed) {
+    UpdateCandidate(o.key, t);
+  } else {
+    // A private copy (computed twice, never written, or found corrupt): nothing to keep.
+    (void)Alloc(t, [&](BlockAllocator& a) { return a.Evict(slot); });
+  }
+}
+
+void KvCache::Impl::DropRef(const SeqBlock& b) {
+  if (b.tier == Tier::kHbm) --seq_refs[b.slot.value()];
+  if (b.tier == Tier::kHbm && ticket_refs[b.slot.value()] != 0 &&
+      StateOf(b.tier, b.slot) == SlotState::kWritable) {
+    orphan_partials.insert(b.slot.value());  // freed when the last ticket lets go
+    return;
+  }
+  (void)Alloc(b.tier, [&](BlockAllocator& a) { return a.Release(b.slot); });
+  SettleSlot(b.tier, b.slot);
+}
+
+absl::Status KvCache::Impl::AcquireRef(Tier t, SlotId slot) {
+  KVTIER_RETURN_IF_ERROR(Alloc(t, [&](BlockAllocator& a) { return a.Acquire(slot); }));
+  if (t == Tier::kHbm) ++seq_refs[slot.value()];
+  const SlotOwner& o = owner[TierIndex(t)][slot.value()];
+  if (o.indexed) UpdateCandidate(o.key, t);
+  return absl::OkStatus();
+}
+
+void KvCache::Impl::PinTicket(SlotId slot) {
+  if (ticket_refs[slot.value()]++ == 0) {
+    ++locked;
+    const SlotOwner& o = owner[0][slot.value()];
+    if (o.indexed) UpdateCandidate(o.key, Tier::kHbm);
+  }
+}
+
+std::optional<Tier> KvCache::Impl::NextLower(Tier t) const {
+  for (int i = TierIndex(t) + 1; i < kNumTiers; ++i) {
+    if (tiers[i] != nullptr) return static_cast<Tier>(i);
+  }
+  return std::nullopt;
+}
+
+bool KvCache::Impl::HasCopyBelow(const BlockRecord& rec, Tier t) const {
+  for (int i = TierIndex(t) + 1; i < kNumTiers; ++i) {
+    if (rec.state(static_cast<Tier>(i)) != CopyState::kAbsent) return true;
+  }
+  return false;
+}
+
+std::optional<Tier> KvCache::Impl::DemotionTarget(const BlockMeta& m, Tier t) const {
+  for (int i = TierIndex(t) + 1; i < kNumTiers; ++i) {
+    if (tiers[i] != nullptr && m.uses >= static_cast<uint32_t>(admit_after_uses[i])) {
+      return static_cast<Tier>(i);
+    }
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<std::shared_ptr<KvCache::Impl::Move>> KvCache::Impl::StartMove(const BlockKey& key,
+                                                                              Tier from, SlotId src,
+                                                                              Tier to, bool pin,
+                                                                              Deferred& d) {
+  auto m = meta.find(key);
+  if (m == meta.end()) return absl::InternalError("a move of a block the cache does not know");
+  if (const std::optional<BlockRecord> rec = index->Lookup(key);
+      rec.has_value() && rec->state(to) != CopyState::kAbsent) {
+    return absl::AlreadyExistsError("the destination tier already has a copy of the block");
+  }
+  TransferOptions options;
+  options.pin_destination = pin;
+  KVTIER_ASSIGN_OR_RETURN(Transfer transfer, engine->Copy(key, from, src, to, options));
+  auto move = std::make_shared<Move>();
+  move->key = key;
+  move->from = from;
+  move->src = src;
+  move->to = to;
+  move->dst = transfer.destination;
+  move->pin = pin;
+  move->completion = transfer.completion;
+  const BlockKey parent = m->second.parent;
+  const int64_t first = m->second.first_token;
+  // Cannot fail: the destination tier was checked to have no copy above.
+  (void)AddCopy(key, to, move->dst, CopyState::kPending, parent, first);
+  ++meta[key].readers[TierIndex(from)];
+  UpdateCandidate(key, from);
+  ++moves_in_flight;
+  if (to == Tier::kHbm) {
+    onboarding[key] = move;
+  } else {
+    offloading[key].push_back(move);
+  }
+  d.moves.push_back(move);
+  return move;
+}
+
+bool KvCache::Impl::RoomBelowNow(Tier t, Deferred& d, int64_t window, bool may_wait) {
+  for (int attempts = 0; attempts < 8; ++attempts) {
+    if (FreeBlocks(t) > 0) return true;
+    if (evicting[TierIndex(t)] >= window) return false;
+    if (EvictOne(t, d, window, may_wait) != EvictResult::kEvicted) return false;
+  }
+  return FreeBlocks(t) > 0;
+}
+
+KvCache::Impl::EvictResult KvCache::Impl::EvictOne(Tier t, Deferred& d, int64_t window,
+                                                   bool may_wait) {
+  const std::optional<BlockKey> victim = policy[TierIndex(t)]->Victim(Now());
+  if (!victim.has_value()) return EvictResult::kNoCandidate;
+  const BlockKey key = *victim;
+  const std::optional<BlockRecord> rec = index->Lookup(key);
+  auto m = meta.find(key);
+  if (!rec.has_value() || m == meta.end()) {  // stale: cannot happen, but never loop on it
+    (void)policy[TierIndex(t)]->Remove(key);
     return EvictResult::kEvicted;
   }
-
-  // Frees `need` HBM slots, waiting (lock released) up to `deadline` (wall clock, not the
-  // cache's clock: it bounds real transfers) for demotions to land. Victims wait for room below
-  // until the deadline; at the deadline one last pass drops what cannot be demoted at once. The
-  // caller must re-validate everything it looked up before: the lock may have been dropped.
-  absl::Status MakeHbmRoom(int64_t need, absl::Time deadline, Deferred& d)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    for (;;) {
-      const bool past_deadline = absl::Now() >= deadline;
-      // Demotions in flight free their sources when they land: count them, so no more is
-      // evicted than needed. The nested window lets the tier below start as many demotions as
-      // HBM still needs slots (more than needed when some victims already have a copy below).
-      bool waiting_below = false;
-      while (FreeBlocks(Tier::kHbm) + evicting[0] < need) {
-        const EvictResult e = EvictOne(Tier::kHbm, d, need - FreeBlocks(Tier::kHbm) - evicting[0],
-                                       /*may_wait=*/!past_deadline);
-        waiting_below = e == EvictResult::kWaitBelow;
-        if (e != EvictResult::kEvicted) break;
+  const std::optional<Tier> target = DemotionTarget(m->second, t);
+  if (demote_on_evict && target.has_value() && !HasCopyBelow(*rec, t)) {
+    if (RoomBelowNow(*target, d, std::max<int64_t>(window, 1), may_wait)) {
+      const SlotId src = rec->slots[TierIndex(t)];
+      auto move = StartMove(key, t, src, *target, /*pin=*/false, d);
+      if (move.ok()) {
+        (*move)->evict_source = true;
+        SetLeaving(key, t, true);
+        ++evicting[TierIndex(t)];
+        return EvictResult::kEvicted;
       }
-      if (FreeBlocks(Tier::kHbm) >= need) return absl::OkStatus();
-      // Demotions started above free their sources when they land; their callbacks need the
-      // lock, and must first be registered. A copy that already finished (a synchronous tier)
-      // runs its callback right there, while the lock is dropped, and its wake-up is gone by
-      // the time we would wait: look again first (not past the deadline).
-      const bool dropped_lock = DeferredRelease(d);
-      if (FreeBlocks(Tier::kHbm) >= need) return absl::OkStatus();
-      if (dropped_lock && !past_deadline) continue;
-      if ((evicting[0] == 0 && !waiting_below) || past_deadline) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "HBM has ", FreeBlocks(Tier::kHbm), " free slots, ", need, " needed; ",
-            evicting[0] > 0
-                ? absl::StrCat(evicting[0], " demotions still in flight at the room wait's end")
-                : "every other slot is locked by a ticket or held by a sequence"));
-      }
-      cv.WaitUntil(&mu,
-                   absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Milliseconds(50))));
-    }
-  }
-
-  // Registers the callbacks of moves started so far (they must exist before anyone waits on
-  // them), dropping and retaking the lock. True if it did (state may have changed meanwhile).
-  bool DeferredRelease(Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    if (d.moves.empty() && d.fire.empty() && d.publish.empty()) return false;
-    Deferred now;
-    std::swap(now, d);
-    mu.Unlock();
-    RunDeferred(now);
-    mu.Lock();
-    return true;
-  }
-
-  void RunDeferred(Deferred& d) ABSL_LOCKS_EXCLUDED(mu);
-  void OnMoveDone(const std::shared_ptr<Move>& move, const absl::Status& status)
-      ABSL_LOCKS_EXCLUDED(mu);
-  void OnWritten(const std::vector<std::pair<BlockKey, SlotId>>& blocks, const absl::Status& status)
-      ABSL_LOCKS_EXCLUDED(mu);
-
-  // Resolves one still-pending block of a ticket (false if it was resolved already: a late
-  // onboard after the ticket's deadline).
-  bool ResolveTicketBlock(const std::shared_ptr<internal::TicketState>& t, int64_t i,
-                          std::optional<SlotId> slot, absl::Status error, Deferred& d)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    {
-      internal::MutexLock lock(&t->mu);
-      if (t->status[static_cast<size_t>(i)] != BlockResidency::kPending) return false;
-      if (slot.has_value()) {
-        t->status[static_cast<size_t>(i)] = BlockResidency::kResident;
-        t->table.slots[static_cast<size_t>(i)] = static_cast<int32_t>(slot->value());
-      } else {
-        t->status[static_cast<size_t>(i)] = BlockResidency::kNotResident;
-        t->table.slots[static_cast<size_t>(i)] = -1;
-        t->errors[i] = std::move(error);
+    } else if (may_wait) {
+      for (int below = TierIndex(*target); below < kNumTiers; ++below) {
+        if (evicting[below] > 0) return EvictResult::kWaitBelow;
       }
     }
-    if (--t->pending == 0) d.fire.emplace_back(t->done, TicketOutcome(*t));
-    return true;
   }
+  DropCopy(key, t);
+  ++counters.tiers[TierIndex(t)].evictions;
+  return EvictResult::kEvicted;
+}
 
-  static bool TicketBlockPending(internal::TicketState& t, int64_t i) {
-    internal::MutexLock lock(&t.mu);
-    return t.status[static_cast<size_t>(i)] == BlockResidency::kPending;
-  }
-
-  // The ticket's deadline passed: every block still onboarding is reported not resident (the
-  // onboard goes on and lands as a droppable block, or for the sequence), and the ticket's
-  // completion fires.
-  void ExpireTicket(const std::shared_ptr<internal::TicketState>& t) ABSL_LOCKS_EXCLUDED(mu) {
-    Deferred d;
-    {
-      internal::MutexLock lock(&mu);
-      std::vector<int64_t> late;
-      {
-        internal::MutexLock tl(&t->mu);
-        for (size_t i = 0; i < t->status.size(); ++i) {
-          if (t->status[i] == BlockResidency::kPending) late.push_back(static_cast<int64_t>(i));
-        }
-      }
-      for (int64_t i : late) {
-        ResolveTicketBlock(
-            t, i, std::nullopt,
-            absl::DeadlineExceededError("the block was not resident by the deadline"), d);
-      }
+absl::Status KvCache::Impl::MakeHbmRoom(int64_t need, absl::Time deadline, Deferred& d) {
+  for (;;) {
+    const bool past_deadline = absl::Now() >= deadline;
+    // Demotions in flight free their sources when they land: count them, so no more is
+    // evicted than needed. The nested window lets the tier below start as many demotions as
+    // HBM still needs slots (more than needed when some victims already have a copy below).
+    bool waiting_below = false;
+    while (FreeBlocks(Tier::kHbm) + evicting[0] < need) {
+      const EvictResult e = EvictOne(Tier::kHbm, d, need - FreeBlocks(Tier::kHbm) - evicting[0],
+                                     /*may_wait=*/!past_deadline);
+      waiting_below = e == EvictResult::kWaitBelow;
+      if (e != EvictResult::kEvicted) break;
     }
-    RunDeferred(d);
+    if (FreeBlocks(Tier::kHbm) >= need) return absl::OkStatus();
+    // Demotions started above free their sources when they land; their callbacks need the
+    // lock, and must first be registered. A copy that already finished (a synchronous tier)
+    // runs its callback right there, while the lock is dropped, and its wake-up is gone by
+    // the time we would wait: look again first (not past the deadline).
+    const bool dropped_lock = DeferredRelease(d);
+    if (FreeBlocks(Tier::kHbm) >= need) return absl::OkStatus();
+    if (dropped_lock && !past_deadline) continue;
+    if ((evicting[0] == 0 && !waiting_below) || past_deadline) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "HBM has ", FreeBlocks(Tier::kHbm), " free slots, ", need, " needed; ",
+          evicting[0] > 0
+              ? absl::StrCat(evicting[0], " demotions still in flight at the room wait's end")
+              : "every other slot is locked by a ticket or held by a sequence"));
+    }
+    cv.WaitUntil(&mu, absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Milliseconds(50))));
   }
+}
 
-  // Blocks [first, last) of `seq` below HBM whose block has a ready HBM copy (another request
-  // onboarded it, or it was never dropped) take that copy: no bytes move, and it can no longer
-  // be evicted to make room for this very request.
-  void AdoptHbmCopies(Sequence& seq, int64_t first, int64_t last)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    for (int64_t i = first; i < last && i < static_cast<int64_t>(seq.keys.size()); ++i) {
-      const SeqBlock b = seq.blocks[static_cast<size_t>(i)];
-      if (b.tier == Tier::kHbm) continue;
-      const BlockKey key = seq.keys[static_cast<size_t>(i)];
-      const std::optional<BlockRecord> rec = index->Lookup(key);
-      if (!rec.has_value() || rec->state(Tier::kHbm) != CopyState::kReady) continue;
-      if (!AcquireRef(Tier::kHbm, rec->slots[0]).ok()) continue;
-      seq.blocks[static_cast<size_t>(i)] = SeqBlock{Tier::kHbm, rec->slots[0]};
-      DropRef(b);
-      if (inclusion == TierInclusion::kExclusive) DropIfDroppable(key, b.tier);
+bool KvCache::Impl::DeferredRelease(Deferred& d) {
+  if (d.moves.empty() && d.fire.empty() && d.publish.empty()) return false;
+  Deferred now;
+  std::swap(now, d);
+  mu.Unlock();
+  RunDeferred(now);
+  mu.Lock();
+  return true;
+}
+
+bool KvCache::Impl::ResolveTicketBlock(const std::shared_ptr<internal::TicketState>& t, int64_t i,
+                                       std::optional<SlotId> slot, absl::Status error,
+                                       Deferred& d) {
+  {
+    internal::MutexLock lock(&t->mu);
+    if (t->status[static_cast<size_t>(i)] != BlockResidency::kPending) return false;
+    if (slot.has_value()) {
+      t->status[static_cast<size_t>(i)] = BlockResidency::kResident;
+      t->table.slots[static_cast<size_t>(i)] = static_cast<int32_t>(slot->value());
+    } else {
+      t->status[static_cast<size_t>(i)] = BlockResidency::kNotResident;
+      t->table.slots[static_cast<size_t>(i)] = -1;
+      t->errors[i] = std::move(error);
     }
   }
+  if (--t->pending == 0) d.fire.emplace_back(t->done, TicketOutcome(*t));
+  return true;
+}
 
-  // Blocks of [first, last) an onboard would have to bring: below HBM and not on the way.
-  int64_t MissingBlocks(const Sequence& seq, int64_t first, int64_t last)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    int64_t missing = 0;
-    for (int64_t i = first; i < last; ++i) {
-      if (seq.blocks[static_cast<size_t>(i)].tier != Tier::kHbm &&
-          !onboarding.contains(seq.keys[static_cast<size_t>(i)])) {
-        ++missing;
-      }
+bool KvCache::Impl::TicketBlockPending(internal::TicketState& t, int64_t i) {
+  internal::MutexLock lock(&t.mu);
+  return t.status[static_cast<size_t>(i)] == BlockResidency::kPending;
+}
+
+void KvCache::Impl::ExpireTicket(const std::shared_ptr<internal::TicketState>& t) {
+  CacheScope scope(*this);
+  Deferred& d = scope.deferred();
+  std::vector<int64_t> late;
+  {
+    internal::MutexLock tl(&t->mu);
+    for (size_t i = 0; i < t->status.size(); ++i) {
+      if (t->status[i] == BlockResidency::kPending) late.push_back(static_cast<int64_t>(i));
     }
-    return missing;
   }
-
-  static absl::Status TicketOutcome(internal::TicketState& t) {
-    internal::MutexLock lock(&t.mu);
-    for (size_t i = 0; i < t.status.size(); ++i) {
-      if (t.status[i] != BlockResidency::kResident) {
-        auto it = t.errors.find(static_cast<int64_t>(i));
-        return absl::UnavailableError(absl::StrCat(
-            "block ", t.table.first_block + static_cast<int64_t>(i), " of ", SeqName(t.sequence),
-            " is not resident: ", it != t.errors.end() ? it->second.ToString() : "pending"));
-      }
-    }
-    return absl::OkStatus();
+  for (int64_t i : late) {
+    ResolveTicketBlock(t, i, std::nullopt,
+                       absl::DeadlineExceededError("the block was not resident by the deadline"),
+                       d);
   }
+}
 
-  // Makes block `i` of `seq` resident for ticket `t` (index `ti` in it): adopts an HBM copy,
-  // joins an onboard in flight, or starts one.
-  void Onboard(Sequence& seq, int64_t i, const std::shared_ptr<internal::TicketState>& t,
-               int64_t ti, Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+void KvCache::Impl::AdoptHbmCopies(Sequence& seq, int64_t first, int64_t last) {
+  for (int64_t i = first; i < last && i < static_cast<int64_t>(seq.keys.size()); ++i) {
     const SeqBlock b = seq.blocks[static_cast<size_t>(i)];
-    if (b.tier == Tier::kHbm) {  // also the partial last block, which has no key
-      if (t->pins) PinTicket(b.slot);
-      ResolveTicketBlock(t, ti, b.slot, absl::OkStatus(), d);
-      return;
-    }
+    if (b.tier == Tier::kHbm) continue;
     const BlockKey key = seq.keys[static_cast<size_t>(i)];
     const std::optional<BlockRecord> rec = index->Lookup(key);
-    if (rec.has_value() && rec->state(Tier::kHbm) == CopyState::kReady) {
-      const SlotId hbm = rec->slots[0];
-      if (AcquireRef(Tier::kHbm, hbm).ok()) {  // an HBM copy exists: adopt it, no bytes move
-        seq.blocks[static_cast<size_t>(i)] = SeqBlock{Tier::kHbm, hbm};
-        DropRef(b);
-        if (inclusion == TierInclusion::kExclusive) DropIfDroppable(key, b.tier);
-        if (t->pins) PinTicket(hbm);
-        ResolveTicketBlock(t, ti, hbm, absl::OkStatus(), d);
-        return;
+    if (!rec.has_value() || rec->state(Tier::kHbm) != CopyState::kReady) continue;
+    if (!AcquireRef(Tier::kHbm, rec->slots[0]).ok()) continue;
+    seq.blocks[static_cast<size_t>(i)] = SeqBlock{Tier::kHbm, rec->slots[0]};
+    DropRef(b);
+    if (inclusion == TierInclusion::kExclusive) DropIfDroppable(key, b.tier);
+  }
+}
+
+int64_t KvCache::Impl::MissingBlocks(const Sequence& seq, int64_t first, int64_t last) {
+  int64_t missing = 0;
+  for (int64_t i = first; i < last; ++i) {
+    if (seq.blocks[static_cast<size_t>(i)].tier != Tier::kHbm &&
+        !onboarding.contains(seq.keys[static_cast<size_t>(i)])) {
+      ++missing;
+    }
+  }
+  return missing;
+}
+
+absl::Status KvCache::Impl::TicketOutcome(internal::TicketState& t) {
+  internal::MutexLock lock(&t.mu);
+  for (size_t i = 0; i < t.status.size(); ++i) {
+    if (t.status[i] != BlockResidency::kResident) {
+      auto it = t.errors.find(static_cast<int64_t>(i));
+      return absl::UnavailableError(absl::StrCat(
+          "block ", t.table.first_block + static_cast<int64_t>(i), " of ", SeqName(t.sequence),
+          " is not resident: ", it != t.errors.end() ? it->second.ToString() : "pending"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void KvCache::Impl::Onboard(Sequence& seq, int64_t i,
+                            const std::shared_ptr<internal::TicketState>& t, int64_t ti,
+                            Deferred& d) {
+  const SeqBlock b = seq.blocks[static_cast<size_t>(i)];
+  if (b.tier == Tier::kHbm) {  // also the partial last block, which has no key
+    if (t->pins) PinTicket(b.slot);
+    ResolveTicketBlock(t, ti, b.slot, absl::OkStatus(), d);
+    return;
+  }
+  const BlockKey key = seq.keys[static_cast<size_t>(i)];
+  const std::optional<BlockRecord> rec = index->Lookup(key);
+  if (rec.has_value() && rec->state(Tier::kHbm) == CopyState::kReady) {
+    const SlotId hbm = rec->slots[0];
+    if (AcquireRef(Tier::kHbm, hbm).ok()) {  // an HBM copy exists: adopt it, no bytes move
+      seq.blocks[static_cast<size_t>(i)] = SeqBlock{Tier::kHbm, hbm};
+      DropRef(b);
+      if (inclusion == TierInclusion::kExclusive) DropIfDroppable(key, b.tier);
+      if (t->pins) PinTicket(hbm);
+      ResolveTicketBlock(t, ti, hbm, absl::OkStatus(), d);
+      return;
+    }
+  }
+  auto in_flight = onboarding.find(key);
+  if (in_flight != onboarding.end()) {
+    in_flight->second->waiters.push_back(Move::Waiter{seq.id, i, t, ti});
+    return;
+  }
+  if (rec.has_value() && rec->state(Tier::kHbm) == CopyState::kPending) {
+    ResolveTicketBlock(t, ti, std::nullopt,
+                       absl::UnavailableError("another sequence is still writing this block"), d);
+    return;
+  }
+  auto move = StartMove(key, b.tier, b.slot, Tier::kHbm, /*pin=*/true, d);
+  if (!move.ok()) {
+    ResolveTicketBlock(t, ti, std::nullopt, move.status(), d);
+    return;
+  }
+  (*move)->waiters.push_back(Move::Waiter{seq.id, i, t, ti});
+}
+
+void KvCache::Impl::DropIfDroppable(const BlockKey& key, Tier t) {
+  auto m = meta.find(key);
+  if (m == meta.end() || t == Tier::kHbm || m->second.readers[TierIndex(t)] != 0 ||
+      ((m->second.evict_after >> TierIndex(t)) & 1)) {
+    return;
+  }
+  const std::optional<BlockRecord> rec = index->Lookup(key);
+  if (rec.has_value() && rec->state(t) == CopyState::kReady &&
+      StateOf(t, rec->slots[TierIndex(t)]) == SlotState::kCached) {
+    DropCopy(key, t);
+  }
+}
+
+std::array<TierLinkCost, kNumTiers> KvCache::Impl::CurrentLinks() const {
+  std::array<TierLinkCost, kNumTiers> l = links;
+  if (!measure_bandwidth) return l;
+  for (int t = 1; t < kNumTiers; ++t) {
+    if (tiers[t] == nullptr) continue;
+    const double bw = engine->stats(static_cast<Tier>(t), Tier::kHbm).bandwidth_bytes_per_second;
+    if (bw > 0) l[t].bytes_per_second = bw;
+  }
+  return l;
+}
+
+void KvCache::Impl::AdoptRecoveredBlocks() {
+  for (int t = 0; t < kNumTiers; ++t) {
+    if (tiers[t] == nullptr) continue;
+    const Tier tier = static_cast<Tier>(t);
+    for (const RecoveredBlock& b : tiers[t]->recovered_blocks()) {
+      if (b.slot.value() >= owner[t].size() || StateOf(tier, b.slot) != SlotState::kCached) {
+        continue;
+      }
+      if (AddCopy(b.key, tier, b.slot, CopyState::kReady, kRootBlockKey, -1).ok()) {
+        UpdateCandidate(b.key, tier);
       }
     }
-    auto in_flight = onboarding.find(key);
-    if (in_flight != onboarding.end()) {
-      in_flight->second->waiters.push_back(Move::Waiter{seq.id, i, t, ti});
-      return;
-    }
-    if (rec.has_value() && rec->state(Tier::kHbm) == CopyState::kPending) {
-      ResolveTicketBlock(t, ti, std::nullopt,
-                         absl::UnavailableError("another sequence is still writing this block"), d);
-      return;
-    }
-    auto move = StartMove(key, b.tier, b.slot, Tier::kHbm, /*pin=*/true, d);
-    if (!move.ok()) {
-      ResolveTicketBlock(t, ti, std::nullopt, move.status(), d);
-      return;
-    }
-    (*move)->waiters.push_back(Move::Waiter{seq.id, i, t, ti});
-  }
-
-  // Exclusive tiers: drop the ready copy in `t` if nobody holds or reads it, even if it is not
-  // a leaf there (its parent chain continues in HBM, where it was just onboarded).
-  void DropIfDroppable(const BlockKey& key, Tier t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    auto m = meta.find(key);
-    if (m == meta.end() || t == Tier::kHbm || m->second.readers[TierIndex(t)] != 0 ||
-        ((m->second.evict_after >> TierIndex(t)) & 1)) {
-      return;
-    }
-    const std::optional<BlockRecord> rec = index->Lookup(key);
-    if (rec.has_value() && rec->state(t) == CopyState::kReady &&
-        StateOf(t, rec->slots[TierIndex(t)]) == SlotState::kCached) {
-      DropCopy(key, t);
-    }
-  }
-
-  std::array<TierLinkCost, kNumTiers> CurrentLinks() const {
-    std::array<TierLinkCost, kNumTiers> l = links;
-    if (!measure_bandwidth) return l;
-    for (int t = 1; t < kNumTiers; ++t) {
-      if (tiers[t] == nullptr) continue;
-      const double bw = engine->stats(static_cast<Tier>(t), Tier::kHbm).bandwidth_bytes_per_second;
-      if (bw > 0) l[t].bytes_per_second = bw;
-    }
-    return l;
-  }
-
-  // Warm restart: blocks a persistent tier found again become ready copies, matchable by key.
-  // Their parents are unknown (the slot header keeps only the key), so each is its own root
-  // for leaf-first eviction. Any other slot the allocator starts cached is freed.
-  void AdoptRecoveredBlocks() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    for (int t = 0; t < kNumTiers; ++t) {
-      if (tiers[t] == nullptr) continue;
-      const Tier tier = static_cast<Tier>(t);
-      for (const RecoveredBlock& b : tiers[t]->recovered_blocks()) {
-        if (b.slot.value() >= owner[t].size() || StateOf(tier, b.slot) != SlotState::kCached) {
-          continue;
-        }
-        if (AddCopy(b.key, tier, b.slot, CopyState::kReady, kRootBlockKey, -1).ok()) {
-          UpdateCandidate(b.key, tier);
-        }
-      }
-      for (size_t s = 0; s < owner[t].size(); ++s) {
-        const SlotId slot(static_cast<uint32_t>(s));
-        if (!owner[t][s].indexed && StateOf(tier, slot) == SlotState::kCached) {
-          (void)Alloc(tier, [&](BlockAllocator& a) { return a.Evict(slot); });
-        }
+    for (size_t s = 0; s < owner[t].size(); ++s) {
+      const SlotId slot(static_cast<uint32_t>(s));
+      if (!owner[t][s].indexed && StateOf(tier, slot) == SlotState::kCached) {
+        (void)Alloc(tier, [&](BlockAllocator& a) { return a.Evict(slot); });
       }
     }
   }
-
-  absl::Status CheckInvariantsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-};
+}
 
 void KvCache::Impl::RunDeferred(Deferred& work) {
   Deferred d;  // taken, so running a Deferred twice does nothing the second time
@@ -874,41 +608,38 @@ void KvCache::Impl::RunDeferred(Deferred& work) {
 
 void KvCache::Impl::OnWritten(const std::vector<std::pair<BlockKey, SlotId>>& blocks,
                               const absl::Status& status) {
-  Deferred d;
-  {
-    internal::MutexLock lock(&mu);
-    for (const auto& [key, slot] : blocks) {
-      const std::optional<BlockRecord> rec = index->Lookup(key);
-      if (!rec.has_value() || rec->state(Tier::kHbm) != CopyState::kPending ||
-          rec->slots[0] != slot || onboarding.contains(key)) {
-        continue;
-      }
-      if (!status.ok()) {
-        RemoveCopy(key, Tier::kHbm);
-        SettleSlot(Tier::kHbm, slot);  // a released sequence's block: freed
-        continue;
-      }
-      tiers[0]->EndDeviceWrite(slot, key);
-      ++meta[key].uses;
-      MarkReady(key, Tier::kHbm);
-      if (write_policy == WritePolicy::kWriteThrough) {
-        const std::optional<Tier> lower = NextLower(Tier::kHbm);
-        auto m = meta.find(key);
-        if (lower.has_value() && m != meta.end() &&
-            m->second.uses >= static_cast<uint32_t>(admit_after_uses[TierIndex(*lower)]) &&
-            index->Lookup(key)->state(*lower) == CopyState::kAbsent && RoomBelowNow(*lower, d)) {
-          (void)StartMove(key, Tier::kHbm, slot, *lower, false, d);
-        }
+  CacheScope scope(*this);
+  Deferred& d = scope.deferred();
+  for (const auto& [key, slot] : blocks) {
+    const std::optional<BlockRecord> rec = index->Lookup(key);
+    if (!rec.has_value() || rec->state(Tier::kHbm) != CopyState::kPending ||
+        rec->slots[0] != slot || onboarding.contains(key)) {
+      continue;
+    }
+    if (!status.ok()) {
+      RemoveCopy(key, Tier::kHbm);
+      SettleSlot(Tier::kHbm, slot);  // a released sequence's block: freed
+      continue;
+    }
+    tiers[0]->EndDeviceWrite(slot, key);
+    ++meta[key].uses;
+    MarkReady(key, Tier::kHbm);
+    if (write_policy == WritePolicy::kWriteThrough) {
+      const std::optional<Tier> lower = NextLower(Tier::kHbm);
+      auto m = meta.find(key);
+      if (lower.has_value() && m != meta.end() &&
+          m->second.uses >= static_cast<uint32_t>(admit_after_uses[TierIndex(*lower)]) &&
+          index->Lookup(key)->state(*lower) == CopyState::kAbsent && RoomBelowNow(*lower, d)) {
+        (void)StartMove(key, Tier::kHbm, slot, *lower, false, d);
       }
     }
   }
-  RunDeferred(d);
 }
 
 void KvCache::Impl::OnMoveDone(const std::shared_ptr<Move>& move, const absl::Status& status) {
-  Deferred d;
   {
-    internal::MutexLock lock(&mu);
+    CacheScope scope(*this);
+    Deferred& d = scope.deferred();
     const BlockKey& key = move->key;
     const int from = TierIndex(move->from);
     if (auto m = meta.find(key); m != meta.end() && m->second.readers[from] > 0) {
@@ -1009,7 +740,6 @@ void KvCache::Impl::OnMoveDone(const std::shared_ptr<Move>& move, const absl::St
       SettleSlot(move->from, move->src);
     }
   }
-  RunDeferred(d);
   internal::MutexLock lock(&mu);
   --moves_in_flight;
   cv.SignalAll();
@@ -1313,13 +1043,10 @@ absl::StatusOr<KvAppendResult> KvCache::Append(SequenceId id, absl::Span<const i
   Impl& I = *impl_;
   if (tokens.empty()) return absl::InvalidArgumentError("Append: no tokens");
   const int64_t b_tokens = I.block_tokens;
-  Impl::Deferred d;
-  // Runs once the lock below is released, on every return path: a move started under the lock
-  // needs its completion callback, or it would never be accounted for (WaitIdle would hang).
-  absl::Cleanup run_deferred = [&I, &d] { I.RunDeferred(d); };
   KvAppendResult result;
   {
-    internal::MutexLock lock(&I.mu);
+    Impl::CacheScope scope(I);
+    Impl::Deferred& d = scope.deferred();
     for (int round = 0;; ++round) {
       KVTIER_ASSIGN_OR_RETURN(Impl::Sequence * seq, I.FindSeq(id));
       const int64_t old_n = static_cast<int64_t>(seq->tokens.size());
@@ -1394,12 +1121,9 @@ absl::StatusOr<KvAppendResult> KvCache::Append(SequenceId id, absl::Span<const i
 
 absl::Status KvCache::ReportWritten(SequenceId id, int64_t num_tokens, Completion ready) {
   Impl& I = *impl_;
-  Impl::Deferred d;
-  // Runs once the lock below is released, on every return path: a move started under the lock
-  // needs its completion callback, or it would never be accounted for (WaitIdle would hang).
-  absl::Cleanup run_deferred = [&I, &d] { I.RunDeferred(d); };
   {
-    internal::MutexLock lock(&I.mu);
+    Impl::CacheScope scope(I);
+    Impl::Deferred& d = scope.deferred();
     KVTIER_ASSIGN_OR_RETURN(Impl::Sequence * seq, I.FindSeq(id));
     const int64_t n = static_cast<int64_t>(seq->tokens.size());
     if (num_tokens > n) {
@@ -1427,7 +1151,6 @@ absl::Status KvCache::ReportWritten(SequenceId id, int64_t num_tokens, Completio
     seq->written = num_tokens;
     if (!publish.empty()) d.publish.emplace_back(std::move(ready), std::move(publish));
   }
-  I.RunDeferred(d);
   return absl::OkStatus();
 }
 
@@ -1436,13 +1159,10 @@ absl::StatusOr<std::optional<BlockCopy>> KvCache::Fork(SequenceId parent, Sequen
   Impl& I = *impl_;
   if (!child.valid()) return absl::InvalidArgumentError("Fork: an invalid child sequence id");
   const int64_t b_tokens = I.block_tokens;
-  Impl::Deferred d;
-  // Runs once the lock below is released, on every return path: a move started under the lock
-  // needs its completion callback, or it would never be accounted for (WaitIdle would hang).
-  absl::Cleanup run_deferred = [&I, &d] { I.RunDeferred(d); };
   std::optional<BlockCopy> copy;
   {
-    internal::MutexLock lock(&I.mu);
+    Impl::CacheScope scope(I);
+    Impl::Deferred& d = scope.deferred();
     for (int round = 0;; ++round) {
       KVTIER_ASSIGN_OR_RETURN(Impl::Sequence * p, I.FindSeq(parent));
       if (I.seqs.contains(child)) {
@@ -1553,12 +1273,9 @@ absl::Status KvCache::Pause(SequenceId id, absl::Duration expected_idle) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Pause: expected_idle = ", absl::FormatDuration(expected_idle), " must not be negative"));
   }
-  Impl::Deferred d;
-  // Runs once the lock below is released, on every return path: a move started under the lock
-  // needs its completion callback, or it would never be accounted for (WaitIdle would hang).
-  absl::Cleanup run_deferred = [&I, &d] { I.RunDeferred(d); };
   {
-    internal::MutexLock lock(&I.mu);
+    Impl::CacheScope scope(I);
+    Impl::Deferred& d = scope.deferred();
     KVTIER_ASSIGN_OR_RETURN(Impl::Sequence * seq, I.FindSeq(id));
     if (seq->paused) {
       return absl::FailedPreconditionError(absl::StrCat("Pause: ", SeqName(id), " is paused"));
@@ -1601,19 +1318,15 @@ absl::Status KvCache::Pause(SequenceId id, absl::Duration expected_idle) {
       if (move.ok()) (*move)->pause_waiters.emplace_back(id, j);
     }
   }
-  I.RunDeferred(d);
   return absl::OkStatus();
 }
 
 absl::StatusOr<Completion> KvCache::Resume(SequenceId id) {
   Impl& I = *impl_;
-  Impl::Deferred d;
-  // Runs once the lock below is released, on every return path: a move started under the lock
-  // needs its completion callback, or it would never be accounted for (WaitIdle would hang).
-  absl::Cleanup run_deferred = [&I, &d] { I.RunDeferred(d); };
   auto t = std::make_shared<internal::TicketState>();
   {
-    internal::MutexLock lock(&I.mu);
+    Impl::CacheScope scope(I);
+    Impl::Deferred& d = scope.deferred();
     Impl::Sequence* seq = nullptr;
     for (int round = 0;; ++round) {
       KVTIER_ASSIGN_OR_RETURN(seq, I.FindSeq(id));
@@ -1645,7 +1358,6 @@ absl::StatusOr<Completion> KvCache::Resume(SequenceId id) {
     for (int64_t j = 0; j < full; ++j) I.Onboard(*seq, j, t, j, d);
     if (--t->pending == 0) d.fire.emplace_back(t->done, Impl::TicketOutcome(*t));
   }
-  I.RunDeferred(d);
   return t->done;
 }
 
@@ -1654,13 +1366,10 @@ absl::StatusOr<int64_t> KvCache::Prefetch(absl::Span<const int32_t> tokens,
   Impl& I = *impl_;
   KVTIER_ASSIGN_OR_RETURN(std::vector<BlockKey> keys,
                           I.hasher.BlockKeys(tokens, ExtrasOf(identity)));
-  Impl::Deferred d;
-  // Runs once the lock below is released, on every return path: a move started under the lock
-  // needs its completion callback, or it would never be accounted for (WaitIdle would hang).
-  absl::Cleanup run_deferred = [&I, &d] { I.RunDeferred(d); };
   int64_t started = 0;
   {
-    internal::MutexLock lock(&I.mu);
+    Impl::CacheScope scope(I);
+    Impl::Deferred& d = scope.deferred();
     std::vector<BlockLocation> where;
     KVTIER_ASSIGN_OR_RETURN(const PrefixMatch match,
                             I.index->Match(keys, static_cast<int64_t>(tokens.size()), &where));
@@ -1685,7 +1394,6 @@ absl::StatusOr<int64_t> KvCache::Prefetch(absl::Span<const int32_t> tokens,
       }
     }
   }
-  I.RunDeferred(d);
   return started;
 }
 
@@ -1708,13 +1416,10 @@ absl::StatusOr<ResidencyTicket> KvCache::EnsureResident(SequenceId id, int64_t b
         "EnsureResident: the deadline ", absl::FormatTime(options.deadline), " has passed"));
   }
   const int64_t b_tokens = I.block_tokens;
-  Impl::Deferred d;
-  // Runs once the lock below is released, on every return path: a move started under the lock
-  // needs its completion callback, or it would never be accounted for (WaitIdle would hang).
-  absl::Cleanup run_deferred = [&I, &d] { I.RunDeferred(d); };
   auto t = std::make_shared<internal::TicketState>();
   {
-    internal::MutexLock lock(&I.mu);
+    Impl::CacheScope scope(I);
+    Impl::Deferred& d = scope.deferred();
     KVTIER_ASSIGN_OR_RETURN(Impl::Sequence * seq, I.FindSeq(id));
     if (end_token > static_cast<int64_t>(seq->tokens.size())) {
       return absl::OutOfRangeError(absl::StrCat("EnsureResident: token ", end_token,
@@ -1796,7 +1501,6 @@ absl::StatusOr<ResidencyTicket> KvCache::EnsureResident(SequenceId id, int64_t b
     }
     I.tickets[t->id] = t;
   }
-  I.RunDeferred(d);
   if (!t->done.done() && options.mode == ResidencyMode::kWait) {
     // Blocks that joined an onboard started by someone else (a prefetch, another request) wait
     // for it only until this call's deadline.

@@ -1,0 +1,24 @@
+// The sequence table: live sequences (seqs) by id, and the memory of recently released ids so
+// that a call on one says "released" rather than "unknown".
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "cache/kv_cache_impl.h"
+
+namespace kvtier {
+
+namespace {
+
+using internal::SeqName;
+
+}  // namespace
+
+absl::StatusOr<KvCache::Impl::Sequence*> KvCache::Impl::FindSeq(SequenceId id) {
+  auto it = seqs.find(id);
+  if (it != seqs.end()) return it->second.get();
+  if (released_ids.contains(id)) {
+    return absl::FailedPreconditionError(absl::StrCat(SeqName(id), " was released"));
+  }
+  return absl::NotFoundError(absl::StrCat(SeqName(id), " is unknown"));
+}
+
+}  // namespace kvtier

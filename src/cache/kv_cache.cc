@@ -589,9 +589,7 @@ absl::Status KvCache::Pause(SequenceId id, absl::Duration expected_idle) {
       bool moved = false;
       for (int t = 1; t < kNumTiers && !moved; ++t) {
         if (rec->state(static_cast<Tier>(t)) == CopyState::kReady &&
-            I.AcquireRef(static_cast<Tier>(t), rec->slots[t]).ok()) {
-          seq->blocks[static_cast<size_t>(j)] = Impl::SeqBlock{static_cast<Tier>(t), rec->slots[t]};
-          I.DropRef(b);
+            I.RepointBlock(*seq, j, static_cast<Tier>(t), rec->slots[t])) {
           moved = true;
         }
       }

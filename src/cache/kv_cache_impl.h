@@ -328,6 +328,10 @@ struct KvCache::Impl {
   // ---- sequence_table.cc: sequences, their blocks, and the memory of released ids.
 
   absl::StatusOr<Sequence*> FindSeq(SequenceId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Moves block `i` of `seq` to the copy (t, slot): takes a reference there, then drops the one
+  // held before. False (nothing changed) if the reference cannot be taken.
+  bool RepointBlock(Sequence& seq, int64_t i, Tier t, SlotId slot)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // ---- prefix_attach.cc: AttachPrefix's second half, once the prompt is hashed.
 

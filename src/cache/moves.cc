@@ -144,11 +144,8 @@ void KvCache::Impl::OnMoveDone(const std::shared_ptr<Move>& move, const absl::St
             auto s = seqs.find(w.sequence);
             if (s != seqs.end() && w.block < static_cast<int64_t>(s->second->keys.size()) &&
                 s->second->keys[static_cast<size_t>(w.block)] == key &&
-                s->second->blocks[static_cast<size_t>(w.block)].tier != Tier::kHbm &&
-                AcquireRef(Tier::kHbm, move->dst).ok()) {
-              const SeqBlock old = s->second->blocks[static_cast<size_t>(w.block)];
-              s->second->blocks[static_cast<size_t>(w.block)] = SeqBlock{Tier::kHbm, move->dst};
-              DropRef(old);
+                s->second->blocks[static_cast<size_t>(w.block)].tier != Tier::kHbm) {
+              (void)RepointBlock(*s->second, w.block, Tier::kHbm, move->dst);
             }
           }
           if (w.ticket != nullptr && TicketBlockPending(*w.ticket, w.ticket_index)) {
@@ -171,10 +168,7 @@ void KvCache::Impl::OnMoveDone(const std::shared_ptr<Move>& move, const absl::St
               seq.blocks[static_cast<size_t>(block)].slot != move->src) {
             continue;
           }
-          if (AcquireRef(move->to, move->dst).ok()) {
-            seq.blocks[static_cast<size_t>(block)] = SeqBlock{move->to, move->dst};
-            DropRef(SeqBlock{move->from, move->src});
-          }
+          (void)RepointBlock(seq, block, move->to, move->dst);
         }
       }
       UpdateCandidate(key, move->to);

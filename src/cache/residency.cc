@@ -68,9 +68,7 @@ void KvCache::Impl::AdoptHbmCopies(Sequence& seq, int64_t first, int64_t last) {
     const BlockKey key = seq.keys[static_cast<size_t>(i)];
     const std::optional<BlockRecord> rec = index->Lookup(key);
     if (!rec.has_value() || rec->state(Tier::kHbm) != CopyState::kReady) continue;
-    if (!AcquireRef(Tier::kHbm, rec->slots[0]).ok()) continue;
-    seq.blocks[static_cast<size_t>(i)] = SeqBlock{Tier::kHbm, rec->slots[0]};
-    DropRef(b);
+    if (!RepointBlock(seq, i, Tier::kHbm, rec->slots[0])) continue;
     if (inclusion == TierInclusion::kExclusive) DropIfDroppable(key, b.tier);
   }
 }
@@ -112,9 +110,7 @@ void KvCache::Impl::Onboard(Sequence& seq, int64_t i,
   const std::optional<BlockRecord> rec = index->Lookup(key);
   if (rec.has_value() && rec->state(Tier::kHbm) == CopyState::kReady) {
     const SlotId hbm = rec->slots[0];
-    if (AcquireRef(Tier::kHbm, hbm).ok()) {  // an HBM copy exists: adopt it, no bytes move
-      seq.blocks[static_cast<size_t>(i)] = SeqBlock{Tier::kHbm, hbm};
-      DropRef(b);
+    if (RepointBlock(seq, i, Tier::kHbm, hbm)) {  // an HBM copy exists: adopt it, no bytes move
       if (inclusion == TierInclusion::kExclusive) DropIfDroppable(key, b.tier);
       if (t->pins) PinTicket(hbm);
       ResolveTicketBlock(t, ti, hbm, absl::OkStatus(), d);

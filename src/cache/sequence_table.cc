@@ -21,4 +21,12 @@ absl::StatusOr<KvCache::Impl::Sequence*> KvCache::Impl::FindSeq(SequenceId id) {
   return absl::NotFoundError(absl::StrCat(SeqName(id), " is unknown"));
 }
 
+bool KvCache::Impl::RepointBlock(Sequence& seq, int64_t i, Tier t, SlotId slot) {
+  if (!AcquireRef(t, slot).ok()) return false;
+  const SeqBlock old = seq.blocks[static_cast<size_t>(i)];
+  seq.blocks[static_cast<size_t>(i)] = SeqBlock{t, slot};
+  DropRef(old);
+  return true;
+}
+
 }  // namespace kvtier

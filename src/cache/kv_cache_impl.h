@@ -170,6 +170,8 @@ struct KvCache::Impl {
     kWaitBelow = 2,    // (may_wait) the victim waits for a demotion below to free room
   };
 
+  using Policies = std::array<std::unique_ptr<EvictionPolicy>, kNumTiers>;
+
   class CacheScope;
 
   Impl(const CacheNamespace& cache_ns, PrefixHasher prefix_hasher)
@@ -208,7 +210,7 @@ struct KvCache::Impl {
   std::deque<CacheEvent> events ABSL_GUARDED_BY(mu);
   uint64_t next_event ABSL_GUARDED_BY(mu) = 1;
   // eviction_candidates.cc: the candidates per tier, and the demotions out of each tier.
-  std::array<std::unique_ptr<EvictionPolicy>, kNumTiers> policy ABSL_GUARDED_BY(mu);
+  Policies policy ABSL_GUARDED_BY(mu);
   std::array<int64_t, kNumTiers> evicting ABSL_GUARDED_BY(mu){};
   // slot_refs.cc (and the ticket paths of residency.cc): references to HBM slots.
   std::vector<uint32_t> ticket_refs ABSL_GUARDED_BY(mu);  // per HBM slot
@@ -237,6 +239,18 @@ struct KvCache::Impl {
 
   absl::Time Now() const { return clock ? clock() : absl::Now(); }
   bool Present(Tier t) const { return tiers[TierIndex(t)] != nullptr; }
+
+  // ---- options_validation.cc: what Create checks and builds from KvCacheOptions.
+
+  // Every check Create makes on `options` for namespace `ns`, in the order it makes them:
+  // kInvalidArgument naming the first option that is wrong.
+  static absl::Status ValidateOptions(const CacheNamespace& ns, const KvCacheOptions& options);
+  // The prefill cost model: options.prefill_cost, else the namespace model's known cost at
+  // options.prefill_flops_per_second, else none. Errors of PrefillCostModel::Create.
+  static absl::StatusOr<std::optional<PrefillCostModel>> MakeCostModel(
+      const CacheNamespace& ns, const KvCacheOptions& options);
+  // One eviction policy per present tier.
+  static absl::StatusOr<Policies> MakePolicies(const KvCacheOptions& options);
 
   // ---- slot_refs.cc: allocator access (under the engine's lock, nested in mu) and the
   // references sequences and tickets hold on slots.
@@ -328,16 +342,35 @@ struct KvCache::Impl {
   // ---- sequence_table.cc: sequences, their blocks, and the memory of released ids.
 
   absl::StatusOr<Sequence*> FindSeq(SequenceId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // CreateSequence under the lock: kAlreadyExists if the id is live.
+  absl::Status AddSequence(std::unique_ptr<Sequence> seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Makes `seq` live under its id with a fresh generation (the id is no longer "released").
+  void InsertSequence(std::unique_ptr<Sequence> seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Moves block `i` of `seq` to the copy (t, slot): takes a reference there, then drops the one
   // held before. False (nothing changed) if the reference cannot be taken.
   bool RepointBlock(Sequence& seq, int64_t i, Tier t, SlotId slot)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // The bodies of Append, ReportWritten, Fork and Release (kv_cache.h), arguments checked.
+  absl::StatusOr<KvAppendResult> AppendTokens(SequenceId id, absl::Span<const int32_t> tokens,
+                                              Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  absl::Status PublishWritten(SequenceId id, int64_t num_tokens, Completion ready, Deferred& d)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  absl::StatusOr<std::optional<BlockCopy>> ForkSequence(SequenceId parent, SequenceId child,
+                                                        int64_t num_tokens, Deferred& d)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  absl::Status ReleaseSequence(SequenceId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // ---- prefix_attach.cc: AttachPrefix's second half, once the prompt is hashed.
 
   std::array<TierLinkCost, kNumTiers> CurrentLinks() const;
+  // Attaches the cached prefix of `prompt` (block keys `keys`) to sequence `id`, which must
+  // still be the sequence of `generation` and be empty.
+  absl::StatusOr<AttachResult> AttachKeys(SequenceId id, uint64_t generation,
+                                          const std::vector<BlockKey>& keys,
+                                          absl::Span<const int32_t> prompt)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
-  // ---- residency.cc: tickets, and onboarding into HBM.
+  // ---- residency.cc: tickets, onboarding into HBM, and the hints that move sequences.
 
   // Resolves one still-pending block of a ticket (false if it was resolved already: a late
   // onboard after the ticket's deadline).
@@ -361,6 +394,25 @@ struct KvCache::Impl {
   // joins an onboard in flight, or starts one.
   void Onboard(Sequence& seq, int64_t i, const std::shared_ptr<internal::TicketState>& t,
                int64_t ti, Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // EnsureResident under the lock, arguments checked: fills and registers ticket `t`.
+  absl::Status IssueTicket(SequenceId id, int64_t begin_token, int64_t end_token,
+                           const EnsureResidentOptions& options,
+                           const std::shared_ptr<internal::TicketState>& t, Deferred& d)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // EnsureResident after the lock: a kWait ticket is waited for until the deadline, another
+  // one with a deadline is expired by the timer.
+  void AwaitTicket(const std::shared_ptr<internal::TicketState>& t,
+                   const EnsureResidentOptions& options) ABSL_LOCKS_EXCLUDED(mu);
+  // ReleaseTicket under the lock, for a ticket this cache issued.
+  absl::Status CloseTicket(const std::shared_ptr<internal::TicketState>& ticket)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // The bodies of Pause, Resume and Prefetch (kv_cache.h), arguments checked.
+  absl::Status PauseSequence(SequenceId id, Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  absl::Status ResumeSequence(SequenceId id, const std::shared_ptr<internal::TicketState>& t,
+                              Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  absl::StatusOr<int64_t> PrefetchBlocks(const std::vector<BlockKey>& keys, int64_t num_tokens,
+                                         Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
   // ---- warm_restart.cc.
 
   // Warm restart: blocks a persistent tier found again become ready copies, matchable by key.

@@ -1,9 +1,16 @@
+// KvCacheStats: KvCache::stats(), the snapshot of the cache's counters and its tiers' slot
+// counts, and RenderPrometheus, its text exposition. Owns no state.
 #include "kvtier/kv_cache_stats.h"
 
+#include <array>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "cache/kv_cache_impl.h"
+#include "internal/mutex.h"
 #include "internal/strings.h"
+#include "kvtier/kv_cache.h"
 
 namespace kvtier {
 namespace {
@@ -87,6 +94,56 @@ std::string RenderPrometheus(const KvCacheStats& stats) {
   Scalar(out, "last_event_sequence", "counter", "Sequence number of the last cache event.",
          static_cast<int64_t>(stats.last_event_sequence));
   return out;
+}
+
+KvCacheStats KvCache::stats() const {
+  Impl& I = *impl_;
+  internal::MutexLock lock(&I.mu);
+  KvCacheStats s = I.counters;
+  s.live_sequences = static_cast<int64_t>(I.seqs.size());
+  s.open_tickets = static_cast<int64_t>(I.tickets.size());
+  s.indexed_blocks = I.index->size();
+  s.last_event_sequence = I.next_event - 1;
+  std::array<SlotCounts, kNumTiers> counts{};
+  int64_t locked_cached = 0;
+  // The lambda runs under I.mu (held here); the analysis cannot see that through the call.
+  const std::vector<uint32_t>* ticket_refs = &I.ticket_refs;
+  const int64_t locked_now = I.locked;
+  (void)I.engine->WithAllocators([&](const std::array<BlockAllocator*, kNumTiers>& a) {
+    for (int t = 0; t < kNumTiers; ++t) {
+      if (a[t] != nullptr) counts[t] = a[t]->counts();
+    }
+    if (locked_now > 0) {
+      for (size_t slot = 0; slot < ticket_refs->size(); ++slot) {
+        if ((*ticket_refs)[slot] == 0) continue;
+        auto st = a[0]->state(SlotId(static_cast<uint32_t>(slot)));
+        if (st.ok() && *st == SlotState::kCached) ++locked_cached;
+      }
+    }
+    return absl::OkStatus();
+  });
+  for (int t = 0; t < kNumTiers; ++t) {
+    KvTierStats& ts = s.tiers[t];
+    if (!ts.present) continue;
+    const SlotCounts& c = counts[t];
+    const int64_t locked = t == 0 ? I.locked : 0;
+    const int64_t lc = t == 0 ? locked_cached : 0;
+    ts.capacity_blocks = c.total();
+    ts.free_blocks = c.free;
+    ts.locked_blocks = locked;
+    ts.held_blocks = c.held() - (locked - lc);
+    ts.droppable_blocks = c.cached - lc;
+    ts.in_flight_blocks = c.in_flight;
+    ts.quarantined_blocks = c.quarantined;
+    for (int o = 0; o < kNumTiers; ++o) {
+      if (o == t || I.tiers[o] == nullptr) continue;
+      const TransferStats in = I.engine->stats(static_cast<Tier>(o), static_cast<Tier>(t));
+      ts.bytes_in += in.bytes;
+      ts.bytes_out += I.engine->stats(static_cast<Tier>(t), static_cast<Tier>(o)).bytes;
+      s.blocks_moved[o][t] = in.blocks;
+    }
+  }
+  return s;
 }
 
 }  // namespace kvtier

@@ -1,0 +1,112 @@
+// Block records: the index's copies of each block, its BlockMeta (parent, child copies, readers)
+// and the SlotOwner of each slot, changed together so they agree; and the cache's event log
+// (events, next_event) of copies stored and removed.
+#include <optional>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "cache/kv_cache_impl.h"
+#include "internal/status_macros.h"
+
+namespace kvtier {
+
+void KvCache::Impl::Event(CacheEventKind kind, const BlockKey& key, Tier tier) {
+  events.push_back(CacheEvent{next_event++, kind, key, tier});
+  while (events.size() > event_buffer) events.pop_front();
+}
+
+void KvCache::Impl::MaybeEraseMeta(const BlockKey& key) {
+  auto it = meta.find(key);
+  if (it == meta.end()) return;
+  const BlockMeta& m = it->second;
+  for (int t = 0; t < kNumTiers; ++t) {
+    if (m.child_copies[t] != 0 || m.readers[t] != 0 || m.leaving_children[t] != 0) return;
+  }
+  if (index->Lookup(key).has_value()) return;
+  meta.erase(it);
+}
+
+absl::Status KvCache::Impl::AddCopy(const BlockKey& key, Tier t, SlotId slot, CopyState state,
+                                    const BlockKey& parent, int64_t first_token) {
+  const bool had_copy = index->Lookup(key).has_value();
+  KVTIER_RETURN_IF_ERROR(index->AddCopy(key, t, slot, state, absl::ToUnixNanos(Now())));
+  BlockMeta& m = meta[key];
+  if (!had_copy) {  // a new block, or one only its children knew (parent and position set now)
+    m.parent = parent;
+    m.first_token = first_token;
+    m.last_use = Now();
+  }
+  owner[TierIndex(t)][slot.value()] = SlotOwner{key, true};
+  // Copied: inserting the parent below may rehash `meta` and move `m`.
+  const BlockKey parent_key = m.parent;
+  if (parent_key != kRootBlockKey) {
+    ++meta[parent_key].child_copies[TierIndex(t)];
+    UpdateCandidate(parent_key, t);
+  }
+  if (state == CopyState::kReady) {
+    Event(CacheEventKind::kStored, key, t);
+    ++counters.tiers[TierIndex(t)].stored;
+  }
+  return absl::OkStatus();
+}
+
+void KvCache::Impl::MarkReady(const BlockKey& key, Tier t) {
+  if (!index->MarkReady(key, t).ok()) return;
+  Event(CacheEventKind::kStored, key, t);
+  ++counters.tiers[TierIndex(t)].stored;
+  UpdateCandidate(key, t);
+}
+
+void KvCache::Impl::RemoveCopy(const BlockKey& key, Tier t) {
+  const std::optional<BlockRecord> rec = index->Lookup(key);
+  if (!rec.has_value() || rec->state(t) == CopyState::kAbsent) return;
+  const bool was_ready = rec->state(t) == CopyState::kReady;
+  SetLeaving(key, t, false);
+  (void)index->RemoveCopy(key, t);
+  // The slot may already belong to another block: a failed transfer's destination is freed
+  // (and can be reused) before its callback runs here.
+  SlotOwner& o = owner[TierIndex(t)][rec->slots[TierIndex(t)].value()];
+  if (o.key == key) o.indexed = false;
+  auto it = meta.find(key);
+  if (it != meta.end()) {
+    const uint8_t bit = static_cast<uint8_t>(1u << TierIndex(t));
+    if (it->second.candidate & bit) {
+      (void)policy[TierIndex(t)]->Remove(key);
+      it->second.candidate &= static_cast<uint8_t>(~bit);
+    }
+    const BlockKey parent = it->second.parent;
+    if (parent != kRootBlockKey) {
+      auto p = meta.find(parent);
+      if (p != meta.end() && p->second.child_copies[TierIndex(t)] > 0) {
+        --p->second.child_copies[TierIndex(t)];
+        UpdateCandidate(parent, t);
+        MaybeEraseMeta(parent);
+      }
+    }
+  }
+  if (was_ready) Event(CacheEventKind::kRemoved, key, t);
+  MaybeEraseMeta(key);
+}
+
+void KvCache::Impl::DropCopy(const BlockKey& key, Tier t) {
+  const std::optional<BlockRecord> rec = index->Lookup(key);
+  if (!rec.has_value() || rec->state(t) != CopyState::kReady) return;
+  const SlotId slot = rec->slots[TierIndex(t)];
+  if (!Alloc(t, [&](BlockAllocator& a) { return a.Evict(slot); }).ok()) return;
+  RemoveCopy(key, t);
+}
+
+void KvCache::Impl::DropIfDroppable(const BlockKey& key, Tier t) {
+  auto m = meta.find(key);
+  if (m == meta.end() || t == Tier::kHbm || m->second.readers[TierIndex(t)] != 0 ||
+      ((m->second.evict_after >> TierIndex(t)) & 1)) {
+    return;
+  }
+  const std::optional<BlockRecord> rec = index->Lookup(key);
+  if (rec.has_value() && rec->state(t) == CopyState::kReady &&
+      StateOf(t, rec->slots[TierIndex(t)]) == SlotState::kCached) {
+    DropCopy(key, t);
+  }
+}
+
+}  // namespace kvtier

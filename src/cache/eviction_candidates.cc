@@ -1,0 +1,189 @@
+// Eviction candidates: which copies are registered with each tier's policy (BlockMeta::candidate),
+// which are being demoted away (evict_after, leaving_children, evicting), and making room in a
+// tier by evicting the policy's victims: dropped, or demoted to the first lower tier admitting
+// them.
+#include <algorithm>
+#include <optional>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "cache/kv_cache_impl.h"
+
+namespace kvtier {
+
+BlockTraits KvCache::Impl::Traits(const BlockMeta& m) const {
+  BlockTraits t;
+  t.expected_reuse = std::max<double>(1.0, m.uses);
+  t.recompute_seconds =
+      cost.has_value() && m.first_token >= 0
+          ? absl::ToDoubleSeconds(cost->RecomputeTime(m.first_token, m.first_token + block_tokens))
+          : 0;
+  t.bytes = block_bytes;
+  t.retention_priority = m.retention_priority;
+  t.priority_until = m.priority_until;
+  t.parent = m.parent;
+  // cost_aware's class: how many blocks before it share its use count (the turn that wrote it
+  // added about that many), a walk of at most 31 parents.
+  for (BlockKey p = m.parent; p != kRootBlockKey && t.run_blocks < 32;) {
+    auto it = meta.find(p);
+    if (it == meta.end() || it->second.uses != m.uses) break;
+    ++t.run_blocks;
+    p = it->second.parent;
+  }
+  return t;
+}
+
+bool KvCache::Impl::WantCandidate(const BlockKey& key, const BlockMeta& m, Tier t) {
+  const int ti = TierIndex(t);
+  if (m.readers[ti] != 0 || m.child_copies[ti] != m.leaving_children[ti] ||
+      (m.evict_after >> ti) & 1) {
+    return false;
+  }
+  const std::optional<BlockRecord> rec = index->Lookup(key);
+  if (!rec.has_value() || rec->state(t) != CopyState::kReady) return false;
+  const SlotId slot = rec->slots[ti];
+  if (t == Tier::kHbm && ticket_refs[slot.value()] != 0) return false;
+  return StateOf(t, slot) == SlotState::kCached;
+}
+
+void KvCache::Impl::UpdateCandidate(const BlockKey& key, Tier t) {
+  auto it = meta.find(key);
+  if (it == meta.end() || !Present(t)) return;
+  BlockMeta& m = it->second;
+  const uint8_t bit = static_cast<uint8_t>(1u << TierIndex(t));
+  const bool want = WantCandidate(key, m, t);
+  if (want && !(m.candidate & bit)) {
+    if (policy[TierIndex(t)]->Add(key, Traits(m), m.last_use).ok()) m.candidate |= bit;
+  } else if (!want && (m.candidate & bit)) {
+    (void)policy[TierIndex(t)]->Remove(key);
+    m.candidate &= static_cast<uint8_t>(~bit);
+  }
+}
+
+void KvCache::Impl::SetLeaving(const BlockKey& key, Tier t, bool leaving) {
+  auto it = meta.find(key);
+  if (it == meta.end()) return;
+  const uint8_t bit = static_cast<uint8_t>(1u << TierIndex(t));
+  if (((it->second.evict_after & bit) != 0) == leaving) return;
+  it->second.evict_after =
+      leaving ? (it->second.evict_after | bit) : (it->second.evict_after & ~bit);
+  const BlockKey parent = it->second.parent;
+  UpdateCandidate(key, t);
+  if (parent == kRootBlockKey) return;
+  auto p = meta.find(parent);
+  if (p == meta.end()) return;
+  if (leaving) {
+    ++p->second.leaving_children[TierIndex(t)];
+  } else {
+    --p->second.leaving_children[TierIndex(t)];
+  }
+  UpdateCandidate(parent, t);
+  if (!leaving) MaybeEraseMeta(parent);
+}
+
+void KvCache::Impl::TouchCandidates(const BlockKey& key, const BlockMeta& m) {
+  for (int t = 0; t < kNumTiers; ++t) {
+    if ((m.candidate >> t) & 1) (void)policy[t]->Touch(key, Traits(m), m.last_use);
+  }
+}
+
+std::optional<Tier> KvCache::Impl::NextLower(Tier t) const {
+  for (int i = TierIndex(t) + 1; i < kNumTiers; ++i) {
+    if (tiers[i] != nullptr) return static_cast<Tier>(i);
+  }
+  return std::nullopt;
+}
+
+bool KvCache::Impl::HasCopyBelow(const BlockRecord& rec, Tier t) const {
+  for (int i = TierIndex(t) + 1; i < kNumTiers; ++i) {
+    if (rec.state(static_cast<Tier>(i)) != CopyState::kAbsent) return true;
+  }
+  return false;
+}
+
+std::optional<Tier> KvCache::Impl::DemotionTarget(const BlockMeta& m, Tier t) const {
+  for (int i = TierIndex(t) + 1; i < kNumTiers; ++i) {
+    if (tiers[i] != nullptr && m.uses >= static_cast<uint32_t>(admit_after_uses[i])) {
+      return static_cast<Tier>(i);
+    }
+  }
+  return std::nullopt;
+}
+
+bool KvCache::Impl::RoomBelowNow(Tier t, Deferred& d, int64_t window, bool may_wait) {
+  for (int attempts = 0; attempts < 8; ++attempts) {
+    if (FreeBlocks(t) > 0) return true;
+    if (evicting[TierIndex(t)] >= window) return false;
+    if (EvictOne(t, d, window, may_wait) != EvictResult::kEvicted) return false;
+  }
+  return FreeBlocks(t) > 0;
+}
+
+KvCache::Impl::EvictResult KvCache::Impl::EvictOne(Tier t, Deferred& d, int64_t window,
+                                                   bool may_wait) {
+  const std::optional<BlockKey> victim = policy[TierIndex(t)]->Victim(Now());
+  if (!victim.has_value()) return EvictResult::kNoCandidate;
+  const BlockKey key = *victim;
+  const std::optional<BlockRecord> rec = index->Lookup(key);
+  auto m = meta.find(key);
+  if (!rec.has_value() || m == meta.end()) {  // stale: cannot happen, but never loop on it
+    (void)policy[TierIndex(t)]->Remove(key);
+    return EvictResult::kEvicted;
+  }
+  const std::optional<Tier> target = DemotionTarget(m->second, t);
+  if (demote_on_evict && target.has_value() && !HasCopyBelow(*rec, t)) {
+    if (RoomBelowNow(*target, d, std::max<int64_t>(window, 1), may_wait)) {
+      const SlotId src = rec->slots[TierIndex(t)];
+      auto move = StartMove(key, t, src, *target, /*pin=*/false, d);
+      if (move.ok()) {
+        (*move)->evict_source = true;
+        SetLeaving(key, t, true);
+        ++evicting[TierIndex(t)];
+        return EvictResult::kEvicted;
+      }
+    } else if (may_wait) {
+      for (int below = TierIndex(*target); below < kNumTiers; ++below) {
+        if (evicting[below] > 0) return EvictResult::kWaitBelow;
+      }
+    }
+  }
+  DropCopy(key, t);
+  ++counters.tiers[TierIndex(t)].evictions;
+  return EvictResult::kEvicted;
+}
+
+absl::Status KvCache::Impl::MakeHbmRoom(int64_t need, absl::Time deadline, Deferred& d) {
+  for (;;) {
+    const bool past_deadline = absl::Now() >= deadline;
+    // Demotions in flight free their sources when they land: count them, so no more is
+    // evicted than needed. The nested window lets the tier below start as many demotions as
+    // HBM still needs slots (more than needed when some victims already have a copy below).
+    bool waiting_below = false;
+    while (FreeBlocks(Tier::kHbm) + evicting[0] < need) {
+      const EvictResult e = EvictOne(Tier::kHbm, d, need - FreeBlocks(Tier::kHbm) - evicting[0],
+                                     /*may_wait=*/!past_deadline);
+      waiting_below = e == EvictResult::kWaitBelow;
+      if (e != EvictResult::kEvicted) break;
+    }
+    if (FreeBlocks(Tier::kHbm) >= need) return absl::OkStatus();
+    // Demotions started above free their sources when they land; their callbacks need the
+    // lock, and must first be registered. A copy that already finished (a synchronous tier)
+    // runs its callback right there, while the lock is dropped, and its wake-up is gone by
+    // the time we would wait: look again first (not past the deadline).
+    const bool dropped_lock = DeferredRelease(d);
+    if (FreeBlocks(Tier::kHbm) >= need) return absl::OkStatus();
+    if (dropped_lock && !past_deadline) continue;
+    if ((evicting[0] == 0 && !waiting_below) || past_deadline) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "HBM has ", FreeBlocks(Tier::kHbm), " free slots, ", need, " needed; ",
+          evicting[0] > 0
+              ? absl::StrCat(evicting[0], " demotions still in flight at the room wait's end")
+              : "every other slot is locked by a ticket or held by a sequence"));
+    }
+    cv.WaitUntil(&mu, absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Milliseconds(50))));
+  }
+}
+
+}  // namespace kvtier

@@ -1,0 +1,454 @@
+// KvCache::Impl: every piece of the cache's state, under one lock, and the declarations of the
+// methods that change it, grouped by the file that holds them (kv_cache.cc is the facade that
+// checks arguments and calls in here). Also the Lifeline that lets late callbacks find the cache,
+// and CacheScope, the lock scope that runs deferred work once the lock is released.
+//
+// Thread-safety: every mutable member is guarded by `mu`; a method either requires it
+// (ABSL_EXCLUSIVE_LOCKS_REQUIRED) or takes it itself (ABSL_LOCKS_EXCLUDED). Lock order: mu before
+// the transfer engine's lock (taken through Alloc and the engine's calls). Backend and engine
+// callbacks run outside both; they enter through the Lifeline, so a callback that fires after
+// the cache is gone does nothing.
+//
+// Who holds what (every reference is one BlockAllocator reference, except tickets):
+//   * A sequence holds one reference per block: its partial last block (kWritable, always HBM)
+//     and each full block in exactly one tier (HBM, or a lower tier after a Pause or before an
+//     onboard lands).
+//   * A ticket pins HBM slots by a per-slot counter (ticket_refs), not by allocator references:
+//     a slot with ticket_refs > 0 is never a candidate and never freed (a writable one whose
+//     sequence is released waits in orphan_partials). This keeps EnsureResident on resident
+//     blocks to a counter increment per block.
+//   * A transfer's source is pinned by the transfer engine while it runs; the cache counts its
+//     own readers per copy (BlockMeta::readers) so a copy being read is never a candidate.
+//   * The index (BlockIndex) lists the copies that are readable (kReady) or being written
+//     (kPending). A slot some sequence holds but the index does not list (a block computed twice,
+//     never written, or found corrupt) is private: freed when its last holder lets go.
+#ifndef KVTIER_CACHE_KV_CACHE_IMPL_H_
+#define KVTIER_CACHE_KV_CACHE_IMPL_H_
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "cache/ticket_state.h"
+#include "internal/deadline_timer.h"
+#include "internal/mutex.h"
+#include "kvtier/block_index.h"
+#include "kvtier/kv_cache.h"
+#include "kvtier/transfer_engine.h"
+
+namespace kvtier {
+namespace internal {
+
+inline std::string SeqName(SequenceId id) { return absl::StrCat("sequence ", id.value()); }
+
+// The identity fields of `options` that enter block keys.
+inline BlockExtras ExtrasOf(const SequenceOptions& options) {
+  return BlockExtras{options.adapter, options.tenant_salt, options.multimodal};
+}
+
+// Lets callbacks that may outlive the cache reach it safely (see the file comment).
+class Lifeline {
+ public:
+  template <typename T>
+  void Set(T* impl) {
+    MutexLock lock(&mu_);
+    impl_ = impl;
+  }
+  // The cache, counted as entered, or nullptr once it is shutting down.
+  void* Enter() {
+    MutexLock lock(&mu_);
+    if (impl_ != nullptr) ++active_;
+    return impl_;
+  }
+  void Exit() {
+    MutexLock lock(&mu_);
+    if (--active_ == 0) cv_.SignalAll();
+  }
+  // After this returns no callback runs in the cache, now or later.
+  void Close() {
+    MutexLock lock(&mu_);
+    impl_ = nullptr;
+    while (active_ > 0) cv_.Wait(&mu_);
+  }
+
+ private:
+  Mutex mu_;
+  CondVar cv_;
+  void* impl_ ABSL_GUARDED_BY(mu_) = nullptr;
+  int active_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace internal
+
+struct KvCache::Impl {
+  // What the cache knows of one block beyond the index. Exists while the block has a copy in
+  // some tier, or while a child counts on it (child_copies).
+  struct BlockMeta {
+    BlockKey parent;           // kRootBlockKey for a sequence's first block
+    int64_t first_token = -1;  // position of its first token; -1 while only a child refers to it
+    std::array<uint32_t, kNumTiers> child_copies{};  // copies of its children, per tier
+    // Of those, copies being demoted away (evict_after set): a parent whose children are all
+    // leaving is a leaf for eviction, so a chain is evicted from its tail on without waiting.
+    std::array<uint32_t, kNumTiers> leaving_children{};
+    absl::Time last_use = absl::InfinitePast();  // the policy's "last touched"
+    std::array<uint16_t, kNumTiers> readers{};   // this cache's transfers reading the copy
+    uint8_t candidate = 0;                       // bit t: registered with policy[t]
+    uint8_t evict_after = 0;  // bit t: drop the copy in t once its demotion lands
+    uint32_t uses = 0;        // first write + attach hits (admission, cost_aware reuse)
+    double retention_priority = 0;
+    absl::Time priority_until = absl::InfinitePast();
+  };
+
+  struct SeqBlock {
+    Tier tier = Tier::kHbm;
+    SlotId slot;
+  };
+
+  struct Sequence {
+    SequenceId id;
+    SequenceOptions options;
+    BlockExtras extras;
+    std::vector<int32_t> tokens;
+    std::vector<BlockKey> keys;    // of the full blocks
+    std::vector<SeqBlock> blocks;  // one reference each
+    int64_t written = 0;
+    bool paused = false;
+    uint64_t generation = 0;  // unique per CreateSequence/Fork, so a re-created id is told apart
+  };
+
+  // One transfer started by the cache.
+  struct Move {
+    BlockKey key;
+    Tier from = Tier::kHbm;
+    SlotId src;
+    Tier to = Tier::kHbm;
+    SlotId dst;
+    bool pin = false;           // the engine leaves dst with one reference for the cache
+    bool evict_source = false;  // a demotion: drop the source once this lands
+    Completion completion;
+    struct Waiter {
+      SequenceId sequence;  // invalid for a ticket-only waiter
+      int64_t block = 0;
+      std::shared_ptr<internal::TicketState> ticket;
+      int64_t ticket_index = 0;
+    };
+    std::vector<Waiter> waiters;                                // onboards: who adopts dst
+    std::vector<std::pair<SequenceId, int64_t>> pause_waiters;  // offloads: refs to move down
+  };
+
+  // Work that must run after the lock is dropped.
+  struct Deferred {
+    std::vector<std::shared_ptr<Move>> moves;  // register completion callbacks
+    std::vector<std::pair<Completion, absl::Status>> fire;
+    std::vector<std::pair<Completion, std::vector<std::pair<BlockKey, SlotId>>>> publish;
+  };
+
+  struct SlotOwner {
+    BlockKey key;
+    bool indexed = false;  // the index lists this slot as the tier's copy of `key`
+  };
+
+  enum class EvictResult : uint8_t {
+    kEvicted = 0,      // dropped, or its demotion started
+    kNoCandidate = 1,  // nothing in `t` can be evicted
+    kWaitBelow = 2,    // (may_wait) the victim waits for a demotion below to free room
+  };
+
+  using Policies = std::array<std::unique_ptr<EvictionPolicy>, kNumTiers>;
+
+  class CacheScope;
+
+  Impl(const CacheNamespace& cache_ns, PrefixHasher prefix_hasher)
+      : ns(cache_ns), hasher(std::move(prefix_hasher)), geometry(ns.geometry()) {}
+
+  // ---- Immutable after Create.
+  CacheNamespace ns;
+  PrefixHasher hasher;
+  KvGeometry geometry;
+  int block_tokens = 0;
+  int64_t block_bytes = 0;
+  std::array<std::unique_ptr<TierBackend>, kNumTiers> tiers;
+  std::unique_ptr<TransferEngine> engine;
+  WritePolicy write_policy = WritePolicy::kWriteBack;
+  TierInclusion inclusion = TierInclusion::kInclusive;
+  std::array<int, kNumTiers> admit_after_uses{};
+  bool demote_on_evict = true;
+  std::optional<PrefillCostModel> cost;
+  std::array<TierLinkCost, kNumTiers> links;
+  bool measure_bandwidth = true;
+  std::function<absl::Time()> clock;
+  size_t event_buffer = 0;
+  absl::Duration room_wait;
+  DevicePoolView pool;
+  std::shared_ptr<internal::Lifeline> lifeline = std::make_shared<internal::Lifeline>();
+  // Expires kAsync tickets at their deadlines (callbacks enter through the lifeline).
+  std::unique_ptr<internal::DeadlineTimer> timer = std::make_unique<internal::DeadlineTimer>();
+
+  // ---- Mutable state. The file that owns (changes) each group is named above it.
+  mutable internal::Mutex mu;
+  mutable internal::CondVar cv;  // a move finished (moves.cc)
+  // block_records.cc: the index, what the cache knows per block, who each slot belongs to.
+  std::unique_ptr<BlockIndex> index ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<BlockKey, BlockMeta> meta ABSL_GUARDED_BY(mu);
+  std::array<std::vector<SlotOwner>, kNumTiers> owner ABSL_GUARDED_BY(mu);
+  std::deque<CacheEvent> events ABSL_GUARDED_BY(mu);
+  uint64_t next_event ABSL_GUARDED_BY(mu) = 1;
+  // eviction_candidates.cc: the candidates per tier, and the demotions out of each tier.
+  Policies policy ABSL_GUARDED_BY(mu);
+  std::array<int64_t, kNumTiers> evicting ABSL_GUARDED_BY(mu){};
+  // slot_refs.cc (and the ticket paths of residency.cc): references to HBM slots.
+  std::vector<uint32_t> ticket_refs ABSL_GUARDED_BY(mu);  // per HBM slot
+  // Per HBM slot: references sequences hold (= the allocator's, less transfer pins), so a
+  // ticket's release knows without the engine's lock which slots nobody holds any more.
+  std::vector<uint32_t> seq_refs ABSL_GUARDED_BY(mu);
+  int64_t locked ABSL_GUARDED_BY(mu) = 0;  // HBM slots with ticket_refs > 0
+  absl::flat_hash_set<uint32_t> orphan_partials ABSL_GUARDED_BY(mu);
+  // sequence_table.cc: live sequences and recently released ids.
+  absl::flat_hash_map<SequenceId, std::unique_ptr<Sequence>> seqs ABSL_GUARDED_BY(mu);
+  // Recently released ids (to tell "released" from "unknown"): id -> release serial, and the
+  // order they were released in, oldest first, with the serial each entry stands for.
+  absl::flat_hash_map<SequenceId, uint64_t> released_ids ABSL_GUARDED_BY(mu);
+  std::deque<std::pair<SequenceId, uint64_t>> released_order ABSL_GUARDED_BY(mu);
+  uint64_t next_release ABSL_GUARDED_BY(mu) = 1;
+  uint64_t next_generation ABSL_GUARDED_BY(mu) = 1;
+  // residency.cc: open tickets.
+  absl::flat_hash_map<uint64_t, std::shared_ptr<internal::TicketState>> tickets ABSL_GUARDED_BY(mu);
+  uint64_t next_ticket ABSL_GUARDED_BY(mu) = 1;
+  // moves.cc: transfers in flight.
+  absl::flat_hash_map<BlockKey, std::shared_ptr<Move>> onboarding ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<BlockKey, std::vector<std::shared_ptr<Move>>> offloading ABSL_GUARDED_BY(mu);
+  int64_t moves_in_flight ABSL_GUARDED_BY(mu) = 0;
+  // Counted by every part; read by stats() (kv_cache_stats.cc).
+  KvCacheStats counters ABSL_GUARDED_BY(mu);
+
+  absl::Time Now() const { return clock ? clock() : absl::Now(); }
+  bool Present(Tier t) const { return tiers[TierIndex(t)] != nullptr; }
+
+  // ---- options_validation.cc: what Create checks and builds from KvCacheOptions.
+
+  // Every check Create makes on `options` for namespace `ns`, in the order it makes them:
+  // kInvalidArgument naming the first option that is wrong.
+  static absl::Status ValidateOptions(const CacheNamespace& ns, const KvCacheOptions& options);
+  // The prefill cost model: options.prefill_cost, else the namespace model's known cost at
+  // options.prefill_flops_per_second, else none. Errors of PrefillCostModel::Create.
+  static absl::StatusOr<std::optional<PrefillCostModel>> MakeCostModel(
+      const CacheNamespace& ns, const KvCacheOptions& options);
+  // One eviction policy per present tier.
+  static absl::StatusOr<Policies> MakePolicies(const KvCacheOptions& options);
+
+  // ---- slot_refs.cc: allocator access (under the engine's lock, nested in mu) and the
+  // references sequences and tickets hold on slots.
+
+  absl::Status Alloc(Tier t, absl::FunctionRef<absl::Status(BlockAllocator&)> fn) {
+    return engine->WithAllocator(t, fn);
+  }
+  SlotState StateOf(Tier t, SlotId slot);
+  int64_t FreeBlocks(Tier t);
+  // The HBM slot's last pin or holder may be gone: settle what it becomes.
+  void SettleSlot(Tier t, SlotId slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Drops one reference a sequence held.
+  void DropRef(const SeqBlock& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  absl::Status AcquireRef(Tier t, SlotId slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void PinTicket(SlotId slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+  // ---- block_records.cc: the index's copies, BlockMeta and SlotOwner, kept in agreement.
+
+  void Event(CacheEventKind kind, const BlockKey& key, Tier tier) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void MaybeEraseMeta(const BlockKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  absl::Status AddCopy(const BlockKey& key, Tier t, SlotId slot, CopyState state,
+                       const BlockKey& parent, int64_t first_token)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void MarkReady(const BlockKey& key, Tier t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Forgets the copy of `key` in `t` (the slot itself is the caller's business).
+  void RemoveCopy(const BlockKey& key, Tier t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Drops a droppable copy: frees its slot and forgets it.
+  void DropCopy(const BlockKey& key, Tier t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Exclusive tiers: drop the ready copy in `t` if nobody holds or reads it, even if it is not
+  // a leaf there (its parent chain continues in HBM, where it was just onboarded).
+  void DropIfDroppable(const BlockKey& key, Tier t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+  // ---- eviction_candidates.cc: candidacy with each tier's policy, and making room.
+
+  BlockTraits Traits(const BlockMeta& m) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  bool WantCandidate(const BlockKey& key, const BlockMeta& m, Tier t)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Registers or unregisters (key, t) with the tier's policy to match WantCandidate.
+  void UpdateCandidate(const BlockKey& key, Tier t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Marks the copy of `key` in `t` as being demoted away (or no longer), and tells its parent.
+  void SetLeaving(const BlockKey& key, Tier t, bool leaving) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // The block was used (a hit, or released by a sequence at `m.last_use`): its copies that are
+  // candidates in other tiers are re-ranked with the new last use.
+  void TouchCandidates(const BlockKey& key, const BlockMeta& m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // The first present tier below `t`, or nullopt.
+  std::optional<Tier> NextLower(Tier t) const;
+  bool HasCopyBelow(const BlockRecord& rec, Tier t) const;
+  // Where an evicted block of tier `t` would be demoted: the first lower tier that admits it.
+  std::optional<Tier> DemotionTarget(const BlockMeta& m, Tier t) const;
+  // Makes a slot of lower tier `t` free now if that needs no waiting: drops victims that need
+  // no demotion; starts demotions of the others (which free later). True if a slot is free.
+  // `window` bounds the demotions out of `t` in flight: each frees one slot when it lands, and
+  // starting more than the caller will use evicts blocks for nothing (1 for a single block).
+  // `may_wait` is passed to the victims' eviction (EvictOne).
+  bool RoomBelowNow(Tier t, Deferred& d, int64_t window = 1, bool may_wait = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Evicts the policy's victim in `t`: drops it if a lower tier has it (or none admits it),
+  // else starts its demotion. When the lower tier is full and its own demotions are under way,
+  // a caller that can wait for them (`may_wait`: MakeHbmRoom before its deadline) keeps the
+  // victim for later (kWaitBelow) rather than drop a block a slot will soon be free for:
+  // dropping would lose every block of a burst but the few the lower tier had room for. Other
+  // callers (Pause's copy-down, write-through, Prefetch) never wait: the victim is dropped.
+  EvictResult EvictOne(Tier t, Deferred& d, int64_t window = 1, bool may_wait = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Frees `need` HBM slots, waiting (lock released) up to `deadline` (wall clock, not the
+  // cache's clock: it bounds real transfers) for demotions to land. Victims wait for room below
+  // until the deadline; at the deadline one last pass drops what cannot be demoted at once. The
+  // caller must re-validate everything it looked up before: the lock may have been dropped.
+  absl::Status MakeHbmRoom(int64_t need, absl::Time deadline, Deferred& d)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+  // ---- moves.cc: transfers the cache starts, and the work deferred until the lock is dropped.
+
+  // Starts copying `key` from (from, src) to a new slot of `to`. The transfer has no deadline:
+  // a ticket's deadline is kept by the cache (ExpireTicket), so the engine never reports a copy
+  // that may still be running, and a source is unpinned by the time its callback runs.
+  absl::StatusOr<std::shared_ptr<Move>> StartMove(const BlockKey& key, Tier from, SlotId src,
+                                                  Tier to, bool pin, Deferred& d)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Registers the callbacks of moves started so far (they must exist before anyone waits on
+  // them), dropping and retaking the lock. True if it did (state may have changed meanwhile).
+  bool DeferredRelease(Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void RunDeferred(Deferred& d) ABSL_LOCKS_EXCLUDED(mu);
+  void OnMoveDone(const std::shared_ptr<Move>& move, const absl::Status& status)
+      ABSL_LOCKS_EXCLUDED(mu);
+  void OnWritten(const std::vector<std::pair<BlockKey, SlotId>>& blocks, const absl::Status& status)
+      ABSL_LOCKS_EXCLUDED(mu);
+
+  // ---- sequence_table.cc: sequences, their blocks, and the memory of released ids.
+
+  absl::StatusOr<Sequence*> FindSeq(SequenceId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // CreateSequence under the lock: kAlreadyExists if the id is live.
+  absl::Status AddSequence(std::unique_ptr<Sequence> seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Makes `seq` live under its id with a fresh generation (the id is no longer "released").
+  void InsertSequence(std::unique_ptr<Sequence> seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Moves block `i` of `seq` to the copy (t, slot): takes a reference there, then drops the one
+  // held before. False (nothing changed) if the reference cannot be taken.
+  bool RepointBlock(Sequence& seq, int64_t i, Tier t, SlotId slot)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // The bodies of Append, ReportWritten, Fork and Release (kv_cache.h), arguments checked.
+  absl::StatusOr<KvAppendResult> AppendTokens(SequenceId id, absl::Span<const int32_t> tokens,
+                                              Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  absl::Status PublishWritten(SequenceId id, int64_t num_tokens, Completion ready, Deferred& d)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  absl::StatusOr<std::optional<BlockCopy>> ForkSequence(SequenceId parent, SequenceId child,
+                                                        int64_t num_tokens, Deferred& d)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  absl::Status ReleaseSequence(SequenceId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+  // ---- prefix_attach.cc: AttachPrefix's second half, once the prompt is hashed.
+
+  std::array<TierLinkCost, kNumTiers> CurrentLinks() const;
+  // Attaches the cached prefix of `prompt` (block keys `keys`) to sequence `id`, which must
+  // still be the sequence of `generation` and be empty.
+  absl::StatusOr<AttachResult> AttachKeys(SequenceId id, uint64_t generation,
+                                          const std::vector<BlockKey>& keys,
+                                          absl::Span<const int32_t> prompt)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+  // ---- residency.cc: tickets, onboarding into HBM, and the hints that move sequences.
+
+  // Resolves one still-pending block of a ticket (false if it was resolved already: a late
+  // onboard after the ticket's deadline).
+  bool ResolveTicketBlock(const std::shared_ptr<internal::TicketState>& t, int64_t i,
+                          std::optional<SlotId> slot, absl::Status error, Deferred& d)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  static bool TicketBlockPending(internal::TicketState& t, int64_t i);
+  static absl::Status TicketOutcome(internal::TicketState& t);
+  // The ticket's deadline passed: every block still onboarding is reported not resident (the
+  // onboard goes on and lands as a droppable block, or for the sequence), and the ticket's
+  // completion fires.
+  void ExpireTicket(const std::shared_ptr<internal::TicketState>& t) ABSL_LOCKS_EXCLUDED(mu);
+  // Blocks [first, last) of `seq` below HBM whose block has a ready HBM copy (another request
+  // onboarded it, or it was never dropped) take that copy: no bytes move, and it can no longer
+  // be evicted to make room for this very request.
+  void AdoptHbmCopies(Sequence& seq, int64_t first, int64_t last) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Blocks of [first, last) an onboard would have to bring: below HBM and not on the way.
+  int64_t MissingBlocks(const Sequence& seq, int64_t first, int64_t last)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Makes block `i` of `seq` resident for ticket `t` (index `ti` in it): adopts an HBM copy,
+  // joins an onboard in flight, or starts one.
+  void Onboard(Sequence& seq, int64_t i, const std::shared_ptr<internal::TicketState>& t,
+               int64_t ti, Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // EnsureResident under the lock, arguments checked: fills and registers ticket `t`.
+  absl::Status IssueTicket(SequenceId id, int64_t begin_token, int64_t end_token,
+                           const EnsureResidentOptions& options,
+                           const std::shared_ptr<internal::TicketState>& t, Deferred& d)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // EnsureResident after the lock: a kWait ticket is waited for until the deadline, another
+  // one with a deadline is expired by the timer.
+  void AwaitTicket(const std::shared_ptr<internal::TicketState>& t,
+                   const EnsureResidentOptions& options) ABSL_LOCKS_EXCLUDED(mu);
+  // ReleaseTicket under the lock, for a ticket this cache issued.
+  absl::Status CloseTicket(const std::shared_ptr<internal::TicketState>& ticket)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // The bodies of Pause, Resume and Prefetch (kv_cache.h), arguments checked.
+  absl::Status PauseSequence(SequenceId id, Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  absl::Status ResumeSequence(SequenceId id, const std::shared_ptr<internal::TicketState>& t,
+                              Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  absl::StatusOr<int64_t> PrefetchBlocks(const std::vector<BlockKey>& keys, int64_t num_tokens,
+                                         Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+  // ---- warm_restart.cc.
+
+  // Warm restart: blocks a persistent tier found again become ready copies, matchable by key.
+  // Their parents are unknown (the slot header keeps only the key), so each is its own root
+  // for leaf-first eviction. Any other slot the allocator starts cached is freed.
+  void AdoptRecoveredBlocks() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+  // ---- invariants.cc.
+
+  absl::Status CheckInvariantsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+};
+
+// Holds the cache lock for a scope and owns the work deferred until the lock is dropped. On
+// destruction, on every return path, it unlocks and then runs that work: a move started under
+// the lock needs its completion callback registered, or it would never be accounted for
+// (WaitIdle would hang), and completions must not fire under the lock. DeferredRelease(
+// deferred()) may drop and retake the lock inside the scope.
+class ABSL_SCOPED_LOCKABLE KvCache::Impl::CacheScope {
+ public:
+  explicit CacheScope(Impl& impl) ABSL_EXCLUSIVE_LOCK_FUNCTION(impl.mu) : impl_(impl) {
+    impl_.mu.Lock();
+  }
+  ~CacheScope() ABSL_UNLOCK_FUNCTION() {
+    impl_.mu.Unlock();
+    impl_.RunDeferred(deferred_);
+  }
+  CacheScope(const CacheScope&) = delete;
+  CacheScope& operator=(const CacheScope&) = delete;
+
+  Deferred& deferred() { return deferred_; }
+
+ private:
+  Impl& impl_;
+  Deferred deferred_;
+};
+
+}  // namespace kvtier
+
+#endif  // KVTIER_CACHE_KV_CACHE_IMPL_H_

@@ -1,0 +1,223 @@
+// Moves: the transfers the cache starts between tiers (onboarding, offloading, moves_in_flight),
+// the work deferred until the lock is dropped (registering their callbacks, firing completions,
+// publishing written blocks), and what the cache does when a transfer or a kernel's write lands.
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "cache/kv_cache_impl.h"
+#include "internal/mutex.h"
+#include "internal/status_macros.h"
+
+namespace kvtier {
+
+absl::StatusOr<std::shared_ptr<KvCache::Impl::Move>> KvCache::Impl::StartMove(const BlockKey& key,
+                                                                              Tier from, SlotId src,
+                                                                              Tier to, bool pin,
+                                                                              Deferred& d) {
+  auto m = meta.find(key);
+  if (m == meta.end()) return absl::InternalError("a move of a block the cache does not know");
+  if (const std::optional<BlockRecord> rec = index->Lookup(key);
+      rec.has_value() && rec->state(to) != CopyState::kAbsent) {
+    return absl::AlreadyExistsError("the destination tier already has a copy of the block");
+  }
+  TransferOptions options;
+  options.pin_destination = pin;
+  KVTIER_ASSIGN_OR_RETURN(Transfer transfer, engine->Copy(key, from, src, to, options));
+  auto move = std::make_shared<Move>();
+  move->key = key;
+  move->from = from;
+  move->src = src;
+  move->to = to;
+  move->dst = transfer.destination;
+  move->pin = pin;
+  move->completion = transfer.completion;
+  const BlockKey parent = m->second.parent;
+  const int64_t first = m->second.first_token;
+  // Cannot fail: the destination tier was checked to have no copy above.
+  (void)AddCopy(key, to, move->dst, CopyState::kPending, parent, first);
+  ++meta[key].readers[TierIndex(from)];
+  UpdateCandidate(key, from);
+  ++moves_in_flight;
+  if (to == Tier::kHbm) {
+    onboarding[key] = move;
+  } else {
+    offloading[key].push_back(move);
+  }
+  d.moves.push_back(move);
+  return move;
+}
+
+bool KvCache::Impl::DeferredRelease(Deferred& d) {
+  if (d.moves.empty() && d.fire.empty() && d.publish.empty()) return false;
+  Deferred now;
+  std::swap(now, d);
+  mu.Unlock();
+  RunDeferred(now);
+  mu.Lock();
+  return true;
+}
+
+void KvCache::Impl::RunDeferred(Deferred& work) {
+  Deferred d;  // taken, so running a Deferred twice does nothing the second time
+  std::swap(d, work);
+  for (auto& [done, status] : d.fire) done.Complete(status);
+  for (auto& [ready, blocks] : d.publish) {
+    std::weak_ptr<internal::Lifeline> weak = lifeline;
+    ready.OnDone([weak, blocks = std::move(blocks)](const absl::Status& s) {
+      auto life = weak.lock();
+      if (!life) return;
+      auto* impl = static_cast<Impl*>(life->Enter());
+      if (impl == nullptr) return;
+      impl->OnWritten(blocks, s);
+      life->Exit();
+    });
+  }
+  for (auto& move : d.moves) {
+    std::shared_ptr<internal::Lifeline> life = lifeline;
+    move->completion.OnDone([life, move](const absl::Status& s) {
+      auto* impl = static_cast<Impl*>(life->Enter());
+      if (impl == nullptr) return;
+      impl->OnMoveDone(move, s);
+      life->Exit();
+    });
+  }
+}
+
+void KvCache::Impl::OnWritten(const std::vector<std::pair<BlockKey, SlotId>>& blocks,
+                              const absl::Status& status) {
+  CacheScope scope(*this);
+  Deferred& d = scope.deferred();
+  for (const auto& [key, slot] : blocks) {
+    const std::optional<BlockRecord> rec = index->Lookup(key);
+    if (!rec.has_value() || rec->state(Tier::kHbm) != CopyState::kPending ||
+        rec->slots[0] != slot || onboarding.contains(key)) {
+      continue;
+    }
+    if (!status.ok()) {
+      RemoveCopy(key, Tier::kHbm);
+      SettleSlot(Tier::kHbm, slot);  // a released sequence's block: freed
+      continue;
+    }
+    tiers[0]->EndDeviceWrite(slot, key);
+    ++meta[key].uses;
+    MarkReady(key, Tier::kHbm);
+    if (write_policy == WritePolicy::kWriteThrough) {
+      const std::optional<Tier> lower = NextLower(Tier::kHbm);
+      auto m = meta.find(key);
+      if (lower.has_value() && m != meta.end() &&
+          m->second.uses >= static_cast<uint32_t>(admit_after_uses[TierIndex(*lower)]) &&
+          index->Lookup(key)->state(*lower) == CopyState::kAbsent && RoomBelowNow(*lower, d)) {
+        (void)StartMove(key, Tier::kHbm, slot, *lower, false, d);
+      }
+    }
+  }
+}
+
+void KvCache::Impl::OnMoveDone(const std::shared_ptr<Move>& move, const absl::Status& status) {
+  {
+    CacheScope scope(*this);
+    Deferred& d = scope.deferred();
+    const BlockKey& key = move->key;
+    const int from = TierIndex(move->from);
+    if (auto m = meta.find(key); m != meta.end() && m->second.readers[from] > 0) {
+      --m->second.readers[from];
+    }
+    if (move->to == Tier::kHbm) {
+      auto it = onboarding.find(key);
+      if (it != onboarding.end() && it->second == move) onboarding.erase(it);
+    } else {
+      auto it = offloading.find(key);
+      if (it != offloading.end()) {
+        std::erase(it->second, move);
+        if (it->second.empty()) offloading.erase(it);
+      }
+    }
+    if (status.ok()) {
+      MarkReady(key, move->to);
+      if (move->to == Tier::kHbm) {
+        for (const Move::Waiter& w : move->waiters) {
+          if (w.sequence.valid()) {
+            auto s = seqs.find(w.sequence);
+            if (s != seqs.end() && w.block < static_cast<int64_t>(s->second->keys.size()) &&
+                s->second->keys[static_cast<size_t>(w.block)] == key &&
+                s->second->blocks[static_cast<size_t>(w.block)].tier != Tier::kHbm) {
+              (void)RepointBlock(*s->second, w.block, Tier::kHbm, move->dst);
+            }
+          }
+          if (w.ticket != nullptr && TicketBlockPending(*w.ticket, w.ticket_index)) {
+            if (w.ticket->pins && !w.ticket->released) PinTicket(move->dst);
+            ResolveTicketBlock(w.ticket, w.ticket_index, move->dst, absl::OkStatus(), d);
+          }
+        }
+        if (move->pin) {
+          (void)Alloc(Tier::kHbm, [&](BlockAllocator& a) { return a.Release(move->dst); });
+          SettleSlot(Tier::kHbm, move->dst);
+        }
+        if (inclusion == TierInclusion::kExclusive) DropIfDroppable(key, move->from);
+      } else {
+        for (const auto& [id, block] : move->pause_waiters) {
+          auto s = seqs.find(id);
+          if (s == seqs.end() || !s->second->paused) continue;
+          Sequence& seq = *s->second;
+          if (block >= static_cast<int64_t>(seq.blocks.size()) ||
+              seq.blocks[static_cast<size_t>(block)].tier != move->from ||
+              seq.blocks[static_cast<size_t>(block)].slot != move->src) {
+            continue;
+          }
+          (void)RepointBlock(seq, block, move->to, move->dst);
+        }
+      }
+      UpdateCandidate(key, move->to);
+    } else {
+      RemoveCopy(key, move->to);  // the engine freed or quarantined the destination
+      if (move->to == Tier::kHbm) {
+        ++counters.tiers[from].failed_loads;
+        if (status.code() == absl::StatusCode::kDataLoss) {
+          // The source is damaged: never match it again. Holders keep their (now private)
+          // reference, freed when they let go.
+          ++counters.tiers[from].corrupt_reads;
+          RemoveCopy(key, move->from);
+          // Another transfer may still read it; the last reader's callback settles it.
+          auto mm = meta.find(key);
+          if (mm == meta.end() || mm->second.readers[from] == 0) {
+            SettleSlot(move->from, move->src);
+          }
+        }
+        for (const Move::Waiter& w : move->waiters) {
+          if (w.ticket != nullptr)
+            ResolveTicketBlock(w.ticket, w.ticket_index, std::nullopt, status, d);
+        }
+      } else {
+        ++counters.tiers[TierIndex(move->to)].failed_stores;
+      }
+    }
+    if (move->evict_source) {
+      --evicting[from];
+      auto m = meta.find(key);
+      if (m != meta.end()) SetLeaving(key, move->from, false);
+      const std::optional<BlockRecord> rec = index->Lookup(key);
+      if (status.ok() && m != meta.end() && rec.has_value() &&
+          rec->state(move->from) == CopyState::kReady && rec->slots[from] == move->src &&
+          WantCandidate(key, m->second, move->from)) {
+        DropCopy(key, move->from);
+        ++counters.tiers[from].evictions;
+        ++counters.tiers[from].demotions;
+      }
+    }
+    // The source may have lost its last holder while it was read (a sequence released it): once
+    // no transfer of the cache reads it, settle it (a candidate again, or freed if private).
+    auto src_meta = meta.find(key);
+    if (src_meta == meta.end() || src_meta->second.readers[from] == 0) {
+      SettleSlot(move->from, move->src);
+    }
+  }
+  internal::MutexLock lock(&mu);
+  --moves_in_flight;
+  cv.SignalAll();
+}
+
+}  // namespace kvtier

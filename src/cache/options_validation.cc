@@ -1,0 +1,138 @@
+// Options validation: every check KvCache::Create makes on KvCacheOptions before it builds
+// anything, and the option-derived parts built before the cache exists (the prefill cost model,
+// one eviction policy per tier). Owns no state.
+#include <cmath>
+#include <memory>
+#include <optional>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "cache/kv_cache_impl.h"
+#include "internal/status_macros.h"
+#include "internal/strings.h"
+
+namespace kvtier {
+namespace {
+
+using internal::ToAbsl;
+
+bool Finite(double v) { return std::isfinite(v) && v > 0; }
+
+}  // namespace
+
+absl::Status KvCache::Impl::ValidateOptions(const CacheNamespace& ns,
+                                            const KvCacheOptions& options) {
+  const KvGeometry& g = ns.geometry();
+  const TierBackend* hbm = options.tiers[0].get();
+  if (hbm == nullptr) return absl::InvalidArgumentError("KvCache: the HBM tier is required");
+  for (int t = 0; t < kNumTiers; ++t) {
+    const TierBackend* b = options.tiers[t].get();
+    if (b == nullptr) continue;
+    if (TierIndex(b->info().tier) != t) {
+      return absl::InvalidArgumentError(absl::StrCat("KvCache: the ", b->info().name,
+                                                     " backend is at the index of tier ",
+                                                     ToAbsl(TierName(static_cast<Tier>(t)))));
+    }
+    if (b->info().block_bytes != g.bytes_per_block()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("KvCache: the ", b->info().name, " tier has ", b->info().block_bytes,
+                       "-byte blocks; the namespace's geometry has ", g.bytes_per_block()));
+    }
+  }
+  if ((hbm->info().capabilities & kCapDeviceMemory) == 0 || !hbm->device_pool().has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat("KvCache: the HBM tier ", hbm->info().name,
+                                                   " has no device pool for block tables"));
+  }
+  if (options.eviction_policy != "lru" && options.eviction_policy != "cost_aware") {
+    return absl::InvalidArgumentError(absl::StrCat("KvCache: eviction_policy \"",
+                                                   options.eviction_policy,
+                                                   "\" is not one of \"lru\", \"cost_aware\""));
+  }
+  if (options.write_policy != WritePolicy::kWriteBack &&
+      options.write_policy != WritePolicy::kWriteThrough) {
+    return absl::InvalidArgumentError("KvCache: unknown write_policy");
+  }
+  if (options.inclusion != TierInclusion::kInclusive &&
+      options.inclusion != TierInclusion::kExclusive) {
+    return absl::InvalidArgumentError("KvCache: unknown inclusion");
+  }
+  if (options.inclusion == TierInclusion::kExclusive &&
+      options.write_policy == WritePolicy::kWriteThrough) {
+    return absl::InvalidArgumentError(
+        "KvCache: exclusive tiers cannot be written through (write-through keeps two copies)");
+  }
+  if (options.admit_after_uses[0] != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KvCache: admit_after_uses[hbm] = ", options.admit_after_uses[0],
+                     " must be 1: every block starts in HBM"));
+  }
+  for (int t = 1; t < kNumTiers; ++t) {
+    if (options.admit_after_uses[t] < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("KvCache: admit_after_uses[", ToAbsl(TierName(static_cast<Tier>(t))),
+                       "] = ", options.admit_after_uses[t], " must be >= 1"));
+    }
+  }
+  for (int t = 1; t < kNumTiers; ++t) {
+    const TierLinkCost& l = options.links[t];
+    if (!Finite(l.bytes_per_second) || l.latency < absl::ZeroDuration() ||
+        l.latency == absl::InfiniteDuration()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("KvCache: links[", ToAbsl(TierName(static_cast<Tier>(t))),
+                       "] needs a positive finite "
+                       "bandwidth (",
+                       l.bytes_per_second, " B/s) and a finite latency >= 0"));
+    }
+  }
+  if (options.event_buffer < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KvCache: event_buffer = ", options.event_buffer, " must be >= 1"));
+  }
+  if (options.room_wait < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KvCache: room_wait = ", absl::FormatDuration(options.room_wait), " must not be negative"));
+  }
+  if (options.bounce_buffers < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KvCache: bounce_buffers = ", options.bounce_buffers, " must be >= 1"));
+  }
+  if (!options.prefill_cost.has_value() && KnownModelCost(ns.options().model_id).has_value() &&
+      !Finite(options.prefill_flops_per_second)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KvCache: prefill_flops_per_second = ", options.prefill_flops_per_second,
+                     " must be positive and finite"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<PrefillCostModel>> KvCache::Impl::MakeCostModel(
+    const CacheNamespace& ns, const KvCacheOptions& options) {
+  std::optional<PrefillCostModel> cost;
+  if (options.prefill_cost.has_value()) {
+    KVTIER_ASSIGN_OR_RETURN(PrefillCostModel model,
+                            PrefillCostModel::Create(*options.prefill_cost));
+    cost = model;
+  } else if (auto known = KnownModelCost(ns.options().model_id); known.has_value()) {
+    // ValidateOptions checked the rate.
+    known->flops_per_second = options.prefill_flops_per_second;
+    KVTIER_ASSIGN_OR_RETURN(PrefillCostModel model, PrefillCostModel::Create(*known));
+    cost = model;
+  }
+  return cost;
+}
+
+absl::StatusOr<KvCache::Impl::Policies> KvCache::Impl::MakePolicies(const KvCacheOptions& options) {
+  Policies policies;
+  for (int t = 0; t < kNumTiers; ++t) {
+    if (options.tiers[t] == nullptr) continue;
+    if (options.eviction_policy == "lru") {
+      policies[t] = MakeLruPolicy();
+    } else {
+      KVTIER_ASSIGN_OR_RETURN(policies[t], MakeCostAwarePolicy(options.cost_aware));
+    }
+  }
+  return policies;
+}
+
+}  // namespace kvtier

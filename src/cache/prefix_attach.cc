@@ -1,0 +1,130 @@
+// Prefix attach: AttachPrefix once the prompt is hashed: the matched blocks are pinned where they
+// are, the cost model plans restore versus recompute (with the links' bandwidths as the transfer
+// engine measures them), and the hits and misses are counted. Owns no state of its own.
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "cache/kv_cache_impl.h"
+#include "internal/status_macros.h"
+
+namespace kvtier {
+namespace {
+
+using internal::SeqName;
+
+}  // namespace
+
+std::array<TierLinkCost, kNumTiers> KvCache::Impl::CurrentLinks() const {
+  std::array<TierLinkCost, kNumTiers> l = links;
+  if (!measure_bandwidth) return l;
+  for (int t = 1; t < kNumTiers; ++t) {
+    if (tiers[t] == nullptr) continue;
+    const double bw = engine->stats(static_cast<Tier>(t), Tier::kHbm).bandwidth_bytes_per_second;
+    if (bw > 0) l[t].bytes_per_second = bw;
+  }
+  return l;
+}
+
+absl::StatusOr<AttachResult> KvCache::Impl::AttachKeys(SequenceId id, uint64_t generation,
+                                                       const std::vector<BlockKey>& keys,
+                                                       absl::Span<const int32_t> prompt) {
+  AttachResult result;
+  KVTIER_ASSIGN_OR_RETURN(Sequence * seq, FindSeq(id));
+  if (seq->generation != generation) {
+    // Released and created again meanwhile, perhaps with another adapter or tenant: keys hashed
+    // under the old identity must not be attached to it.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "AttachPrefix: ", SeqName(id), " was released and created again during the call"));
+  }
+  if (!seq->tokens.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "AttachPrefix: ", SeqName(id), " already has ", seq->tokens.size(), " tokens"));
+  }
+  std::vector<BlockLocation> where;
+  KVTIER_ASSIGN_OR_RETURN(const PrefixMatch match,
+                          index->Match(keys, static_cast<int64_t>(prompt.size()), &where));
+  // Phase 1: pin every matched block where it is.
+  // One pass under the engine's lock; a block that was cached (no holder) may have been an
+  // eviction candidate and stops being one.
+  std::vector<SeqBlock> pinned;
+  std::vector<size_t> were_cached;
+  pinned.reserve(where.size());
+  (void)engine->WithAllocators([&](const std::array<BlockAllocator*, kNumTiers>& a) {
+    for (const BlockLocation& loc : where) {
+      BlockAllocator* alloc = a[TierIndex(loc.tier)];
+      const SlotState before = alloc->state_or_free(loc.slot);
+      if (!alloc->Acquire(loc.slot).ok()) break;
+      if (before == SlotState::kCached) were_cached.push_back(pinned.size());
+      pinned.push_back(SeqBlock{loc.tier, loc.slot});
+    }
+    return absl::OkStatus();
+  });
+  for (const SeqBlock& b : pinned) {
+    if (b.tier == Tier::kHbm) ++seq_refs[b.slot.value()];
+  }
+  for (size_t i : were_cached) UpdateCandidate(keys[i], pinned[i].tier);
+  // Phase 2: plan, and keep the leading blocks worth restoring.
+  std::vector<Tier> tiers_of;
+  tiers_of.reserve(pinned.size());
+  for (const auto& b : pinned) tiers_of.push_back(b.tier);
+  const int64_t b_tokens = block_tokens;
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  RestorePlan plan;
+  if (cost.has_value()) {
+    absl::StatusOr<RestorePlan> planned =
+        PlanRestore(*cost, tiers_of, CurrentLinks(), b_tokens, block_bytes, n);
+    if (!planned.ok()) {  // on error nothing changes: unpin what phase 1 pinned
+      for (const SeqBlock& b : pinned) DropRef(b);
+      return planned.status();
+    }
+    plan = *planned;
+  } else {
+    plan.restore_blocks =
+        std::min<int64_t>(static_cast<int64_t>(pinned.size()), (n - 1) / b_tokens);
+    plan.recompute_from_token = plan.restore_blocks * b_tokens;
+    plan.cached_but_recomputed = static_cast<int64_t>(pinned.size()) - plan.restore_blocks;
+  }
+  for (size_t i = static_cast<size_t>(plan.restore_blocks); i < pinned.size(); ++i) {
+    DropRef(pinned[i]);
+  }
+  pinned.resize(static_cast<size_t>(plan.restore_blocks));
+  const absl::Time now = Now();
+  const int64_t now_ns = absl::ToUnixNanos(now);
+  for (size_t i = 0; i < pinned.size(); ++i) {
+    (void)index->RecordHit(keys[i], now_ns);
+    BlockMeta& m = meta[keys[i]];
+    ++m.uses;
+    m.last_use = now;
+    TouchCandidates(keys[i], m);
+    ++result.attached_blocks_by_tier[TierIndex(pinned[i].tier)];
+    ++counters.tiers[TierIndex(pinned[i].tier)].hits;
+  }
+  seq->tokens.assign(prompt.begin(), prompt.begin() + plan.restore_blocks * b_tokens);
+  seq->keys.assign(keys.begin(), keys.begin() + plan.restore_blocks);
+  seq->blocks = std::move(pinned);
+  seq->written = plan.restore_blocks * b_tokens;
+
+  const int64_t query_blocks = n / b_tokens;
+  int64_t found_so_far = 0;
+  for (int t = 0; t < kNumTiers; ++t) {
+    if (!Present(static_cast<Tier>(t))) continue;
+    found_so_far += match.blocks_by_tier[t];
+    counters.tiers[t].misses += query_blocks - found_so_far;
+  }
+  ++counters.attach_queries;
+  counters.query_tokens += n;
+  counters.matched_tokens += match.matched_tokens;
+  counters.attached_tokens += plan.restore_blocks * b_tokens;
+  counters.cached_but_recomputed_blocks += plan.cached_but_recomputed;
+  result.matched_tokens = match.matched_tokens;
+  result.attached_tokens = plan.restore_blocks * b_tokens;
+  result.plan = plan;
+  return result;
+}
+
+}  // namespace kvtier

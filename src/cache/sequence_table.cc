@@ -1,0 +1,271 @@
+// The sequence table: live sequences (seqs, next_generation) by id, their blocks as they are
+// created, grown (Append), written (ReportWritten), forked and released, and the memory of recently
+// released ids (released_ids, released_order, next_release) so that a call on one says "released"
+// rather than "unknown".
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "cache/kv_cache_impl.h"
+#include "internal/status_macros.h"
+
+namespace kvtier {
+namespace {
+
+using internal::SeqName;
+
+// Released ids remembered, so that a call on one is told "released" rather than "unknown".
+constexpr size_t kReleasedIdsRemembered = 65536;
+
+}  // namespace
+
+absl::StatusOr<KvCache::Impl::Sequence*> KvCache::Impl::FindSeq(SequenceId id) {
+  auto it = seqs.find(id);
+  if (it != seqs.end()) return it->second.get();
+  if (released_ids.contains(id)) {
+    return absl::FailedPreconditionError(absl::StrCat(SeqName(id), " was released"));
+  }
+  return absl::NotFoundError(absl::StrCat(SeqName(id), " is unknown"));
+}
+
+bool KvCache::Impl::RepointBlock(Sequence& seq, int64_t i, Tier t, SlotId slot) {
+  if (!AcquireRef(t, slot).ok()) return false;
+  const SeqBlock old = seq.blocks[static_cast<size_t>(i)];
+  seq.blocks[static_cast<size_t>(i)] = SeqBlock{t, slot};
+  DropRef(old);
+  return true;
+}
+
+absl::Status KvCache::Impl::AddSequence(std::unique_ptr<Sequence> seq) {
+  const SequenceId id = seq->id;
+  if (seqs.contains(id)) {
+    return absl::AlreadyExistsError(absl::StrCat(SeqName(id), " already exists"));
+  }
+  InsertSequence(std::move(seq));
+  return absl::OkStatus();
+}
+
+void KvCache::Impl::InsertSequence(std::unique_ptr<Sequence> seq) {
+  const SequenceId id = seq->id;
+  released_ids.erase(id);
+  seq->generation = next_generation++;
+  seqs[id] = std::move(seq);
+}
+
+absl::StatusOr<KvAppendResult> KvCache::Impl::AppendTokens(SequenceId id,
+                                                           absl::Span<const int32_t> tokens,
+                                                           Deferred& d) {
+  const int64_t b_tokens = block_tokens;
+  KvAppendResult result;
+  for (int round = 0;; ++round) {
+    KVTIER_ASSIGN_OR_RETURN(Sequence * seq, FindSeq(id));
+    const int64_t old_n = static_cast<int64_t>(seq->tokens.size());
+    const int64_t new_n = old_n + static_cast<int64_t>(tokens.size());
+    if (new_n > PrefixHasher::kMaxPosition) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Append: ", SeqName(id), " would hold ", new_n, " tokens"));
+    }
+    const int64_t need = geometry.BlocksForTokens(new_n) - static_cast<int64_t>(seq->blocks.size());
+    if (need > 0 && FreeBlocks(Tier::kHbm) < need) {
+      if (round > 0) {
+        // Someone took the room while the lock was dropped; try once more, then give up.
+        if (round > 2) {
+          return absl::ResourceExhaustedError("Append: HBM room was taken by other calls");
+        }
+      }
+      absl::Status room = MakeHbmRoom(need, absl::Now() + room_wait, d);
+      if (!room.ok()) {
+        DeferredRelease(d);
+        return room;
+      }
+      continue;  // the lock may have been dropped: look everything up again
+    }
+    // Key the blocks this append fills before changing anything. Only the partial tail and
+    // the new tokens are hashed: a decode step costs one block's hashing, not the sequence's.
+    const int64_t have = static_cast<int64_t>(seq->keys.size());
+    std::vector<int32_t> tail(seq->tokens.begin() + have * b_tokens, seq->tokens.end());
+    tail.insert(tail.end(), tokens.begin(), tokens.end());
+    std::vector<BlockKey> added;
+    KVTIER_RETURN_IF_ERROR(hasher.AppendBlockKeys(have == 0 ? kRootBlockKey : seq->keys.back(),
+                                                  have * b_tokens, tail, seq->extras, &added));
+    std::vector<SlotId> fresh;
+    absl::Status alloc = Alloc(Tier::kHbm, [&](BlockAllocator& a) -> absl::Status {
+      for (int64_t i = 0; i < need; ++i) {
+        auto s = a.Allocate();
+        if (!s.ok()) {
+          for (SlotId f : fresh) (void)a.Release(f);
+          fresh.clear();
+          return s.status();
+        }
+        fresh.push_back(*s);
+      }
+      return absl::OkStatus();
+    });
+    if (!alloc.ok()) {
+      if (round > 2) return alloc;
+      continue;
+    }
+    for (SlotId s : fresh) {
+      tiers[0]->BeginDeviceWrite(s);
+      seq->blocks.push_back(SeqBlock{Tier::kHbm, s});
+      ++seq_refs[s.value()];
+    }
+    seq->tokens.insert(seq->tokens.end(), tokens.begin(), tokens.end());
+    const int64_t old_full = old_n / b_tokens;
+    const int64_t new_full = new_n / b_tokens;
+    for (int64_t j = old_full; j < new_full; ++j) {
+      const SlotId s = seq->blocks[static_cast<size_t>(j)].slot;
+      (void)Alloc(Tier::kHbm, [&](BlockAllocator& a) { return a.Seal(s); });
+    }
+    seq->keys.insert(seq->keys.end(), added.begin(), added.end());
+    result.first_sealed_block = old_full;
+    result.num_sealed_blocks = new_full - old_full;
+    result.num_new_slots = need > 0 ? need : 0;
+    break;
+  }
+  DeferredRelease(d);
+  return result;
+}
+
+absl::Status KvCache::Impl::PublishWritten(SequenceId id, int64_t num_tokens, Completion ready,
+                                           Deferred& d) {
+  KVTIER_ASSIGN_OR_RETURN(Sequence * seq, FindSeq(id));
+  const int64_t n = static_cast<int64_t>(seq->tokens.size());
+  if (num_tokens > n) {
+    return absl::OutOfRangeError(
+        absl::StrCat("ReportWritten: ", num_tokens, " tokens of ", SeqName(id), ", which has ", n));
+  }
+  if (num_tokens < seq->written) {
+    return absl::InvalidArgumentError(absl::StrCat("ReportWritten: ", num_tokens, " tokens of ",
+                                                   SeqName(id), " after ", seq->written,
+                                                   " were reported written"));
+  }
+  const int64_t b_tokens = block_tokens;
+  std::vector<std::pair<BlockKey, SlotId>> publish;
+  for (int64_t j = seq->written / b_tokens; j < num_tokens / b_tokens; ++j) {
+    const SeqBlock b = seq->blocks[static_cast<size_t>(j)];
+    const BlockKey key = seq->keys[static_cast<size_t>(j)];
+    if (b.tier != Tier::kHbm) continue;
+    const std::optional<BlockRecord> rec = index->Lookup(key);
+    if (rec.has_value() && rec->state(Tier::kHbm) != CopyState::kAbsent) continue;  // a twin
+    const BlockKey parent = j == 0 ? kRootBlockKey : seq->keys[static_cast<size_t>(j - 1)];
+    if (AddCopy(key, Tier::kHbm, b.slot, CopyState::kPending, parent, j * b_tokens).ok()) {
+      publish.emplace_back(key, b.slot);
+    }
+  }
+  seq->written = num_tokens;
+  if (!publish.empty()) d.publish.emplace_back(std::move(ready), std::move(publish));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<BlockCopy>> KvCache::Impl::ForkSequence(SequenceId parent,
+                                                                     SequenceId child,
+                                                                     int64_t num_tokens,
+                                                                     Deferred& d) {
+  const int64_t b_tokens = block_tokens;
+  std::optional<BlockCopy> copy;
+  for (int round = 0;; ++round) {
+    KVTIER_ASSIGN_OR_RETURN(Sequence * p, FindSeq(parent));
+    if (seqs.contains(child)) {
+      return absl::AlreadyExistsError(absl::StrCat("Fork: ", SeqName(child), " already exists"));
+    }
+    const int64_t n = static_cast<int64_t>(p->tokens.size());
+    if (num_tokens < 0 || num_tokens > n) {
+      return absl::OutOfRangeError(
+          absl::StrCat("Fork: ", num_tokens, " tokens of ", SeqName(parent), ", which has ", n));
+    }
+    const int64_t full = num_tokens / b_tokens;
+    const int64_t rem = num_tokens % b_tokens;
+    if (rem != 0 && p->blocks[static_cast<size_t>(full)].tier != Tier::kHbm) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("Fork: block ", full, " of ", SeqName(parent),
+                       " is not in HBM; make it resident before forking inside it"));
+    }
+    if (rem != 0 && FreeBlocks(Tier::kHbm) < 1) {
+      if (round > 2) return absl::ResourceExhaustedError("Fork: no HBM slot for the copy");
+      absl::Status room = MakeHbmRoom(1, absl::Now() + room_wait, d);
+      if (!room.ok()) {
+        DeferredRelease(d);
+        return room;
+      }
+      continue;
+    }
+    auto c = std::make_unique<Sequence>();
+    c->id = child;
+    c->options = p->options;
+    c->extras = p->extras;
+    c->tokens.assign(p->tokens.begin(), p->tokens.begin() + num_tokens);
+    c->keys.assign(p->keys.begin(), p->keys.begin() + full);
+    c->written = std::min(p->written, num_tokens);
+    for (int64_t i = 0; i < full; ++i) {
+      const SeqBlock b = p->blocks[static_cast<size_t>(i)];
+      if (absl::Status s = AcquireRef(b.tier, b.slot); !s.ok()) {
+        for (const auto& got : c->blocks) DropRef(got);
+        return s;
+      }
+      c->blocks.push_back(b);
+    }
+    if (rem != 0) {
+      SlotId dst;
+      absl::Status s = Alloc(Tier::kHbm, [&](BlockAllocator& a) -> absl::Status {
+        KVTIER_ASSIGN_OR_RETURN(dst, a.Allocate());
+        return absl::OkStatus();
+      });
+      if (!s.ok()) {
+        for (const auto& got : c->blocks) DropRef(got);
+        if (round > 2) return s;
+        continue;
+      }
+      tiers[0]->BeginDeviceWrite(dst);
+      c->blocks.push_back(SeqBlock{Tier::kHbm, dst});
+      ++seq_refs[dst.value()];
+      copy = BlockCopy{p->blocks[static_cast<size_t>(full)].slot, dst, static_cast<int>(rem)};
+    }
+    InsertSequence(std::move(c));
+    break;
+  }
+  DeferredRelease(d);
+  return copy;
+}
+
+absl::Status KvCache::Impl::ReleaseSequence(SequenceId id) {
+  KVTIER_ASSIGN_OR_RETURN(Sequence * seq, FindSeq(id));
+  const absl::Time now = Now();
+  const absl::Time until = seq->options.retention == absl::InfiniteDuration()
+                               ? absl::InfiniteFuture()
+                               : now + seq->options.retention;
+  for (size_t i = seq->blocks.size(); i-- > 0;) {
+    if (i < seq->keys.size()) {
+      auto m = meta.find(seq->keys[i]);
+      if (m != meta.end()) {
+        m->second.last_use = now;  // in use until now
+        if (seq->options.retention_priority > 0) {
+          m->second.retention_priority = seq->options.retention_priority;
+          m->second.priority_until = until;
+        }
+        TouchCandidates(seq->keys[i], m->second);
+      }
+    }
+    DropRef(seq->blocks[i]);
+  }
+  seqs.erase(id);
+  const uint64_t serial = next_release++;
+  released_ids[id] = serial;
+  released_order.emplace_back(id, serial);
+  while (released_order.size() > kReleasedIdsRemembered) {
+    const auto [old_id, old_serial] = released_order.front();
+    auto it = released_ids.find(old_id);
+    if (it != released_ids.end() && it->second == old_serial) released_ids.erase(it);
+    released_order.pop_front();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kvtier

@@ -179,7 +179,10 @@ namespace internal {
 struct TicketState;
 }  // namespace internal
 
-// The outcome of EnsureResident. A cheap copyable handle; copies share one ticket.
+// The outcome of EnsureResident. A cheap copyable handle; copies share one ticket. The ticket's
+// blocks stay pinned in HBM until KvCache::ReleaseTicket or until its last copy is destroyed,
+// whichever comes first (RAII: a dropped ticket never pins HBM for good). A ticket may outlive
+// its cache; its accessors then still answer, and its destruction does nothing.
 // Thread-safety: every method is thread-safe. For kAsync, block_table() and the statuses are
 // final only once completion() has fired (a block that fails then shows slot -1).
 class ResidencyTicket {
@@ -315,7 +318,8 @@ class KvCache {
   absl::StatusOr<ResidencyTicket> EnsureResident(SequenceId id, int64_t begin_token,
                                                  int64_t end_token,
                                                  const EnsureResidentOptions& options = {});
-  // Unpins the ticket's blocks (those still onboarding are unpinned when they land).
+  // Unpins the ticket's blocks (those still onboarding are unpinned when they land), before its
+  // last copy goes (which would release it too).
   // Errors: kInvalidArgument for an invalid ticket; kNotFound for a ticket of another cache;
   // kFailedPrecondition for a second release.
   absl::Status ReleaseTicket(const ResidencyTicket& ticket);

@@ -209,7 +209,7 @@ absl::StatusOr<ResidencyTicket> KvCache::EnsureResident(SequenceId id, int64_t b
     KVTIER_RETURN_IF_ERROR(I.IssueTicket(id, begin_token, end_token, options, t, scope.deferred()));
   }
   I.AwaitTicket(t, options);
-  return ResidencyTicket(t);
+  return ResidencyTicket(I.HandOut(std::move(t)));
 }
 
 absl::Status KvCache::ReleaseTicket(const ResidencyTicket& ticket) {

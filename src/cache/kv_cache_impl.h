@@ -406,6 +406,11 @@ struct KvCache::Impl {
   // ReleaseTicket under the lock, for a ticket this cache issued.
   absl::Status CloseTicket(const std::shared_ptr<internal::TicketState>& ticket)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // The handle EnsureResident gives out: it points at `t`, and its copies share ownership of a
+  // holder that closes the ticket when the last of them is destroyed (if ReleaseTicket has not),
+  // entering through the lifeline so a ticket that outlives the cache does nothing.
+  struct TicketHolder;
+  std::shared_ptr<internal::TicketState> HandOut(std::shared_ptr<internal::TicketState> t);
   // The bodies of Pause, Resume and Prefetch (kv_cache.h), arguments checked.
   absl::Status PauseSequence(SequenceId id, Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::Status ResumeSequence(SequenceId id, const std::shared_ptr<internal::TicketState>& t,

@@ -27,6 +27,39 @@ using internal::ToAbsl;
 
 }  // namespace
 
+// Owned by every copy of a handed-out ResidencyTicket (an aliasing shared_ptr): the last copy's
+// destruction closes the ticket. The cache's own references to the TicketState (its ticket map,
+// onboard waiters, the deadline timer) are separate, so they never keep a ticket open.
+struct KvCache::Impl::TicketHolder {
+  TicketHolder(std::shared_ptr<internal::TicketState> s, std::weak_ptr<internal::Lifeline> l)
+      : state(std::move(s)), lifeline(std::move(l)) {}
+  TicketHolder(const TicketHolder&) = delete;
+  TicketHolder& operator=(const TicketHolder&) = delete;
+
+  ~TicketHolder() {
+    std::shared_ptr<internal::Lifeline> life = lifeline.lock();
+    if (life == nullptr) return;
+    auto* impl = static_cast<Impl*>(life->Enter());
+    if (impl == nullptr) return;  // the cache is gone or going: nothing left to unpin
+    {
+      internal::MutexLock lock(&impl->mu);
+      // kFailedPrecondition when ReleaseTicket came first: nothing to do.
+      (void)impl->CloseTicket(state);
+    }
+    life->Exit();
+  }
+
+  std::shared_ptr<internal::TicketState> state;
+  std::weak_ptr<internal::Lifeline> lifeline;
+};
+
+std::shared_ptr<internal::TicketState> KvCache::Impl::HandOut(
+    std::shared_ptr<internal::TicketState> t) {
+  auto holder = std::make_shared<TicketHolder>(t, lifeline);
+  internal::TicketState* raw = t.get();
+  return std::shared_ptr<internal::TicketState>(std::move(holder), raw);
+}
+
 bool KvCache::Impl::ResolveTicketBlock(const std::shared_ptr<internal::TicketState>& t, int64_t i,
                                        std::optional<SlotId> slot, absl::Status error,
                                        Deferred& d) {

@@ -639,6 +639,44 @@ TEST_F(KvCacheTest, StatsGaugesFollowTicketsAndReleases) {
   testing::ExpectTierAccounting(s);
 }
 
+// RAII: a ticket nobody releases is released when its last copy goes; the copies share one
+// ticket (dropping one of two changes nothing); an explicit release before the last copy goes
+// is not repeated by it; a ticket that outlives its cache is destroyed without effect.
+TEST_F(KvCacheTest, TicketReleasesItselfWhenItsLastCopyGoes) {
+  KVTIER_ASSERT_OK(Add(1, Iota(10), 10));  // two written full blocks and a partial one
+  {
+    KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket t, Resident(1, 0, 10));
+    std::optional<ResidencyTicket> copy = t;
+    EXPECT_EQ(TierStats(Tier::kHbm).locked_blocks, 3);
+    copy.reset();
+    EXPECT_EQ(TierStats(Tier::kHbm).locked_blocks, 3);
+    EXPECT_EQ(cache_->stats().open_tickets, 1);
+  }
+  EXPECT_EQ(TierStats(Tier::kHbm).locked_blocks, 0);
+  EXPECT_EQ(TierStats(Tier::kHbm).held_blocks, 3);
+  EXPECT_EQ(cache_->stats().open_tickets, 0);
+  KVTIER_EXPECT_OK(cache_->CheckInvariants());
+
+  // Released early, then a second ticket on the same blocks: the first one's destruction must
+  // not unpin the second one's blocks.
+  std::optional<ResidencyTicket> first;
+  {
+    KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket t, Resident(1, 0, 10));
+    first = t;
+  }
+  KVTIER_ASSERT_OK(cache_->ReleaseTicket(*first));
+  KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket second, Resident(1, 0, 10));
+  first.reset();
+  EXPECT_EQ(TierStats(Tier::kHbm).locked_blocks, 3);
+  EXPECT_EQ(cache_->stats().open_tickets, 1);
+  KVTIER_EXPECT_OK(cache_->CheckInvariants());
+
+  // The cache goes first: the ticket still answers, and its destruction does nothing.
+  DropCache();
+  EXPECT_EQ(second.block_table().slots.size(), 3u);
+  EXPECT_EQ(second.resident_tokens(), 10);
+}
+
 TEST_F(KvCacheTest, HeldBlocksReturnToZeroAfterEveryRelease) {
   KVTIER_ASSERT_OK(AddReleased(1, Iota(12)));
   KVTIER_ASSERT_OK(cache_->CreateSequence(Seq(2)));

@@ -457,9 +457,12 @@ absl::StatusOr<ReplayReport> RunReplay(const Trace& trace, const ReplayOptions& 
     const SequenceId id(static_cast<uint64_t>(i) + 1);
     const std::vector<int32_t> prompt = PromptTokens(q, trace.block_tokens);
 
+    // Hashed once, for the lookup and the attach below.
+    absl::StatusOr<HashedPrompt> hashed = cache.HashPrompt(prompt);
+    if (!hashed.ok()) return hashed.status();
     // Where the prompt's cached blocks are when the request arrives: the hits by tier, and
     // (after a Resume) what their restore costs.
-    auto where = cache.Lookup(prompt);
+    auto where = cache.LookupHashed(*hashed);
     if (!where.ok()) return where.status();
 
     // The session's previous request, paused on a tool call: it comes back now. Resume starts
@@ -476,8 +479,8 @@ absl::StatusOr<ReplayReport> RunReplay(const Trace& trace, const ReplayOptions& 
     }
 
     if (absl::Status s = cache.CreateSequence(id); !s.ok()) return s;
-    auto attach =
-        WithRoom(cache, paused, paused_by_session, [&] { return cache.AttachPrefix(id, prompt); });
+    auto attach = WithRoom(cache, paused, paused_by_session,
+                           [&] { return cache.AttachHashedPrefix(id, *hashed); });
     if (!attach.ok()) return attach.status();
     if (resumed.has_value()) (void)cache.Release(*resumed);
 

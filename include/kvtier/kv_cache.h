@@ -136,6 +136,30 @@ struct SequenceOptions {
   absl::Duration retention = absl::ZeroDuration();
 };
 
+// A prompt with the keys of its full blocks, hashed once (KvCache::HashPrompt) for the calls that
+// need them: LookupHashed and AttachHashedPrefix. A server that looks a prompt up before attaching
+// it (admission, routing over several caches) pays for the hashing once. It holds a copy of the
+// tokens and one 16-byte BlockKey per full block, and remembers what the keys were computed
+// under: the namespace digest, the hash algorithm and the identity extras (adapter, tenant salt,
+// multimodal items). A cache whose namespace or algorithm differs rejects it, and AttachPrefix
+// rejects it for a sequence of another identity: its keys would name other blocks.
+// Thread-safety: immutable once made; copyable.
+class HashedPrompt {
+ public:
+  HashedPrompt() = default;  // an empty prompt, which every call taking one rejects
+  absl::Span<const int32_t> tokens() const { return tokens_; }
+  // keys()[i] is the key of block i (tokens [i * B, (i + 1) * B)); floor(tokens / B) of them.
+  absl::Span<const BlockKey> keys() const { return keys_; }
+
+ private:
+  friend class KvCache;
+  std::vector<int32_t> tokens_;
+  std::vector<BlockKey> keys_;
+  std::array<uint8_t, 16> namespace_digest_{};
+  HashAlgorithm algorithm_ = HashAlgorithm::kXxh3_128;
+  BlockExtras extras_;
+};
+
 // Side-effect-free answer to "how much of this prompt is cached, where".
 struct PrefixLookup {
   int64_t matched_tokens = 0;  // longest cached prefix, whole blocks, clamped to the query
@@ -253,6 +277,10 @@ class KvCache {
   // Errors: kNotFound for an unknown sequence; kFailedPrecondition if released or not empty;
   // kInvalidArgument if the prompt is empty or its extras do not fit it.
   absl::StatusOr<AttachResult> AttachPrefix(SequenceId id, absl::Span<const int32_t> prompt);
+  // AttachPrefix with the keys hashed before (HashPrompt): nothing is hashed again. Errors as
+  // AttachPrefix's, and kInvalidArgument if `prompt` was hashed under another namespace,
+  // algorithm or identity than the sequence's.
+  absl::StatusOr<AttachResult> AttachHashedPrefix(SequenceId id, const HashedPrompt& prompt);
 
   // Appends tokens: fills the partial last block, takes HBM slots for the rest (evicting and
   // demoting droppable blocks as needed), seals every block that becomes full and keys it.
@@ -312,9 +340,10 @@ class KvCache {
   // reported kNotResident with their cause (kDeadlineExceeded, the load's error) and slot -1,
   // never silently missing; an onboard still running at the deadline goes on, and its block
   // lands for the sequence (a later call finds it resident) but is not pinned by this ticket.
-  // kWait blocks until done or the deadline; a kAsync ticket completes by its deadline. Errors: kNotFound / kFailedPrecondition for the sequence;
-  // kInvalidArgument if begin_token > end_token or begin_token < 0; kOutOfRange if end_token
-  // is past the sequence's tokens; kDeadlineExceeded if the deadline has already passed.
+  // kWait blocks until done or the deadline; a kAsync ticket completes by its deadline. Errors:
+  // kNotFound / kFailedPrecondition for the sequence; kInvalidArgument if begin_token > end_token
+  // or begin_token < 0; kOutOfRange if end_token is past the sequence's tokens; kDeadlineExceeded
+  // if the deadline has already passed.
   absl::StatusOr<ResidencyTicket> EnsureResident(SequenceId id, int64_t begin_token,
                                                  int64_t end_token,
                                                  const EnsureResidentOptions& options = {});
@@ -326,9 +355,19 @@ class KvCache {
 
   // ---- Lookups, stats, events (no side effects)
 
+  // Hashes `tokens` under `identity` (its extras; retention fields are ignored) into the keys
+  // LookupHashed and AttachHashedPrefix use. Costs what AttachPrefix's hashing costs (chained
+  // XXH3-128 or SHA-256 per full block, prefix_hasher.h); takes no lock.
+  // Errors: kInvalidArgument for bad extras or too many tokens (PrefixHasher::BlockKeys).
+  absl::StatusOr<HashedPrompt> HashPrompt(absl::Span<const int32_t> tokens,
+                                          const SequenceOptions& identity = {}) const;
+
   // Errors: kInvalidArgument for bad extras.
   absl::StatusOr<PrefixLookup> Lookup(absl::Span<const int32_t> tokens,
                                       const SequenceOptions& identity = {}) const;
+  // Lookup of a prompt hashed before. Errors: kInvalidArgument if it was hashed under another
+  // namespace or algorithm.
+  absl::StatusOr<PrefixLookup> LookupHashed(const HashedPrompt& prompt) const;
   // Errors: kNotFound / kFailedPrecondition for an unknown / released sequence.
   absl::StatusOr<SequenceInfo> GetSequence(SequenceId id) const;
   KvCacheStats stats() const;
@@ -351,6 +390,8 @@ class KvCache {
  private:
   struct Impl;
   explicit KvCache(std::unique_ptr<Impl> impl);
+  // kInvalidArgument naming `call` if `prompt` was hashed under another namespace or algorithm.
+  absl::Status CheckHashedHere(const HashedPrompt& prompt, const char* call) const;
   std::unique_ptr<Impl> impl_;
 };
 

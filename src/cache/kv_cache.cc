@@ -24,6 +24,7 @@
 namespace kvtier {
 
 using internal::ExtrasOf;
+using internal::SameIdentity;
 
 absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const CacheNamespace& ns,
                                                          KvCacheOptions options) {
@@ -127,6 +128,24 @@ absl::StatusOr<AttachResult> KvCache::AttachPrefix(SequenceId id,
   return I.AttachKeys(id, generation, keys, prompt);
 }
 
+absl::StatusOr<AttachResult> KvCache::AttachHashedPrefix(SequenceId id,
+                                                         const HashedPrompt& prompt) {
+  Impl& I = *impl_;
+  if (prompt.tokens_.empty()) {
+    return absl::InvalidArgumentError("AttachHashedPrefix: an empty prompt");
+  }
+  KVTIER_RETURN_IF_ERROR(CheckHashedHere(prompt, "AttachHashedPrefix"));
+  internal::MutexLock lock(&I.mu);
+  KVTIER_ASSIGN_OR_RETURN(Impl::Sequence * seq, I.FindSeq(id));
+  if (!SameIdentity(seq->extras, prompt.extras_)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AttachHashedPrefix: the prompt was hashed under another identity (adapter, "
+                     "tenant salt or multimodal items) than ",
+                     internal::SeqName(id)));
+  }
+  return I.AttachKeys(id, seq->generation, prompt.keys_, prompt.tokens_);
+}
+
 absl::StatusOr<KvAppendResult> KvCache::Append(SequenceId id, absl::Span<const int32_t> tokens) {
   Impl& I = *impl_;
   if (tokens.empty()) return absl::InvalidArgumentError("Append: no tokens");
@@ -225,6 +244,42 @@ absl::Status KvCache::ReleaseTicket(const ResidencyTicket& ticket) {
 }
 
 // ---- Lookups, stats, events -------------------------------------------------------------------
+
+absl::StatusOr<HashedPrompt> KvCache::HashPrompt(absl::Span<const int32_t> tokens,
+                                                 const SequenceOptions& identity) const {
+  const Impl& I = *impl_;
+  HashedPrompt p;
+  p.extras_ = ExtrasOf(identity);
+  KVTIER_ASSIGN_OR_RETURN(p.keys_, I.hasher.BlockKeys(tokens, p.extras_));
+  p.tokens_.assign(tokens.begin(), tokens.end());
+  p.namespace_digest_ = I.hasher.namespace_digest();
+  p.algorithm_ = I.hasher.algorithm();
+  return p;
+}
+
+absl::Status KvCache::CheckHashedHere(const HashedPrompt& prompt, const char* call) const {
+  if (prompt.namespace_digest_ != impl_->hasher.namespace_digest() ||
+      prompt.algorithm_ != impl_->hasher.algorithm()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(call,
+                     ": the prompt was hashed under another namespace or hash algorithm "
+                     "than this cache's"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PrefixLookup> KvCache::LookupHashed(const HashedPrompt& prompt) const {
+  const Impl& I = *impl_;
+  KVTIER_RETURN_IF_ERROR(CheckHashedHere(prompt, "LookupHashed"));
+  internal::MutexLock lock(&I.mu);
+  KVTIER_ASSIGN_OR_RETURN(
+      const PrefixMatch match,
+      I.index->Match(prompt.keys_, static_cast<int64_t>(prompt.tokens_.size())));
+  PrefixLookup out;
+  out.matched_tokens = match.matched_tokens;
+  out.blocks_by_tier = match.blocks_by_tier;
+  return out;
+}
 
 absl::StatusOr<PrefixLookup> KvCache::Lookup(absl::Span<const int32_t> tokens,
                                              const SequenceOptions& identity) const {

@@ -62,6 +62,26 @@ inline BlockExtras ExtrasOf(const SequenceOptions& options) {
   return BlockExtras{options.adapter, options.tenant_salt, options.multimodal};
 }
 
+// Whether keys hashed under `a` and under `b` name the same blocks: every field compared exactly.
+inline bool SameIdentity(const BlockExtras& a, const BlockExtras& b) {
+  if (a.adapter.has_value() != b.adapter.has_value() || a.tenant_salt != b.tenant_salt ||
+      a.multimodal.size() != b.multimodal.size()) {
+    return false;
+  }
+  if (a.adapter.has_value() && (a.adapter->id != b.adapter->id ||
+                                a.adapter->load_generation != b.adapter->load_generation)) {
+    return false;
+  }
+  for (size_t i = 0; i < a.multimodal.size(); ++i) {
+    const MultimodalItem& x = a.multimodal[i];
+    const MultimodalItem& y = b.multimodal[i];
+    if (x.start_token != y.start_token || x.num_tokens != y.num_tokens || x.digest != y.digest) {
+      return false;
+    }
+  }
+  return true;
+}
+
 // Lets callbacks that may outlive the cache reach it safely (see the file comment).
 class Lifeline {
  public:

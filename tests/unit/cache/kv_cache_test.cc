@@ -446,6 +446,62 @@ TEST_F(KvCacheTest, AttachFindsReleasedSequencesWrittenFullBlocksOnly) {
   KVTIER_EXPECT_OK(cache_->Release(Seq(2)));
 }
 
+// A prompt hashed once serves LookupHashed and AttachHashedPrefix with the answers of the
+// token-span calls; it is refused by a sequence of another identity, by a cache of another
+// namespace, and when empty.
+TEST_F(KvCacheTest, HashedPromptServesLookupAndAttachHashedOnce) {
+  const std::vector<int32_t> prompt = Iota(42);
+  KVTIER_ASSERT_OK(AddReleased(1, prompt));
+  std::vector<int32_t> query = prompt;
+  for (int32_t t : Iota(5, 9000)) query.push_back(t);
+
+  KVTIER_ASSERT_OK_AND_ASSIGN(HashedPrompt hashed, cache_->HashPrompt(query));
+  EXPECT_EQ(hashed.tokens().size(), query.size());
+  ASSERT_EQ(hashed.keys().size(), query.size() / kB);
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::vector<BlockKey> keys, cache_->hasher().BlockKeys(query, {}));
+  EXPECT_TRUE(std::equal(keys.begin(), keys.end(), hashed.keys().begin()));
+  KVTIER_ASSERT_OK_AND_ASSIGN(PrefixLookup by_tokens, cache_->Lookup(query));
+  KVTIER_ASSERT_OK_AND_ASSIGN(PrefixLookup by_keys, cache_->LookupHashed(hashed));
+  EXPECT_EQ(by_keys.matched_tokens, 40);
+  EXPECT_EQ(by_keys.matched_tokens, by_tokens.matched_tokens);
+  EXPECT_EQ(by_keys.blocks_by_tier, by_tokens.blocks_by_tier);
+
+  KVTIER_ASSERT_OK(cache_->CreateSequence(Seq(2)));
+  KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult r, cache_->AttachHashedPrefix(Seq(2), hashed));
+  EXPECT_EQ(r.matched_tokens, 40);
+  EXPECT_EQ(r.attached_tokens, 40);
+  KVTIER_ASSERT_OK_AND_ASSIGN(SequenceInfo info, cache_->GetSequence(Seq(2)));
+  EXPECT_EQ(info.num_tokens, 40);
+  EXPECT_EQ(cache_->stats().tiers[kHbm].hits, 10);
+
+  // Another identity: its keys name other blocks.
+  SequenceOptions tenant;
+  tenant.tenant_salt = "tenant-b";
+  KVTIER_ASSERT_OK(cache_->CreateSequence(Seq(3), tenant));
+  EXPECT_THAT(cache_->AttachHashedPrefix(Seq(3), hashed),
+              IsError(absl::StatusCode::kInvalidArgument, "another identity"));
+  KVTIER_ASSERT_OK_AND_ASSIGN(HashedPrompt salted, cache_->HashPrompt(query, tenant));
+  KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult miss, cache_->AttachHashedPrefix(Seq(3), salted));
+  EXPECT_EQ(miss.matched_tokens, 0);
+  EXPECT_THAT(cache_->AttachHashedPrefix(Seq(4), hashed),
+              IsError(absl::StatusCode::kNotFound, "sequence 4"));
+  EXPECT_THAT(cache_->AttachHashedPrefix(Seq(3), HashedPrompt()),
+              IsError(absl::StatusCode::kInvalidArgument, "empty prompt"));
+
+  // A cache of another namespace (block-first HBM layout enters the digest).
+  KvCacheTestConfig other_config;
+  other_config.hbm_layout = HbmLayout::kBlockFirst;
+  KvCacheEnv other_env(other_config);
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> other, other_env.NewCache());
+  EXPECT_THAT(other->LookupHashed(hashed),
+              IsError(absl::StatusCode::kInvalidArgument, "another namespace"));
+  KVTIER_ASSERT_OK(other->CreateSequence(Seq(1)));
+  EXPECT_THAT(other->AttachHashedPrefix(Seq(1), hashed),
+              IsError(absl::StatusCode::kInvalidArgument, "another namespace"));
+  KVTIER_EXPECT_OK(cache_->Release(Seq(2)));
+  KVTIER_EXPECT_OK(cache_->Release(Seq(3)));
+}
+
 TEST_F(KvCacheTest, FullyCachedPromptLeavesItsLastTokenToCompute) {
   const std::vector<int32_t> prompt = Iota(16);
   KVTIER_ASSERT_OK(AddReleased(1, prompt));
@@ -876,7 +932,8 @@ TEST_F(KvCacheTest, EvictionDemotesOldBlocksToDramAndAttachOnboardsThem) {
   EXPECT_GE(s.tiers[kHbm].evictions, 4) << StatsString(s);
   EXPECT_GE(s.tiers[kHbm].demotions, 4) << StatsString(s);
   EXPECT_EQ(s.tiers[kDram].stored, s.tiers[kHbm].demotions) << StatsString(s);
-  EXPECT_EQ(s.tiers[kDram].bytes_in, s.blocks_moved[kHbm][kDram] * env_->geometry().bytes_per_block());
+  EXPECT_EQ(s.tiers[kDram].bytes_in,
+            s.blocks_moved[kHbm][kDram] * env_->geometry().bytes_per_block());
   EXPECT_EQ(s.blocks_moved[kHbm][kDram], s.tiers[kHbm].demotions) << StatsString(s);
   EXPECT_EQ(s.blocks_moved[kDram][kHbm], 0);
   KVTIER_ASSERT_OK_AND_ASSIGN(PrefixLookup old_where, cache_->Lookup(old_prompt));

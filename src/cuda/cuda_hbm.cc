@@ -5,7 +5,6 @@
 
 #include <atomic>
 #include <functional>
-#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -131,15 +130,8 @@ struct CudaHbm::Impl {
 
 absl::StatusOr<std::unique_ptr<CudaHbm>> CudaHbm::Create(const KvGeometry& geometry,
                                                          const CudaHbmOptions& options) {
-  if (options.layout != HbmLayout::kLayerFirst && options.layout != HbmLayout::kBlockFirst) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("CudaHbm: unknown layout ", static_cast<int>(options.layout)));
-  }
-  if (options.capacity_blocks < 1 ||
-      options.capacity_blocks > std::numeric_limits<int64_t>::max() / geometry.bytes_per_block()) {
-    return absl::InvalidArgumentError(absl::StrCat("CudaHbm: capacity_blocks = ",
-                                                   options.capacity_blocks, " is not usable"));
-  }
+  KVTIER_RETURN_IF_ERROR(internal::CheckHbmPoolShape("CudaHbm", geometry, options.layout,
+                                                     options.capacity_blocks));
   int devices = 0;
   if (cudaError_t err = cudaGetDeviceCount(&devices); err != cudaSuccess) {
     return FromCuda(err, "CudaHbm: cudaGetDeviceCount");

@@ -1,7 +1,6 @@
 #include "kvtier/emulated_hbm.h"
 
 #include <cstring>
-#include <limits>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -58,15 +57,8 @@ struct EmulatedHbm::Impl {
 
 absl::StatusOr<std::unique_ptr<EmulatedHbm>> EmulatedHbm::Create(
     const KvGeometry& geometry, const EmulatedHbmOptions& options) {
-  if (options.layout != HbmLayout::kLayerFirst && options.layout != HbmLayout::kBlockFirst) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("EmulatedHbm: unknown layout ", static_cast<int>(options.layout)));
-  }
-  if (options.capacity_blocks < 1 ||
-      options.capacity_blocks > std::numeric_limits<int64_t>::max() / geometry.bytes_per_block()) {
-    return absl::InvalidArgumentError(absl::StrCat("EmulatedHbm: capacity_blocks = ",
-                                                   options.capacity_blocks, " is not usable"));
-  }
+  KVTIER_RETURN_IF_ERROR(internal::CheckHbmPoolShape("EmulatedHbm", geometry, options.layout,
+                                                     options.capacity_blocks));
   TierInfo info =
       MakeInfo(Tier::kHbm, absl::StrCat("emulated_hbm(", HbmLayoutName(options.layout), ")"),
                options.capacity_blocks, geometry.bytes_per_block(), kCapDeviceMemory);

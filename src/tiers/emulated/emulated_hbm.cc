@@ -1,6 +1,7 @@
 #include "kvtier/emulated_hbm.h"
 
 #include <cstring>
+#include <functional>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -12,6 +13,20 @@
 #include "tiers/slot_contents.h"
 
 namespace kvtier {
+namespace {
+
+// Queues `op` on `worker`; the Completion fires with its status, or with kDeadlineExceeded and
+// `op` not run if the worker reaches it after `deadline`. `info` must outlive the queued work.
+Completion EnqueueUnlessLate(internal::StreamWorker& worker, const TierInfo& info, SlotId slot,
+                             absl::Time deadline, std::function<absl::Status()> op) {
+  Completion done;
+  worker.Enqueue([&info, slot, deadline, done, op = std::move(op)] {
+    done.Complete(absl::Now() > deadline ? internal::DeadlinePassed(info, slot) : op());
+  });
+  return done;
+}
+
+}  // namespace
 
 struct EmulatedHbm::Impl {
   Impl(const KvGeometry& g, HbmLayout pool_layout, int64_t slots, internal::HostRegion pool)
@@ -93,26 +108,21 @@ std::optional<DevicePoolView> EmulatedHbm::device_pool() const {
       /*host_accessible=*/true);
 }
 
-// The workers run each operation's checks and record updates on the tier (`this`) and its copies
-// on the Impl; both outlive every queued operation (see Impl's last members).
+// The workers run each operation's record updates on the tier (`this`) and its copies on the
+// Impl; both outlive every queued operation (see Impl's last members).
 Completion EmulatedHbm::WriteBlock(SlotId slot, const BlockKey& key,
                                    absl::Span<const std::byte> src, const BlockIoOptions& options) {
   if (absl::Status s = internal::CheckBlockIo(info(), slot, src.size()); !s.ok()) {
     return Completion::Done(std::move(s));
   }
-  Completion done;
   Impl* impl = impl_.get();
-  impl->host_to_device.Enqueue([this, impl, slot, key, src, deadline = options.deadline, done] {
-    if (absl::Now() > deadline) {
-      done.Complete(internal::DeadlinePassed(info(), slot));
-      return;
-    }
-    BeginSlotWrite(slot);
-    impl->ToPool(slot, src.data());
-    EndSlotWrite(slot, key);
-    done.Complete(absl::OkStatus());
-  });
-  return done;
+  return EnqueueUnlessLate(impl->host_to_device, info(), slot, options.deadline,
+                           [this, impl, slot, key, src] {
+                             BeginSlotWrite(slot);
+                             impl->ToPool(slot, src.data());
+                             EndSlotWrite(slot, key);
+                             return absl::OkStatus();
+                           });
 }
 
 Completion EmulatedHbm::ReadBlock(SlotId slot, const BlockKey& key, absl::Span<std::byte> dst,
@@ -120,21 +130,13 @@ Completion EmulatedHbm::ReadBlock(SlotId slot, const BlockKey& key, absl::Span<s
   if (absl::Status s = internal::CheckBlockIo(info(), slot, dst.size()); !s.ok()) {
     return Completion::Done(std::move(s));
   }
-  Completion done;
   Impl* impl = impl_.get();
-  impl->device_to_host.Enqueue([this, impl, slot, key, dst, deadline = options.deadline, done] {
-    if (absl::Now() > deadline) {
-      done.Complete(internal::DeadlinePassed(info(), slot));
-      return;
-    }
-    if (absl::Status s = CheckSlotHolds(slot, key); !s.ok()) {
-      done.Complete(std::move(s));
-      return;
-    }
-    impl->FromPool(slot, dst.data());
-    done.Complete(absl::OkStatus());
-  });
-  return done;
+  return EnqueueUnlessLate(impl->device_to_host, info(), slot, options.deadline,
+                           [this, impl, slot, key, dst] {
+                             KVTIER_RETURN_IF_ERROR(CheckSlotHolds(slot, key));
+                             impl->FromPool(slot, dst.data());
+                             return absl::OkStatus();
+                           });
 }
 
 }  // namespace kvtier

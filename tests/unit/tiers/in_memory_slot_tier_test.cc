@@ -8,6 +8,9 @@
 #include <memory>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kvtier/dram_tier.h"
@@ -73,82 +76,87 @@ TEST(InMemorySlotTierTest, InfoAndAllocatorFollowTheCapacity) {
   EXPECT_EQ((*meta)->info().tier, Tier::kNvme);
 }
 
-TEST(InMemorySlotTierTest, HostHooksActOnAHostAddressableTier) {
-  std::unique_ptr<DramTier> dram = MakeDram();
-  ASSERT_NE(dram, nullptr);
-  ASSERT_NE(dram->info().capabilities & kCapHostAddressable, 0u);
-  std::vector<std::byte> src = Block(0x5a);
-  std::vector<std::byte> dst = Block(0);
-  KVTIER_ASSERT_OK(dram->WriteBlock(SlotId(1), Key(1), src).Wait());
-  KVTIER_EXPECT_OK(dram->CheckHolds(SlotId(1), Key(1)));
+// One tier of each kind, and which hooks act on its slot record.
+struct HookCase {
+  std::unique_ptr<InMemorySlotTier> tier;
+  bool host_hooks;
+  bool device_hooks;
+};
 
-  dram->BeginHostWrite(SlotId(1));
-  EXPECT_THAT(dram->CheckHolds(SlotId(1), Key(1)),
-              IsError(StatusCode::kNotFound, "dram: slot 1 holds no complete block"));
-  EXPECT_THAT(dram->ReadBlock(SlotId(1), Key(1), absl::MakeSpan(dst)).Wait(),
-              IsError(StatusCode::kNotFound, "slot 1"));
-  dram->EndHostWrite(SlotId(1), Key(2));
-  KVTIER_EXPECT_OK(dram->CheckHolds(SlotId(1), Key(2)));
-  EXPECT_THAT(dram->CheckHolds(SlotId(1), Key(1)), IsError(StatusCode::kDataLoss, "holds block"));
-  KVTIER_EXPECT_OK(dram->ReadBlock(SlotId(1), Key(2), absl::MakeSpan(dst)).Wait());
-  EXPECT_EQ(dst, src);
-
-  // A slot outside the tier: CheckHolds refuses it, the hooks ignore it.
-  EXPECT_THAT(dram->CheckHolds(SlotId(kSlots), Key(1)),
-              IsError(StatusCode::kInvalidArgument, "outside [0, 4)"));
-  dram->BeginHostWrite(SlotId(kSlots));
-  dram->EndHostWrite(SlotId(), Key(1));
-
-  // Device hooks are not for a host tier: slot 1 keeps its block.
-  dram->BeginDeviceWrite(SlotId(1));
-  KVTIER_EXPECT_OK(dram->CheckHolds(SlotId(1), Key(2)));
-  dram->EndDeviceWrite(SlotId(2), Key(7));
-  EXPECT_THAT(dram->CheckHolds(SlotId(2), Key(7)), IsError(StatusCode::kNotFound, "slot 2"));
+std::vector<HookCase> HookCases() {
+  std::vector<HookCase> cases;
+  cases.push_back({MakeDram(), true, false});
+  cases.push_back({MakeHbm(), false, true});
+  for (Tier tier : {Tier::kHbm, Tier::kDram}) {
+    auto t = MetadataTier::Create(SmallGeometry(), {.tier = tier, .capacity_blocks = kSlots});
+    EXPECT_TRUE(t.ok()) << t.status();
+    cases.push_back({t.ok() ? std::move(*t) : nullptr, false, tier == Tier::kHbm});
+  }
+  return cases;
 }
 
-TEST(InMemorySlotTierTest, DeviceHooksActOnADeviceTier) {
-  std::unique_ptr<EmulatedHbm> hbm = MakeHbm();
-  ASSERT_NE(hbm, nullptr);
-  std::vector<std::byte> src = Block(0x33);
+// Reads `slot` as `key` and waits.
+absl::Status Read(InMemorySlotTier& t, SlotId slot, const BlockKey& key) {
   std::vector<std::byte> dst = Block(0);
-  KVTIER_ASSERT_OK(hbm->WriteBlock(SlotId(3), Key(1), src).Wait());
-
-  hbm->BeginDeviceWrite(SlotId(3));
-  EXPECT_THAT(hbm->ReadBlock(SlotId(3), Key(1), absl::MakeSpan(dst)).Wait(),
-              IsError(StatusCode::kNotFound, "emulated_hbm(layer_first): slot 3"));
-  hbm->EndDeviceWrite(SlotId(3), Key(4));
-  KVTIER_EXPECT_OK(hbm->ReadBlock(SlotId(3), Key(4), absl::MakeSpan(dst)).Wait());
-  EXPECT_EQ(dst, src);
-  EXPECT_THAT(hbm->ReadBlock(SlotId(3), Key(1), absl::MakeSpan(dst)).Wait(),
-              IsError(StatusCode::kDataLoss, "not "));
-  hbm->BeginDeviceWrite(SlotId(kSlots));  // outside the tier: ignored
-  hbm->EndDeviceWrite(SlotId(), Key(1));
-
-  // Host hooks are not for a device tier: no-ops, and CheckHolds is unimplemented.
-  hbm->BeginHostWrite(SlotId(3));
-  KVTIER_EXPECT_OK(hbm->ReadBlock(SlotId(3), Key(4), absl::MakeSpan(dst)).Wait());
-  hbm->EndHostWrite(SlotId(0), Key(5));
-  EXPECT_THAT(hbm->ReadBlock(SlotId(0), Key(5), absl::MakeSpan(dst)).Wait(),
-              IsError(StatusCode::kNotFound, "slot 0"));
-  EXPECT_THAT(hbm->CheckHolds(SlotId(3), Key(4)),
-              IsError(StatusCode::kUnimplemented, "not host addressable"));
+  return t.ReadBlock(slot, key, absl::MakeSpan(dst)).Wait();
 }
 
-TEST(InMemorySlotTierTest, ATierWithNeitherCapabilityIgnoresEveryHook) {
-  auto made = MetadataTier::Create(SmallGeometry(), {.tier = Tier::kDram, .capacity_blocks = 2});
-  ASSERT_TRUE(made.ok()) << made.status();
-  MetadataTier& t = **made;
-  ASSERT_EQ(t.info().capabilities, 0u);
-  std::vector<std::byte> buf = Block(0);
-  KVTIER_ASSERT_OK(t.WriteBlock(SlotId(0), Key(1), buf).Wait());
-  t.BeginHostWrite(SlotId(0));
-  t.BeginDeviceWrite(SlotId(0));
-  KVTIER_EXPECT_OK(t.ReadBlock(SlotId(0), Key(1), absl::MakeSpan(buf)).Wait());
-  t.EndHostWrite(SlotId(1), Key(2));
-  t.EndDeviceWrite(SlotId(1), Key(2));
-  EXPECT_THAT(t.ReadBlock(SlotId(1), Key(2), absl::MakeSpan(buf)).Wait(),
-              IsError(StatusCode::kNotFound, "metadata(dram): slot 1"));
-  EXPECT_THAT(t.CheckHolds(SlotId(0), Key(1)), IsError(StatusCode::kUnimplemented, ""));
+// A hook that acts invalidates a written slot (kNotFound) or records a key in a never-written
+// one; one that does not leaves the slot as it was.
+TEST(InMemorySlotTierTest, EachHookActsOnlyForItsCapability) {
+  for (HookCase& c : HookCases()) {
+    ASSERT_NE(c.tier, nullptr);
+    InMemorySlotTier& t = *c.tier;
+    SCOPED_TRACE(t.info().name);
+    EXPECT_EQ((t.info().capabilities & kCapHostAddressable) != 0, c.host_hooks);
+    EXPECT_EQ((t.info().capabilities & kCapDeviceMemory) != 0, c.device_hooks);
+    const std::vector<std::byte> src = Block(0x5a);
+    const auto expect_read = [&](SlotId slot, const BlockKey& key, bool holds) {
+      if (holds) {
+        KVTIER_EXPECT_OK(Read(t, slot, key));
+      } else {
+        EXPECT_THAT(Read(t, slot, key),
+                    IsError(StatusCode::kNotFound,
+                            absl::StrCat(t.info().name, ": slot ", slot.value(), " holds no")));
+      }
+    };
+
+    KVTIER_ASSERT_OK(t.WriteBlock(SlotId(1), Key(1), src).Wait());
+    t.BeginHostWrite(SlotId(1));
+    expect_read(SlotId(1), Key(1), !c.host_hooks);
+    KVTIER_ASSERT_OK(t.WriteBlock(SlotId(1), Key(1), src).Wait());
+    t.BeginDeviceWrite(SlotId(1));
+    expect_read(SlotId(1), Key(1), !c.device_hooks);
+
+    t.EndHostWrite(SlotId(2), Key(2));
+    expect_read(SlotId(2), Key(2), c.host_hooks);
+    t.EndDeviceWrite(SlotId(3), Key(3));
+    expect_read(SlotId(3), Key(3), c.device_hooks);
+    if (c.host_hooks || c.device_hooks) {
+      EXPECT_THAT(Read(t, SlotId(c.host_hooks ? 2 : 3), Key(9)),
+                  IsError(StatusCode::kDataLoss, "holds block"));
+    }
+
+    // Slots outside the tier: every hook ignores them.
+    for (SlotId outside : {SlotId(kSlots), SlotId()}) {
+      t.BeginHostWrite(outside);
+      t.EndHostWrite(outside, Key(4));
+      t.BeginDeviceWrite(outside);
+      t.EndDeviceWrite(outside, Key(4));
+    }
+
+    if (c.host_hooks) {
+      KVTIER_EXPECT_OK(t.CheckHolds(SlotId(2), Key(2)));
+      EXPECT_THAT(t.CheckHolds(SlotId(0), Key(2)),
+                  IsError(StatusCode::kNotFound, "slot 0 holds no complete block"));
+      EXPECT_THAT(t.CheckHolds(SlotId(2), Key(1)), IsError(StatusCode::kDataLoss, "holds block"));
+      EXPECT_THAT(t.CheckHolds(SlotId(kSlots), Key(2)),
+                  IsError(StatusCode::kInvalidArgument, "outside [0, 4)"));
+    } else {
+      EXPECT_THAT(t.CheckHolds(SlotId(1), Key(1)),
+                  IsError(StatusCode::kUnimplemented, "this tier is not host addressable"));
+    }
+  }
 }
 
 }  // namespace

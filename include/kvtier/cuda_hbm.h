@@ -12,6 +12,8 @@
 // Built only with the CUDA toolkit; elsewhere Create returns kUnimplemented. Whether a device
 // answers is asked at run time: Create returns kUnavailable with the CUDA error text without one.
 //
+// The TierInfo, allocator, slot record and device-write hooks are InMemorySlotTier's.
+//
 // Thread-safety: as TierBackend. Ownership: a registered pool stays the engine's; it must outlive
 // the tier.
 #ifndef KVTIER_CUDA_HBM_H_
@@ -23,6 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "kvtier/hbm_layout.h"
+#include "kvtier/in_memory_slot_tier.h"
 #include "kvtier/kv_geometry.h"
 #include "kvtier/tier_backend.h"
 
@@ -38,7 +41,7 @@ struct CudaHbmOptions {
   std::vector<void*> external_pool;
 };
 
-class CudaHbm final : public TierBackend {
+class CudaHbm final : public InMemorySlotTier {
  public:
   // Errors: kUnimplemented without CUDA; kUnavailable with the CUDA error text when no device
   // answers or cudaMalloc/stream creation fails; kInvalidArgument for capacity_blocks < 1, an
@@ -47,14 +50,10 @@ class CudaHbm final : public TierBackend {
                                                          const CudaHbmOptions& options);
   ~CudaHbm() override;  // waits for both streams and every completion
 
-  const TierInfo& info() const override;
-  BlockAllocator& allocator() override;
   Completion WriteBlock(SlotId slot, const BlockKey& key, absl::Span<const std::byte> src,
                         const BlockIoOptions& options = {}) override;
   Completion ReadBlock(SlotId slot, const BlockKey& key, absl::Span<std::byte> dst,
                        const BlockIoOptions& options = {}) override;
-  void BeginDeviceWrite(SlotId slot) override;
-  void EndDeviceWrite(SlotId slot, const BlockKey& key) override;
   std::optional<DevicePoolView> device_pool() const override;
 
   HbmLayout layout() const;
@@ -66,7 +65,7 @@ class CudaHbm final : public TierBackend {
 
  private:
   struct Impl;
-  explicit CudaHbm(std::unique_ptr<Impl> impl);
+  CudaHbm(TierInfo info, std::unique_ptr<BlockAllocator> allocator, std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

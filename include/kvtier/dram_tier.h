@@ -7,6 +7,9 @@
 // Reads and writes are memcpy on the calling thread: their Completion has fired on return. Slots
 // are host addressable (HostAddress), which the transfer engine uses to copy without a bounce.
 //
+// The TierInfo, allocator, slot record and host-write hooks (BeginHostWrite, EndHostWrite,
+// CheckHolds) are InMemorySlotTier's.
+//
 // Thread-safety: as TierBackend.
 #ifndef KVTIER_DRAM_TIER_H_
 #define KVTIER_DRAM_TIER_H_
@@ -15,6 +18,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "kvtier/in_memory_slot_tier.h"
 #include "kvtier/kv_geometry.h"
 #include "kvtier/tier_backend.h"
 
@@ -31,7 +35,7 @@ struct DramTierOptions {
   bool prefault = true;
 };
 
-class DramTier final : public TierBackend {
+class DramTier final : public InMemorySlotTier {
  public:
   // Errors: kInvalidArgument if capacity_bytes holds no whole block; kResourceExhausted if the
   // region exceeds MemAvailable or cannot be mapped; kUnavailable with the CUDA error text if a
@@ -40,16 +44,11 @@ class DramTier final : public TierBackend {
                                                           const DramTierOptions& options);
   ~DramTier() override;
 
-  const TierInfo& info() const override;
-  BlockAllocator& allocator() override;
   Completion WriteBlock(SlotId slot, const BlockKey& key, absl::Span<const std::byte> src,
                         const BlockIoOptions& options = {}) override;
   Completion ReadBlock(SlotId slot, const BlockKey& key, absl::Span<std::byte> dst,
                        const BlockIoOptions& options = {}) override;
   std::byte* HostAddress(SlotId slot) override;
-  void BeginHostWrite(SlotId slot) override;
-  void EndHostWrite(SlotId slot, const BlockKey& key) override;
-  absl::Status CheckHolds(SlotId slot, const BlockKey& key) override;
 
   // Bytes mapped for the blocks (the block bytes rounded up to one page, never more).
   int64_t mapped_bytes() const;
@@ -57,7 +56,7 @@ class DramTier final : public TierBackend {
 
  private:
   struct Impl;
-  explicit DramTier(std::unique_ptr<Impl> impl);
+  DramTier(TierInfo info, std::unique_ptr<BlockAllocator> allocator, std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

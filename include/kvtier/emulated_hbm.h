@@ -9,7 +9,8 @@
 // [num_kv_heads][head_dim] (vLLM's and FlashInfer's paged layout); kBlockFirst keeps one
 // contiguous run per block.
 //
-// The pool is faulted in at creation, as cudaMalloc backs device memory at once.
+// The pool is faulted in at creation, as cudaMalloc backs device memory at once. The TierInfo,
+// allocator, slot record and device-write hooks are InMemorySlotTier's.
 //
 // Thread-safety: as TierBackend. Operations queued on one worker run in submission order; reads
 // and writes are on different workers and may overlap (ordering is the transfer engine's job).
@@ -22,6 +23,7 @@
 
 #include "absl/status/statusor.h"
 #include "kvtier/hbm_layout.h"
+#include "kvtier/in_memory_slot_tier.h"
 #include "kvtier/kv_geometry.h"
 #include "kvtier/tier_backend.h"
 
@@ -34,7 +36,7 @@ struct EmulatedHbmOptions {
   bool check_available_memory = true;
 };
 
-class EmulatedHbm final : public TierBackend {
+class EmulatedHbm final : public InMemorySlotTier {
  public:
   // Errors: kInvalidArgument for capacity_blocks < 1, an unknown layout, or a pool whose byte
   // size overflows; kResourceExhausted if the pool exceeds available memory.
@@ -42,14 +44,10 @@ class EmulatedHbm final : public TierBackend {
                                                              const EmulatedHbmOptions& options);
   ~EmulatedHbm() override;  // runs every queued operation, then stops the workers
 
-  const TierInfo& info() const override;
-  BlockAllocator& allocator() override;
   Completion WriteBlock(SlotId slot, const BlockKey& key, absl::Span<const std::byte> src,
                         const BlockIoOptions& options = {}) override;
   Completion ReadBlock(SlotId slot, const BlockKey& key, absl::Span<std::byte> dst,
                        const BlockIoOptions& options = {}) override;
-  void BeginDeviceWrite(SlotId slot) override;
-  void EndDeviceWrite(SlotId slot, const BlockKey& key) override;
   std::optional<DevicePoolView> device_pool() const override;
 
   HbmLayout layout() const;
@@ -60,7 +58,7 @@ class EmulatedHbm final : public TierBackend {
 
  private:
   struct Impl;
-  explicit EmulatedHbm(std::unique_ptr<Impl> impl);
+  EmulatedHbm(TierInfo info, std::unique_ptr<BlockAllocator> allocator, std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

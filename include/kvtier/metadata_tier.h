@@ -12,8 +12,9 @@
 // every tier of a cache from MetadataTier: a real tier paired with one would store keys over
 // garbage.
 //
-// Cost: 32 bytes of host memory per slot (8 for the allocator, 24 for the slot's key), whatever
-// block_bytes is, reported as TierInfo::metadata_bytes; nothing per byte of capacity.
+// Cost: 32 bytes of host memory per slot (InMemorySlotTier::kMetadataBytesPerSlot: 8 for the
+// allocator, 24 for the slot's key), whatever block_bytes is, reported as
+// TierInfo::metadata_bytes; nothing per byte of capacity.
 //
 // Copies between two MetadataTiers run inline on the caller's thread (kCapInlineIo: the transfer
 // engine starts and finishes them inside Copy, with no thread hand-off). The tier is not host
@@ -30,6 +31,8 @@
 // device_pool()). Reads and writes run on the calling thread: their Completion has fired on
 // return.
 //
+// The TierInfo, allocator, slot record and device-write hooks are InMemorySlotTier's.
+//
 // Thread-safety: as TierBackend.
 #ifndef KVTIER_METADATA_TIER_H_
 #define KVTIER_METADATA_TIER_H_
@@ -39,6 +42,7 @@
 #include <optional>
 
 #include "absl/status/statusor.h"
+#include "kvtier/in_memory_slot_tier.h"
 #include "kvtier/kv_geometry.h"
 #include "kvtier/tier_backend.h"
 
@@ -49,7 +53,7 @@ struct MetadataTierOptions {
   int64_t capacity_blocks = 0;  // slots, in [1, BlockAllocator::kMaxCapacityBlocks]
 };
 
-class MetadataTier final : public TierBackend {
+class MetadataTier final : public InMemorySlotTier {
  public:
   // A tier of options.capacity_blocks slots of geometry.bytes_per_block() bytes each (counted,
   // never allocated). Errors: kInvalidArgument for a tier outside [kHbm, kRemote], capacity_blocks
@@ -59,11 +63,10 @@ class MetadataTier final : public TierBackend {
                                                               const MetadataTierOptions& options);
   ~MetadataTier() override;
 
-  // name "metadata(<tier>)", e.g. "metadata(hbm)"; block_bytes and capacity_bytes as a real tier
-  // of this geometry would have them; metadata_bytes = 32 x capacity_blocks; capabilities
-  // kCapInlineIo, plus kCapDeviceMemory for kHbm (in particular not kCapHostAddressable).
-  const TierInfo& info() const override;
-  BlockAllocator& allocator() override;
+  // info() (InMemorySlotTier's): name "metadata(<tier>)", e.g. "metadata(hbm)"; block_bytes and
+  // capacity_bytes as a real tier of this geometry would have them; metadata_bytes = 32 x
+  // capacity_blocks; capabilities kCapInlineIo, plus kCapDeviceMemory for kHbm (in particular
+  // not kCapHostAddressable).
 
   // Records that `slot` holds `key`; the bytes of `src` are not read. Completes before returning.
   // Errors: kInvalidArgument for a slot outside the tier or `src` not block_bytes long;
@@ -76,22 +79,18 @@ class MetadataTier final : public TierBackend {
   Completion ReadBlock(SlotId slot, const BlockKey& key, absl::Span<std::byte> dst,
                        const BlockIoOptions& options = {}) override;
 
-  // For kHbm, as EmulatedHbm: BeginDeviceWrite marks `slot` not-written, EndDeviceWrite records
-  // `key`. No-ops on other tiers and for a slot outside the tier.
-  void BeginDeviceWrite(SlotId slot) override;
-  void EndDeviceWrite(SlotId slot, const BlockKey& key) override;
+  // BeginDeviceWrite / EndDeviceWrite (InMemorySlotTier's): for kHbm, as EmulatedHbm, they mark
+  // `slot` not-written and record `key`. No-ops on other tiers and for a slot outside the tier.
 
   // For kHbm: a pool view with empty k_base and v_base (there is no memory), the strides of a
   // layer-first pool of this geometry, and host_accessible false. Block tables handed out over it
   // are for bookkeeping only: no kernel may read through them. nullopt on other tiers.
   std::optional<DevicePoolView> device_pool() const override;
 
-  // Bytes of host memory each slot costs (allocator + key).
-  static constexpr int64_t kMetadataBytesPerSlot = 32;
-
  private:
   struct Impl;
-  explicit MetadataTier(std::unique_ptr<Impl> impl);
+  MetadataTier(TierInfo info, std::unique_ptr<BlockAllocator> allocator,
+               std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

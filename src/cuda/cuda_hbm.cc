@@ -5,7 +5,6 @@
 
 #include <atomic>
 #include <functional>
-#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,7 +43,8 @@ struct CudaHbm::Impl {
   char* Piece(SlotId slot, int l) const {
     const int64_t per_layer = geometry.bytes_per_block_per_layer();
     if (options.layout == HbmLayout::kBlockFirst) {
-      return static_cast<char*>(layer_bases[0]) + slot.value() * info.block_bytes + l * per_layer;
+      return static_cast<char*>(layer_bases[0]) + slot.value() * geometry.bytes_per_block() +
+             l * per_layer;
     }
     return static_cast<char*>(layer_bases[l]) + slot.value() * per_layer;
   }
@@ -55,7 +55,7 @@ struct CudaHbm::Impl {
     if (options.layout == HbmLayout::kBlockFirst) {
       void* dev = Piece(slot, 0);
       return cudaMemcpyAsync(to_device ? dev : host, to_device ? host : dev,
-                             static_cast<size_t>(info.block_bytes), kind, stream);
+                             static_cast<size_t>(geometry.bytes_per_block()), kind, stream);
     }
     const int layers = geometry.num_layers();
     const size_t per_layer = static_cast<size_t>(geometry.bytes_per_block_per_layer());
@@ -119,9 +119,6 @@ struct CudaHbm::Impl {
 
   const KvGeometry geometry;
   const CudaHbmOptions options;
-  TierInfo info;
-  std::unique_ptr<BlockAllocator> allocator;
-  std::unique_ptr<internal::SlotContents> contents;
   std::vector<void*> layer_bases;
   void* owned_pool = nullptr;
   cudaStream_t h2d = nullptr;
@@ -133,15 +130,8 @@ struct CudaHbm::Impl {
 
 absl::StatusOr<std::unique_ptr<CudaHbm>> CudaHbm::Create(const KvGeometry& geometry,
                                                          const CudaHbmOptions& options) {
-  if (options.layout != HbmLayout::kLayerFirst && options.layout != HbmLayout::kBlockFirst) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("CudaHbm: unknown layout ", static_cast<int>(options.layout)));
-  }
-  if (options.capacity_blocks < 1 ||
-      options.capacity_blocks > std::numeric_limits<int64_t>::max() / geometry.bytes_per_block()) {
-    return absl::InvalidArgumentError(absl::StrCat("CudaHbm: capacity_blocks = ",
-                                                   options.capacity_blocks, " is not usable"));
-  }
+  KVTIER_RETURN_IF_ERROR(internal::CheckHbmPoolShape("CudaHbm", geometry, options.layout,
+                                                     options.capacity_blocks));
   int devices = 0;
   if (cudaError_t err = cudaGetDeviceCount(&devices); err != cudaSuccess) {
     return FromCuda(err, "CudaHbm: cudaGetDeviceCount");
@@ -162,20 +152,13 @@ absl::StatusOr<std::unique_ptr<CudaHbm>> CudaHbm::Create(const KvGeometry& geome
     return FromCuda(err, "CudaHbm: cudaSetDevice");
   }
   auto impl = std::make_unique<Impl>(geometry, options);
-  impl->info.tier = Tier::kHbm;
-  impl->info.name = absl::StrCat("cuda_hbm(", HbmLayoutName(options.layout), ")");
-  impl->info.capacity_blocks = options.capacity_blocks;
-  impl->info.block_bytes = geometry.bytes_per_block();
-  impl->info.capacity_bytes = options.capacity_blocks * impl->info.block_bytes;
-  impl->info.metadata_bytes =
-      options.capacity_blocks * (8 + internal::SlotContents::kBytesPerSlot);
-  impl->info.capabilities = kCapDeviceMemory;
+  TierInfo info =
+      MakeInfo(Tier::kHbm, absl::StrCat("cuda_hbm(", HbmLayoutName(options.layout), ")"),
+               options.capacity_blocks, geometry.bytes_per_block(), kCapDeviceMemory);
   if (options.external_pool.empty()) {
-    if (cudaError_t err =
-            cudaMalloc(&impl->owned_pool, static_cast<size_t>(impl->info.capacity_bytes));
+    if (cudaError_t err = cudaMalloc(&impl->owned_pool, static_cast<size_t>(info.capacity_bytes));
         err != cudaSuccess) {
-      return FromCuda(err, absl::StrCat("CudaHbm: cudaMalloc of ", impl->info.capacity_bytes,
-                                        " bytes"));
+      return FromCuda(err, absl::StrCat("CudaHbm: cudaMalloc of ", info.capacity_bytes, " bytes"));
     }
     const int64_t layer_pool = options.capacity_blocks * geometry.bytes_per_block_per_layer();
     for (size_t l = 0; l < want_pointers; ++l) {
@@ -192,35 +175,25 @@ absl::StatusOr<std::unique_ptr<CudaHbm>> CudaHbm::Create(const KvGeometry& geome
       err != cudaSuccess) {
     return FromCuda(err, "CudaHbm: cudaStreamCreate");
   }
-  KVTIER_ASSIGN_OR_RETURN(impl->allocator,
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<BlockAllocator> allocator,
                           BlockAllocator::Create(Tier::kHbm, options.capacity_blocks));
-  impl->contents = std::make_unique<internal::SlotContents>(options.capacity_blocks);
-  return std::unique_ptr<CudaHbm>(new CudaHbm(std::move(impl)));
+  return std::unique_ptr<CudaHbm>(
+      new CudaHbm(std::move(info), std::move(allocator), std::move(impl)));
 }
 
-CudaHbm::CudaHbm(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CudaHbm::CudaHbm(TierInfo info, std::unique_ptr<BlockAllocator> allocator,
+                 std::unique_ptr<Impl> impl)
+    : InMemorySlotTier(std::move(info), std::move(allocator)), impl_(std::move(impl)) {}
+// impl_ goes first: its destructor drains the streams and the completers, whose callbacks still
+// record into the slot record of the InMemorySlotTier base.
 CudaHbm::~CudaHbm() = default;
 
-const TierInfo& CudaHbm::info() const { return impl_->info; }
-BlockAllocator& CudaHbm::allocator() { return *impl_->allocator; }
 HbmLayout CudaHbm::layout() const { return impl_->options.layout; }
 bool CudaHbm::batched_copies() const { return impl_->batched.load(); }
 
 void* CudaHbm::LayerBase(int layer) const {
   if (layer < 0 || layer >= impl_->geometry.num_layers()) return nullptr;
   return impl_->Piece(SlotId(0), layer);
-}
-
-void CudaHbm::BeginDeviceWrite(SlotId slot) {
-  if (slot.value() < static_cast<uint64_t>(impl_->info.capacity_blocks)) {
-    impl_->contents->Invalidate(slot);
-  }
-}
-
-void CudaHbm::EndDeviceWrite(SlotId slot, const BlockKey& key) {
-  if (slot.value() < static_cast<uint64_t>(impl_->info.capacity_blocks)) {
-    impl_->contents->Set(slot, key);
-  }
 }
 
 std::optional<DevicePoolView> CudaHbm::device_pool() const {
@@ -232,48 +205,44 @@ std::optional<DevicePoolView> CudaHbm::device_pool() const {
 Completion CudaHbm::WriteBlock(SlotId slot, const BlockKey& key, absl::Span<const std::byte> src,
                                const BlockIoOptions& options) {
   Impl* impl = impl_.get();
-  if (absl::Status s = internal::CheckBlockIoNow(impl->info, slot, src.size(), options.deadline);
+  if (absl::Status s = internal::CheckBlockIoNow(info(), slot, src.size(), options.deadline);
       !s.ok()) {
     return Completion::Done(std::move(s));
   }
-  impl->contents->Invalidate(slot);
+  BeginSlotWrite(slot);
   cudaSetDevice(impl->options.device);
   // Even when queueing fails part-way, earlier pieces may be in flight: the Completion fires only
   // once the stream has passed them, so the caller never reuses the buffers under a live copy.
   const cudaError_t queued =
       impl->Enqueue(slot, const_cast<std::byte*>(src.data()), true, impl->h2d);
   Completion done;
-  impl->FinishAfter(impl->h2d, impl->h2d_completer.get(),
-                    [impl, slot, key, done, queued](absl::Status s) {
-                      if (queued != cudaSuccess) {
-                        s = FromCuda(queued, absl::StrCat(impl->info.name,
-                                                          ": copying into slot ", slot.value()));
-                      }
-                      if (s.ok()) impl->contents->Set(slot, key);
-                      done.Complete(std::move(s));
-                    });
+  impl->FinishAfter(
+      impl->h2d, impl->h2d_completer.get(), [this, slot, key, done, queued](absl::Status s) {
+        if (queued != cudaSuccess) {
+          s = FromCuda(queued, absl::StrCat(info().name, ": copying into slot ", slot.value()));
+        }
+        if (s.ok()) EndSlotWrite(slot, key);
+        done.Complete(std::move(s));
+      });
   return done;
 }
 
 Completion CudaHbm::ReadBlock(SlotId slot, const BlockKey& key, absl::Span<std::byte> dst,
                               const BlockIoOptions& options) {
   Impl* impl = impl_.get();
-  if (absl::Status s = internal::CheckBlockIoNow(impl->info, slot, dst.size(), options.deadline);
-      !s.ok()) {
-    return Completion::Done(std::move(s));
-  }
-  if (absl::Status s = impl->contents->Check(slot, key, impl->info); !s.ok()) {
+  if (absl::Status s = CheckReadNow(slot, key, dst.size(), options.deadline); !s.ok()) {
     return Completion::Done(std::move(s));
   }
   cudaSetDevice(impl->options.device);
   const cudaError_t queued = impl->Enqueue(slot, dst.data(), false, impl->d2h);
   Completion done;
-  impl->FinishAfter(impl->d2h, impl->d2h_completer.get(), [impl, slot, done, queued](absl::Status s) {
-    if (queued != cudaSuccess) {
-      s = FromCuda(queued, absl::StrCat(impl->info.name, ": copying out of slot ", slot.value()));
-    }
-    done.Complete(std::move(s));
-  });
+  impl->FinishAfter(
+      impl->d2h, impl->d2h_completer.get(), [this, slot, done, queued](absl::Status s) {
+        if (queued != cudaSuccess) {
+          s = FromCuda(queued, absl::StrCat(info().name, ": copying out of slot ", slot.value()));
+        }
+        done.Complete(std::move(s));
+      });
   return done;
 }
 

@@ -1,4 +1,5 @@
-// Which block each slot of a tier holds, for the backends that keep it in memory. A write
+// Which block each slot of a tier holds, for the backends that keep it in memory
+// (InMemorySlotTier owns one; NvmeTier and RemoteTier keep their own beside their slots). A write
 // invalidates its slot when it starts and records the key only once the bytes are in place, so
 // a failed or torn write can never be read back as a block.
 #ifndef KVTIER_TIERS_SLOT_CONTENTS_H_
@@ -31,7 +32,7 @@ class SlotContents {
     entries_[slot.value()] = Entry{key, true};
   }
   // OK if `slot` holds `key`; kNotFound if it holds nothing; kDataLoss if another block.
-  absl::Status Check(SlotId slot, const BlockKey& key, const TierInfo& info) {
+  absl::Status Check(SlotId slot, const BlockKey& key, const TierInfo& info) const {
     MutexLock lock(&mu_);
     const Entry& e = entries_[slot.value()];
     if (!e.valid) {
@@ -51,7 +52,7 @@ class SlotContents {
     BlockKey key;
     bool valid = false;
   };
-  Mutex mu_;
+  mutable Mutex mu_;  // Check only reads, but takes the lock
   std::vector<Entry> entries_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -1,7 +1,7 @@
 #include "kvtier/emulated_hbm.h"
 
 #include <cstring>
-#include <limits>
+#include <functional>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -13,21 +13,29 @@
 #include "tiers/slot_contents.h"
 
 namespace kvtier {
+namespace {
+
+// Queues `op` on `worker`; the Completion fires with its status, or with kDeadlineExceeded and
+// `op` not run if the worker reaches it after `deadline`. `info` must outlive the queued work.
+Completion EnqueueUnlessLate(internal::StreamWorker& worker, const TierInfo& info, SlotId slot,
+                             absl::Time deadline, std::function<absl::Status()> op) {
+  Completion done;
+  worker.Enqueue([&info, slot, deadline, done, op = std::move(op)] {
+    done.Complete(absl::Now() > deadline ? internal::DeadlinePassed(info, slot) : op());
+  });
+  return done;
+}
+
+}  // namespace
 
 struct EmulatedHbm::Impl {
-  Impl(const KvGeometry& g, HbmLayout pool_layout, internal::HostRegion pool,
-       std::unique_ptr<BlockAllocator> slots, TierInfo tier_info)
-      : geometry(g),
-        layout(pool_layout),
-        region(std::move(pool)),
-        allocator(std::move(slots)),
-        info(std::move(tier_info)),
-        contents(info.capacity_blocks) {}
+  Impl(const KvGeometry& g, HbmLayout pool_layout, int64_t slots, internal::HostRegion pool)
+      : geometry(g), layout(pool_layout), capacity_blocks(slots), region(std::move(pool)) {}
 
   // Copies between the block-contiguous host buffer and the slot, in the pool's layout.
   void ToPool(SlotId slot, const std::byte* src) const {
     if (layout == HbmLayout::kBlockFirst) {
-      std::memcpy(region.data() + slot.value() * info.block_bytes, src, info.block_bytes);
+      std::memcpy(region.data() + slot.value() * block_bytes(), src, block_bytes());
       return;
     }
     const int64_t per_layer = geometry.bytes_per_block_per_layer();
@@ -37,7 +45,7 @@ struct EmulatedHbm::Impl {
   }
   void FromPool(SlotId slot, std::byte* dst) const {
     if (layout == HbmLayout::kBlockFirst) {
-      std::memcpy(dst, region.data() + slot.value() * info.block_bytes, info.block_bytes);
+      std::memcpy(dst, region.data() + slot.value() * block_bytes(), block_bytes());
       return;
     }
     const int64_t per_layer = geometry.bytes_per_block_per_layer();
@@ -48,39 +56,27 @@ struct EmulatedHbm::Impl {
   std::byte* LayerBase(int layer) const {
     const int64_t per_layer = geometry.bytes_per_block_per_layer();
     if (layout == HbmLayout::kBlockFirst) return region.data() + layer * per_layer;
-    return region.data() + layer * per_layer * info.capacity_blocks;
+    return region.data() + layer * per_layer * capacity_blocks;
   }
+  int64_t block_bytes() const { return geometry.bytes_per_block(); }
 
   const KvGeometry geometry;
   const HbmLayout layout;
+  const int64_t capacity_blocks;
   internal::HostRegion region;
-  std::unique_ptr<BlockAllocator> allocator;
-  const TierInfo info;
-  internal::SlotContents contents;
-  // Last members: destroyed first, so queued work finishes while everything above still exists.
+  // Last members: destroyed first, so queued work finishes while everything above (and the
+  // InMemorySlotTier base, destroyed after this Impl) still exists.
   internal::StreamWorker host_to_device;
   internal::StreamWorker device_to_host;
 };
 
 absl::StatusOr<std::unique_ptr<EmulatedHbm>> EmulatedHbm::Create(
     const KvGeometry& geometry, const EmulatedHbmOptions& options) {
-  if (options.layout != HbmLayout::kLayerFirst && options.layout != HbmLayout::kBlockFirst) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("EmulatedHbm: unknown layout ", static_cast<int>(options.layout)));
-  }
-  if (options.capacity_blocks < 1 ||
-      options.capacity_blocks > std::numeric_limits<int64_t>::max() / geometry.bytes_per_block()) {
-    return absl::InvalidArgumentError(absl::StrCat("EmulatedHbm: capacity_blocks = ",
-                                                   options.capacity_blocks, " is not usable"));
-  }
-  TierInfo info;
-  info.tier = Tier::kHbm;
-  info.name = absl::StrCat("emulated_hbm(", HbmLayoutName(options.layout), ")");
-  info.capacity_blocks = options.capacity_blocks;
-  info.block_bytes = geometry.bytes_per_block();
-  info.capacity_bytes = info.capacity_blocks * info.block_bytes;
-  info.metadata_bytes = info.capacity_blocks * (8 + internal::SlotContents::kBytesPerSlot);
-  info.capabilities = kCapDeviceMemory;
+  KVTIER_RETURN_IF_ERROR(internal::CheckHbmPoolShape("EmulatedHbm", geometry, options.layout,
+                                                     options.capacity_blocks));
+  TierInfo info =
+      MakeInfo(Tier::kHbm, absl::StrCat("emulated_hbm(", HbmLayoutName(options.layout), ")"),
+               options.capacity_blocks, geometry.bytes_per_block(), kCapDeviceMemory);
   KVTIER_ASSIGN_OR_RETURN(
       internal::HostRegion region,
       internal::HostRegion::Create(static_cast<size_t>(info.capacity_bytes), info.name,
@@ -88,32 +84,22 @@ absl::StatusOr<std::unique_ptr<EmulatedHbm>> EmulatedHbm::Create(
                                    /*prefault=*/true));
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<BlockAllocator> allocator,
                           BlockAllocator::Create(Tier::kHbm, options.capacity_blocks));
-  return std::unique_ptr<EmulatedHbm>(new EmulatedHbm(std::make_unique<Impl>(
-      geometry, options.layout, std::move(region), std::move(allocator), std::move(info))));
+  return std::unique_ptr<EmulatedHbm>(
+      new EmulatedHbm(std::move(info), std::move(allocator),
+                      std::make_unique<Impl>(geometry, options.layout, options.capacity_blocks,
+                                             std::move(region))));
 }
 
-EmulatedHbm::EmulatedHbm(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+EmulatedHbm::EmulatedHbm(TierInfo info, std::unique_ptr<BlockAllocator> allocator,
+                         std::unique_ptr<Impl> impl)
+    : InMemorySlotTier(std::move(info), std::move(allocator)), impl_(std::move(impl)) {}
 EmulatedHbm::~EmulatedHbm() = default;
 
-const TierInfo& EmulatedHbm::info() const { return impl_->info; }
-BlockAllocator& EmulatedHbm::allocator() { return *impl_->allocator; }
 HbmLayout EmulatedHbm::layout() const { return impl_->layout; }
 
 std::byte* EmulatedHbm::LayerBase(int layer) const {
   if (layer < 0 || layer >= impl_->geometry.num_layers()) return nullptr;
   return impl_->LayerBase(layer);
-}
-
-void EmulatedHbm::BeginDeviceWrite(SlotId slot) {
-  if (slot.value() < static_cast<uint64_t>(impl_->info.capacity_blocks)) {
-    impl_->contents.Invalidate(slot);
-  }
-}
-
-void EmulatedHbm::EndDeviceWrite(SlotId slot, const BlockKey& key) {
-  if (slot.value() < static_cast<uint64_t>(impl_->info.capacity_blocks)) {
-    impl_->contents.Set(slot, key);
-  }
 }
 
 std::optional<DevicePoolView> EmulatedHbm::device_pool() const {
@@ -122,46 +108,35 @@ std::optional<DevicePoolView> EmulatedHbm::device_pool() const {
       /*host_accessible=*/true);
 }
 
+// The workers run each operation's record updates on the tier (`this`) and its copies on the
+// Impl; both outlive every queued operation (see Impl's last members).
 Completion EmulatedHbm::WriteBlock(SlotId slot, const BlockKey& key,
                                    absl::Span<const std::byte> src, const BlockIoOptions& options) {
-  if (absl::Status s = internal::CheckBlockIo(impl_->info, slot, src.size()); !s.ok()) {
+  if (absl::Status s = internal::CheckBlockIo(info(), slot, src.size()); !s.ok()) {
     return Completion::Done(std::move(s));
   }
-  Completion done;
   Impl* impl = impl_.get();
-  impl->host_to_device.Enqueue([impl, slot, key, src, deadline = options.deadline, done] {
-    if (absl::Now() > deadline) {
-      done.Complete(internal::DeadlinePassed(impl->info, slot));
-      return;
-    }
-    impl->contents.Invalidate(slot);
-    impl->ToPool(slot, src.data());
-    impl->contents.Set(slot, key);
-    done.Complete(absl::OkStatus());
-  });
-  return done;
+  return EnqueueUnlessLate(impl->host_to_device, info(), slot, options.deadline,
+                           [this, impl, slot, key, src] {
+                             BeginSlotWrite(slot);
+                             impl->ToPool(slot, src.data());
+                             EndSlotWrite(slot, key);
+                             return absl::OkStatus();
+                           });
 }
 
 Completion EmulatedHbm::ReadBlock(SlotId slot, const BlockKey& key, absl::Span<std::byte> dst,
                                   const BlockIoOptions& options) {
-  if (absl::Status s = internal::CheckBlockIo(impl_->info, slot, dst.size()); !s.ok()) {
+  if (absl::Status s = internal::CheckBlockIo(info(), slot, dst.size()); !s.ok()) {
     return Completion::Done(std::move(s));
   }
-  Completion done;
   Impl* impl = impl_.get();
-  impl->device_to_host.Enqueue([impl, slot, key, dst, deadline = options.deadline, done] {
-    if (absl::Now() > deadline) {
-      done.Complete(internal::DeadlinePassed(impl->info, slot));
-      return;
-    }
-    if (absl::Status s = impl->contents.Check(slot, key, impl->info); !s.ok()) {
-      done.Complete(std::move(s));
-      return;
-    }
-    impl->FromPool(slot, dst.data());
-    done.Complete(absl::OkStatus());
-  });
-  return done;
+  return EnqueueUnlessLate(impl->device_to_host, info(), slot, options.deadline,
+                           [this, impl, slot, key, dst] {
+                             KVTIER_RETURN_IF_ERROR(CheckSlotHolds(slot, key));
+                             impl->FromPool(slot, dst.data());
+                             return absl::OkStatus();
+                           });
 }
 
 }  // namespace kvtier

@@ -13,23 +13,16 @@
 namespace kvtier {
 
 struct DramTier::Impl {
-  Impl(internal::HostRegion pool, bool is_pinned, std::unique_ptr<BlockAllocator> slots,
-       TierInfo tier_info)
-      : region(std::move(pool)),
-        pinned(is_pinned),
-        allocator(std::move(slots)),
-        info(std::move(tier_info)),
-        contents(info.capacity_blocks) {}
+  Impl(internal::HostRegion pool, bool is_pinned, int64_t bytes_per_block)
+      : region(std::move(pool)), pinned(is_pinned), block_bytes(bytes_per_block) {}
   ~Impl() {
     if (pinned) internal::UnpinHostMemory(region.data(), region.size());
   }
-  std::byte* Slot(SlotId slot) const { return region.data() + slot.value() * info.block_bytes; }
+  std::byte* Slot(SlotId slot) const { return region.data() + slot.value() * block_bytes; }
 
   internal::HostRegion region;
   const bool pinned;
-  std::unique_ptr<BlockAllocator> allocator;
-  const TierInfo info;
-  internal::SlotContents contents;
+  const int64_t block_bytes;
 };
 
 absl::StatusOr<std::unique_ptr<DramTier>> DramTier::Create(const KvGeometry& geometry,
@@ -42,14 +35,7 @@ absl::StatusOr<std::unique_ptr<DramTier>> DramTier::Create(const KvGeometry& geo
                                                    " holds no whole block of ", block_bytes,
                                                    " bytes"));
   }
-  TierInfo info;
-  info.tier = Tier::kDram;
-  info.name = "dram";
-  info.capacity_blocks = blocks;
-  info.block_bytes = block_bytes;
-  info.capacity_bytes = blocks * block_bytes;
-  info.metadata_bytes = blocks * (8 + internal::SlotContents::kBytesPerSlot);
-  info.capabilities = kCapHostAddressable;
+  TierInfo info = MakeInfo(Tier::kDram, "dram", blocks, block_bytes, kCapHostAddressable);
   KVTIER_ASSIGN_OR_RETURN(
       internal::HostRegion region,
       internal::HostRegion::Create(static_cast<size_t>(info.capacity_bytes), "DramTier",
@@ -65,59 +51,39 @@ absl::StatusOr<std::unique_ptr<DramTier>> DramTier::Create(const KvGeometry& geo
     pinned = true;
     info.capabilities |= kCapPinnedHost;
   }
-  return std::unique_ptr<DramTier>(new DramTier(
-      std::make_unique<Impl>(std::move(region), pinned, std::move(allocator), std::move(info))));
+  return std::unique_ptr<DramTier>(
+      new DramTier(std::move(info), std::move(allocator),
+                   std::make_unique<Impl>(std::move(region), pinned, block_bytes)));
 }
 
-DramTier::DramTier(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DramTier::DramTier(TierInfo info, std::unique_ptr<BlockAllocator> allocator,
+                   std::unique_ptr<Impl> impl)
+    : InMemorySlotTier(std::move(info), std::move(allocator)), impl_(std::move(impl)) {}
 DramTier::~DramTier() = default;
 
-const TierInfo& DramTier::info() const { return impl_->info; }
-BlockAllocator& DramTier::allocator() { return *impl_->allocator; }
 int64_t DramTier::mapped_bytes() const { return static_cast<int64_t>(impl_->region.mapped_bytes()); }
 bool DramTier::huge_pages() const { return impl_->region.huge_pages(); }
 
 std::byte* DramTier::HostAddress(SlotId slot) {
-  if (slot.value() >= static_cast<uint64_t>(impl_->info.capacity_blocks)) return nullptr;
+  if (!InRange(slot)) return nullptr;
   return impl_->Slot(slot);
-}
-
-void DramTier::BeginHostWrite(SlotId slot) {
-  if (slot.value() < static_cast<uint64_t>(impl_->info.capacity_blocks)) {
-    impl_->contents.Invalidate(slot);
-  }
-}
-
-void DramTier::EndHostWrite(SlotId slot, const BlockKey& key) {
-  if (slot.value() < static_cast<uint64_t>(impl_->info.capacity_blocks)) {
-    impl_->contents.Set(slot, key);
-  }
-}
-
-absl::Status DramTier::CheckHolds(SlotId slot, const BlockKey& key) {
-  KVTIER_RETURN_IF_ERROR(internal::CheckBlockIo(impl_->info, slot, impl_->info.block_bytes));
-  return impl_->contents.Check(slot, key, impl_->info);
 }
 
 Completion DramTier::WriteBlock(SlotId slot, const BlockKey& key, absl::Span<const std::byte> src,
                                 const BlockIoOptions& options) {
-  if (absl::Status s = internal::CheckBlockIoNow(impl_->info, slot, src.size(), options.deadline);
+  if (absl::Status s = internal::CheckBlockIoNow(info(), slot, src.size(), options.deadline);
       !s.ok()) {
     return Completion::Done(std::move(s));
   }
-  impl_->contents.Invalidate(slot);
+  BeginSlotWrite(slot);
   std::memcpy(impl_->Slot(slot), src.data(), src.size());
-  impl_->contents.Set(slot, key);
+  EndSlotWrite(slot, key);
   return Completion::Done(absl::OkStatus());
 }
 
 Completion DramTier::ReadBlock(SlotId slot, const BlockKey& key, absl::Span<std::byte> dst,
                                const BlockIoOptions& options) {
-  if (absl::Status s = internal::CheckBlockIoNow(impl_->info, slot, dst.size(), options.deadline);
-      !s.ok()) {
-    return Completion::Done(std::move(s));
-  }
-  if (absl::Status s = impl_->contents.Check(slot, key, impl_->info); !s.ok()) {
+  if (absl::Status s = CheckReadNow(slot, key, dst.size(), options.deadline); !s.ok()) {
     return Completion::Done(std::move(s));
   }
   std::memcpy(dst.data(), impl_->Slot(slot), dst.size());

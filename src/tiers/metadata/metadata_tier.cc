@@ -13,25 +13,8 @@
 
 namespace kvtier {
 
-static_assert(MetadataTier::kMetadataBytesPerSlot == 8 + internal::SlotContents::kBytesPerSlot,
-              "the header's per-slot cost must match what the tier keeps");
-
 struct MetadataTier::Impl {
-  Impl(const KvGeometry& g, std::unique_ptr<BlockAllocator> slots, TierInfo tier_info)
-      : geometry(g),
-        allocator(std::move(slots)),
-        info(std::move(tier_info)),
-        contents(info.capacity_blocks) {}
-
-  bool IsHbm() const { return info.tier == Tier::kHbm; }
-  bool InRange(SlotId slot) const {
-    return slot.value() < static_cast<uint64_t>(info.capacity_blocks);
-  }
-
   const KvGeometry geometry;
-  std::unique_ptr<BlockAllocator> allocator;
-  const TierInfo info;
-  internal::SlotContents contents;
 };
 
 absl::StatusOr<std::unique_ptr<MetadataTier>> MetadataTier::Create(
@@ -47,16 +30,12 @@ absl::StatusOr<std::unique_ptr<MetadataTier>> MetadataTier::Create(
         absl::StrCat("MetadataTier: capacity_blocks = ", options.capacity_blocks, " is not in [1, ",
                      BlockAllocator::kMaxCapacityBlocks, "] or its bytes overflow"));
   }
-  TierInfo info;
-  info.tier = options.tier;
-  info.name = absl::StrCat("metadata(", internal::ToAbsl(TierName(options.tier)), ")");
-  info.capacity_blocks = options.capacity_blocks;
-  info.block_bytes = block_bytes;
-  info.capacity_bytes = info.capacity_blocks * block_bytes;
-  info.metadata_bytes = info.capacity_blocks * kMetadataBytesPerSlot;
   // kCapDeviceMemory so KvCache takes it as HBM; never kCapHostAddressable: no bytes to address.
-  info.capabilities =
-      kCapInlineIo | (options.tier == Tier::kHbm ? uint32_t{kCapDeviceMemory} : uint32_t{0});
+  TierInfo info = MakeInfo(options.tier,
+                           absl::StrCat("metadata(", internal::ToAbsl(TierName(options.tier)), ")"),
+                           options.capacity_blocks, block_bytes,
+                           kCapInlineIo | (options.tier == Tier::kHbm ? uint32_t{kCapDeviceMemory}
+                                                                      : uint32_t{0}));
   // The bookkeeping is the only memory this tier takes, and at 2^31 slots it is 64 GiB: refuse
   // it up front rather than fail inside a vector allocation.
   if (absl::StatusOr<int64_t> available = internal::AvailableMemoryBytes();
@@ -67,48 +46,35 @@ absl::StatusOr<std::unique_ptr<MetadataTier>> MetadataTier::Create(
   }
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<BlockAllocator> allocator,
                           BlockAllocator::Create(options.tier, options.capacity_blocks));
-  return std::unique_ptr<MetadataTier>(
-      new MetadataTier(std::make_unique<Impl>(geometry, std::move(allocator), std::move(info))));
+  return std::unique_ptr<MetadataTier>(new MetadataTier(std::move(info), std::move(allocator),
+                                                        std::make_unique<Impl>(Impl{geometry})));
 }
 
-MetadataTier::MetadataTier(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+MetadataTier::MetadataTier(TierInfo info, std::unique_ptr<BlockAllocator> allocator,
+                           std::unique_ptr<Impl> impl)
+    : InMemorySlotTier(std::move(info), std::move(allocator)), impl_(std::move(impl)) {}
 MetadataTier::~MetadataTier() = default;
-
-const TierInfo& MetadataTier::info() const { return impl_->info; }
-BlockAllocator& MetadataTier::allocator() { return *impl_->allocator; }
 
 Completion MetadataTier::WriteBlock(SlotId slot, const BlockKey& key,
                                     absl::Span<const std::byte> src,
                                     const BlockIoOptions& options) {
-  if (absl::Status s = internal::CheckBlockIoNow(impl_->info, slot, src.size(), options.deadline);
+  if (absl::Status s = internal::CheckBlockIoNow(info(), slot, src.size(), options.deadline);
       !s.ok()) {
     return Completion::Done(std::move(s));
   }
   // No bytes to copy, so the write is one step: the slot goes from its old key to `key` under
-  // the contents' lock, and no reader can see anything in between.
-  impl_->contents.Set(slot, key);
+  // the record's lock, and no reader can see anything in between.
+  EndSlotWrite(slot, key);
   return Completion::Done(absl::OkStatus());
 }
 
 Completion MetadataTier::ReadBlock(SlotId slot, const BlockKey& key, absl::Span<std::byte> dst,
                                    const BlockIoOptions& options) {
-  if (absl::Status s = internal::CheckBlockIoNow(impl_->info, slot, dst.size(), options.deadline);
-      !s.ok()) {
-    return Completion::Done(std::move(s));
-  }
-  return Completion::Done(impl_->contents.Check(slot, key, impl_->info));
-}
-
-void MetadataTier::BeginDeviceWrite(SlotId slot) {
-  if (impl_->IsHbm() && impl_->InRange(slot)) impl_->contents.Invalidate(slot);
-}
-
-void MetadataTier::EndDeviceWrite(SlotId slot, const BlockKey& key) {
-  if (impl_->IsHbm() && impl_->InRange(slot)) impl_->contents.Set(slot, key);
+  return Completion::Done(CheckReadNow(slot, key, dst.size(), options.deadline));
 }
 
 std::optional<DevicePoolView> MetadataTier::device_pool() const {
-  if (!impl_->IsHbm()) return std::nullopt;
+  if (info().tier != Tier::kHbm) return std::nullopt;
   DevicePoolView view = internal::MakeDevicePoolView(
       impl_->geometry, HbmLayout::kLayerFirst, [](int) -> void* { return nullptr; },
       /*host_accessible=*/false);

@@ -1,7 +1,7 @@
 // Microbenchmarks of kvtier's core bookkeeping: the slot allocator, prefix hashing, prefix
-// matching, the page table and KvCache's hot calls (EnsureResident, AttachPrefix), with plain
-// XXH3 beside our chained hashing so its overhead reads as a ratio (STYLE rule 10: comparisons run
-// side by side in one binary).
+// matching and KvCache's hot calls (EnsureResident, AttachPrefix), with plain XXH3 beside our
+// chained hashing so its overhead reads as a ratio (STYLE rule 10: comparisons run side by side in
+// one binary).
 //
 // After the usual table, main() prints a "ratios" section: chained vs plain hashing, SHA-256 vs
 // XXH3, AttachPrefix vs the hashing and matching it is built on, and the performance targets as
@@ -47,7 +47,6 @@
 #include "kvtier/kv_cache.h"
 #include "kvtier/kv_geometry.h"
 #include "kvtier/metadata_tier.h"
-#include "kvtier/page_table.h"
 #include "kvtier/prefix_hasher.h"
 
 #define XXH_INLINE_ALL
@@ -207,60 +206,6 @@ void BM_BlockIndex_Match(benchmark::State& state) {
 }
 BENCHMARK(BM_BlockIndex_Match)->Arg(131072)->Unit(benchmark::kMicrosecond);
 
-// ---- PageTable ----
-
-// Decode: one token appended per iteration. Of every 16 appends the first allocates the block's
-// slot, the last seals it and the 14 between only store the token, so the figure is the amortized
-// per-token cost, including the table's own vector growth. A table grows to kTableTokens (a
-// 128K-token context, 8192 blocks); then, with the timer paused, it is released and a fresh
-// allocator and table replace it (release turns the sealed blocks kCached, which would otherwise
-// exhaust the allocator). That pause happens once per 131072 timed appends, so its own overhead is
-// negligible.
-void BM_PageTable_Append(benchmark::State& state) {
-  constexpr int64_t kTableTokens = 131072;
-  constexpr int64_t kTableBlocks = kTableTokens / kTokensPerBlock;
-  const std::vector<int32_t> tokens = MakeTokens(kTableTokens);
-
-  std::unique_ptr<BlockAllocator> allocator;
-  std::unique_ptr<PageTable> table;
-  uint64_t next_sequence = 0;
-  // Table first: its destructor releases its slots into the allocator.
-  auto reset = [&]() -> absl::Status {
-    table.reset();
-    absl::StatusOr<std::unique_ptr<BlockAllocator>> a =
-        BlockAllocator::Create(Tier::kHbm, kTableBlocks);
-    if (!a.ok()) return a.status();
-    allocator = std::move(*a);
-    absl::StatusOr<std::unique_ptr<PageTable>> t =
-        PageTable::Create(SequenceId(next_sequence++), allocator.get(), kTokensPerBlock);
-    if (!t.ok()) return t.status();
-    table = std::move(*t);
-    return absl::OkStatus();
-  };
-  if (absl::Status s = reset(); !s.ok()) return Skip(state, "setup", s);
-
-  for (auto _ : state) {
-    if (table->num_tokens() == kTableTokens) {
-      state.PauseTiming();
-      const absl::Status s = reset();
-      state.ResumeTiming();
-      if (!s.ok()) {
-        Skip(state, "reset", s);
-        break;
-      }
-    }
-    const size_t position = static_cast<size_t>(table->num_tokens());
-    absl::StatusOr<AppendResult> result = table->Append(absl::MakeConstSpan(&tokens[position], 1));
-    if (!result.ok()) {
-      Skip(state, "Append", result.status());
-      break;
-    }
-    benchmark::DoNotOptimize(result->num_sealed_blocks);
-  }
-  state.SetItemsProcessed(state.iterations());  // tokens
-}
-BENCHMARK(BM_PageTable_Append);
-
 // ---- KvCache
 
 // A cache whose only tier is an emulated HBM of `hbm_blocks` slots, for a geometry tiny in bytes
@@ -369,7 +314,7 @@ BENCHMARK(BM_KvCache_EnsureResident_AllResident)
 // cached in HBM; each iteration creates a sequence with a fresh id, attaches a prompt of those
 // tokens plus one (every block matches and is restored; the last token is left to compute), and
 // releases it. That is hashing the prompt's block keys, matching them, pinning every block, the
-// restore plan and the page table, and the release.
+// restore plan and the sequence's block list, and the release.
 void BM_KvCache_AttachPrefix(benchmark::State& state) {
   const int64_t num_tokens = state.range(0);
   const int64_t num_blocks = num_tokens / kTokensPerBlock;

@@ -11,7 +11,7 @@ set(KVTIER_LAYERS internal core platform tiers transfer remote cuda policy cache
 # link graph, so an include it accepts is one the link line satisfies. Each names only layers
 # listed before it in KVTIER_LAYERS.
 #   internal  mutex, host regions, SHA-256, XXH3, stream workers: helpers with no kvtier types.
-#   core      geometry, namespaces, block keys, hashing, allocator, page table, index, completion.
+#   core      geometry, namespaces, block keys, hashing, allocator, index, completion.
 #   platform  the CUDA runtime for host code below the CUDA tier: the device probe and self-test
 #             (kvtier/cuda_device.h) and host-memory registration (platform/cuda_host.h), so the
 #             DRAM tier pins its pool without calling up into src/cuda/.
@@ -39,7 +39,7 @@ set(KVTIER_LAYER_cache_DEPS transfer policy)
 set(KVTIER_LAYER_internal_HEADERS)
 set(KVTIER_LAYER_core_HEADERS
   block_allocator.h block_index.h block_key.h cache_namespace.h completion.h
-  device_block_table.h hbm_layout.h ids.h kv_geometry.h page_table.h prefix_hasher.h)
+  device_block_table.h hbm_layout.h ids.h kv_geometry.h prefix_hasher.h)
 set(KVTIER_LAYER_platform_HEADERS cuda_device.h)
 set(KVTIER_LAYER_tiers_HEADERS
   dram_tier.h emulated_hbm.h in_memory_slot_tier.h metadata_tier.h nvme_tier.h tier_backend.h)

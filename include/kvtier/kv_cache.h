@@ -72,7 +72,6 @@
 #include "kvtier/eviction_policy.h"
 #include "kvtier/ids.h"
 #include "kvtier/kv_cache_stats.h"
-#include "kvtier/page_table.h"
 #include "kvtier/prefix_hasher.h"
 #include "kvtier/tier_backend.h"
 
@@ -234,6 +233,19 @@ class ResidencyTicket {
   explicit ResidencyTicket(std::shared_ptr<internal::TicketState> state)
       : state_(std::move(state)) {}
   std::shared_ptr<internal::TicketState> state_;
+};
+
+// What Fork returns when the fork point is inside a block (copy-on-write, case TR-2): the caller
+// must copy the KV of the first `num_tokens` token positions of HBM slot `src` (the parent's
+// block) into HBM slot `dst` (the child's own, private block), all layers, before the attention
+// kernel reads `dst`, and must issue it before anything that could free `src`: a Release or Pause
+// of the parent, after which the cache may free or evict that block (the engine enqueues the copy
+// on its copy stream at once; stream order then protects `src`, as with vLLM's copy-on-write
+// pairs). Slot ids are HBM slot indices, as in a ResidencyTicket's device block table.
+struct BlockCopy {
+  SlotId src;
+  SlotId dst;
+  int num_tokens = 0;  // in [1, tokens_per_block)
 };
 
 // A snapshot of one sequence.

@@ -1,5 +1,5 @@
 // What a KvCache test builds on: a tiny geometry (2 layers x 2 KV heads x head_dim 8, bf16,
-// 4 tokens per block: 512-byte blocks), its namespace, a settable clock, and fresh tier backends
+// 4 tokens per block unless configured: 512-byte blocks), its namespace, a settable clock, and fresh tier backends
 // for every cache (emulated HBM and DRAM; optionally an NVMe file in a temporary directory and a
 // remote tier over an in-process store), each optionally behind a FaultInjectingTier. Plus the
 // checks every KvCache test repeats: the per-tier accounting of the stats, and KV bytes written
@@ -65,6 +65,7 @@ struct KvCacheTestConfig {
   bool fault_injectors = false;  // every tier behind a FaultInjectingTier (see fault())
   HbmLayout hbm_layout = HbmLayout::kLayerFirst;
   bool fake_clock = true;  // options.clock reads clock(); false: the cache's default (absl::Now)
+  int tokens_per_block = 4;  // KvCacheEnv::kTokensPerBlock; the regression cases use B = 16
 };
 
 class KvCacheEnv {
@@ -80,9 +81,10 @@ class KvCacheEnv {
     EXPECT_TRUE(g.ok()) << g.status();
     return *g;
   }
-  static CacheNamespace Namespace(HbmLayout layout = HbmLayout::kLayerFirst) {
+  static CacheNamespace Namespace(HbmLayout layout = HbmLayout::kLayerFirst,
+                                  int tokens_per_block = kTokensPerBlock) {
     auto ns = CacheNamespace::Create(
-        Geometry(),
+        Geometry(tokens_per_block),
         {.model_id = "kvtier-test/tiny-model", .weights_fingerprint = "w0", .hbm_layout = layout});
     EXPECT_TRUE(ns.ok()) << ns.status();
     return *ns;
@@ -90,7 +92,7 @@ class KvCacheEnv {
 
   explicit KvCacheEnv(const KvCacheTestConfig& config = {})
       : config_(config),
-        ns_(Namespace(config.hbm_layout)),
+        ns_(Namespace(config.hbm_layout, config.tokens_per_block)),
         clock_(std::make_shared<FakeClock>()),
         transport_(std::make_shared<InProcessTransport>()) {}
 

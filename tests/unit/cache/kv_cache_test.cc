@@ -830,6 +830,89 @@ TEST_F(KvCacheTest, RenderPrometheusNamesMetricsAndTiers) {
   }
 }
 
+// ---------------------------------------------------------------- Blocks of a sequence
+
+TEST_F(KvCacheTest, AppendFillsThePartialBlockAndSealsEveryBlockThatBecomesFull) {
+  // Every block but the last is full; the last is full or partial. A block is sealed (and keyed)
+  // exactly once, by the append that brings its last token, however the tokens were split.
+  KVTIER_ASSERT_OK(cache_->CreateSequence(Seq(1)));
+  KVTIER_ASSERT_OK_AND_ASSIGN(KvAppendResult r, cache_->Append(Seq(1), Iota(3)));
+  EXPECT_EQ(r.num_new_slots, 1);
+  EXPECT_EQ(r.num_sealed_blocks, 0);
+  KVTIER_ASSERT_OK_AND_ASSIGN(SequenceInfo info, cache_->GetSequence(Seq(1)));
+  EXPECT_EQ(info.num_tokens, 3);
+  EXPECT_EQ(info.num_blocks, 1);
+
+  // Tokens 3..9: fills block 0, block 1 whole, 2 tokens into block 2.
+  KVTIER_ASSERT_OK_AND_ASSIGN(r, cache_->Append(Seq(1), Iota(7, 1003)));
+  EXPECT_EQ(r.first_sealed_block, 0);
+  EXPECT_EQ(r.num_sealed_blocks, 2);
+  EXPECT_EQ(r.num_new_slots, 2);
+  KVTIER_ASSERT_OK_AND_ASSIGN(info, cache_->GetSequence(Seq(1)));
+  EXPECT_EQ(info.num_tokens, 10);
+  EXPECT_EQ(info.num_blocks, 3);
+
+  // Exactly fills block 2: sealed without a new slot.
+  KVTIER_ASSERT_OK_AND_ASSIGN(r, cache_->Append(Seq(1), Iota(2, 1010)));
+  EXPECT_EQ(r.first_sealed_block, 2);
+  EXPECT_EQ(r.num_sealed_blocks, 1);
+  EXPECT_EQ(r.num_new_slots, 0);
+  // One token more opens block 3 and seals nothing.
+  KVTIER_ASSERT_OK_AND_ASSIGN(r, cache_->Append(Seq(1), Iota(1, 1012)));
+  EXPECT_EQ(r.first_sealed_block, 3);
+  EXPECT_EQ(r.num_sealed_blocks, 0);
+  EXPECT_EQ(r.num_new_slots, 1);
+  KVTIER_ASSERT_OK_AND_ASSIGN(info, cache_->GetSequence(Seq(1)));
+  EXPECT_EQ(info.num_tokens, 13);
+  EXPECT_EQ(info.num_blocks, 4);
+  EXPECT_EQ(TierStats(Tier::kHbm).held_blocks, 4);
+  EXPECT_EQ(TierStats(Tier::kHbm).free_blocks, 12);
+
+  // The sealed blocks carry the keys of their tokens (the same as one 12-token append would
+  // give); the partial block, written or not, is never matched.
+  KVTIER_ASSERT_OK(cache_->ReportWritten(Seq(1), 13));
+  KVTIER_ASSERT_OK_AND_ASSIGN(PrefixLookup l, cache_->Lookup(Iota(13)));
+  EXPECT_EQ(l.matched_tokens, 12);
+  EXPECT_EQ(cache_->stats().indexed_blocks, 3);
+  // Release: the sealed blocks stay cached, the private partial block is freed.
+  KVTIER_ASSERT_OK(cache_->Release(Seq(1)));
+  const KvTierStats hbm = TierStats(Tier::kHbm);
+  EXPECT_EQ(hbm.held_blocks, 0);
+  EXPECT_EQ(hbm.droppable_blocks, 3);
+  EXPECT_EQ(hbm.free_blocks, 13);
+}
+
+TEST_F(KvCacheTest, AttachedBlocksAreSharedNotCopied) {
+  // Two requests attaching the same cached prefix reference the same HBM slots; a block stays
+  // held while any sequence references it and becomes droppable when the last one releases.
+  KVTIER_ASSERT_OK(AddReleased(1, Iota(8)));
+  ASSERT_EQ(TierStats(Tier::kHbm).droppable_blocks, 2);
+  for (uint64_t id : {2, 3}) {
+    KVTIER_ASSERT_OK(cache_->CreateSequence(Seq(id)));
+    KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult r, cache_->AttachPrefix(Seq(id), Iota(9)));
+    EXPECT_EQ(r.attached_tokens, 8);
+  }
+  KvTierStats hbm = TierStats(Tier::kHbm);
+  EXPECT_EQ(hbm.held_blocks, 2);
+  EXPECT_EQ(hbm.droppable_blocks, 0);
+  EXPECT_EQ(hbm.free_blocks, 14);
+  EXPECT_EQ(hbm.hits, 4);
+  KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket t2, Resident(2, 0, 8));
+  KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket t3, Resident(3, 0, 8));
+  EXPECT_EQ(t2.block_table().slots, t3.block_table().slots);
+  KVTIER_ASSERT_OK(cache_->ReleaseTicket(t2));
+  KVTIER_ASSERT_OK(cache_->ReleaseTicket(t3));
+
+  KVTIER_ASSERT_OK(cache_->Release(Seq(2)));
+  hbm = TierStats(Tier::kHbm);
+  EXPECT_EQ(hbm.held_blocks, 2);  // sequence 3 still references both
+  EXPECT_EQ(hbm.droppable_blocks, 0);
+  KVTIER_ASSERT_OK(cache_->Release(Seq(3)));
+  hbm = TierStats(Tier::kHbm);
+  EXPECT_EQ(hbm.held_blocks, 0);
+  EXPECT_EQ(hbm.droppable_blocks, 2);
+}
+
 // ---------------------------------------------------------------- Fork
 
 TEST_F(KvCacheTest, ForkCopiesThePartialBlockIntoTheChildsOwnSlot) {
@@ -860,9 +943,14 @@ TEST_F(KvCacheTest, ForkCopiesThePartialBlockIntoTheChildsOwnSlot) {
   EXPECT_EQ(copy->num_tokens, 6 % kB);
   EXPECT_EQ(static_cast<int32_t>(copy->src.value()), p[1]);
 
-  // At a block boundary: nothing to copy.
+  // At a block boundary: nothing to copy, every block shared.
   KVTIER_ASSERT_OK_AND_ASSIGN(copy, cache_->Fork(Seq(1), Seq(4), 8));
   EXPECT_FALSE(copy.has_value());
+  {
+    KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket boundary, Resident(4, 0, 8));
+    EXPECT_THAT(boundary.block_table().slots, ElementsAre(p[0], p[1]));
+    KVTIER_EXPECT_OK(cache_->ReleaseTicket(boundary));
+  }
   KVTIER_ASSERT_OK_AND_ASSIGN(copy, cache_->Fork(Seq(1), Seq(5), 0));
   EXPECT_FALSE(copy.has_value());
   KVTIER_ASSERT_OK_AND_ASSIGN(info, cache_->GetSequence(Seq(5)));
@@ -895,13 +983,48 @@ TEST_F(KvCacheTest, AppendIsResourceExhaustedWhenLiveSequencesHoldAllOfHbm) {
   EXPECT_EQ(info.num_tokens, 32);
   EXPECT_EQ(TierStats(Tier::kHbm).free_blocks, 0);
 
-  // A forked copy needs a slot too.
+  // A forked copy needs a slot too; the failed fork shares nothing (CheckInvariants matches
+  // every slot's reference count against the references sequences hold).
   EXPECT_THAT(cache_->Fork(Seq(1), Seq(3), 30), IsError(StatusCode::kResourceExhausted, ""));
   EXPECT_THAT(cache_->GetSequence(Seq(3)), IsError(StatusCode::kNotFound, "3"));
+  KVTIER_EXPECT_OK(cache_->CheckInvariants());
+  EXPECT_EQ(cache_->stats().live_sequences, 2);
+  EXPECT_EQ(TierStats(Tier::kHbm).held_blocks, 8);
 
   // Once sequence 1 is gone its written blocks are droppable and make room.
   KVTIER_ASSERT_OK(cache_->Release(Seq(1)));
   KVTIER_EXPECT_OK(cache_->Append(Seq(2), Iota(5, 100)).status());
+}
+
+TEST_F(KvCacheTest, AppendThatDoesNotFitChangesNothing) {
+  // All or nothing: an append that would fill the partial block and then need more slots than
+  // HBM has leaves the partial block as it was, not filled with the first of the new tokens.
+  Rebuild({.hbm_blocks = 8}, [](KvCacheOptions& o) { o.room_wait = absl::Milliseconds(50); });
+  const std::vector<int32_t> first = Iota(26);
+  KVTIER_ASSERT_OK(Add(1, first, 24));  // 7 slots: 6 full (written) blocks and 2 tokens
+  ASSERT_EQ(TierStats(Tier::kHbm).free_blocks, 1);
+  EXPECT_THAT(cache_->Append(Seq(1), Iota(12, 2000)), IsError(StatusCode::kResourceExhausted, ""));
+  KVTIER_ASSERT_OK_AND_ASSIGN(SequenceInfo info, cache_->GetSequence(Seq(1)));
+  EXPECT_EQ(info.num_tokens, 26);
+  EXPECT_EQ(info.num_blocks, 7);
+  EXPECT_EQ(info.written_tokens, 24);
+  KvTierStats hbm = TierStats(Tier::kHbm);
+  EXPECT_EQ(hbm.free_blocks, 1);
+  EXPECT_EQ(hbm.held_blocks, 7);
+
+  // What fits goes in after the 26 tokens: the failed call left none of its tokens behind, so
+  // the block it would have filled is keyed by these tokens (a later request matches it).
+  const std::vector<int32_t> rest = Iota(6, 3000);
+  KVTIER_ASSERT_OK_AND_ASSIGN(KvAppendResult r, cache_->Append(Seq(1), rest));
+  EXPECT_EQ(r.first_sealed_block, 6);
+  EXPECT_EQ(r.num_sealed_blocks, 2);  // tokens 24..27 and 28..31
+  EXPECT_EQ(r.num_new_slots, 1);
+  KVTIER_ASSERT_OK(cache_->ReportWritten(Seq(1), 32));
+  KVTIER_ASSERT_OK(cache_->Release(Seq(1)));
+  std::vector<int32_t> all = first;
+  all.insert(all.end(), rest.begin(), rest.end());
+  KVTIER_ASSERT_OK_AND_ASSIGN(PrefixLookup l, cache_->Lookup(all));
+  EXPECT_EQ(l.matched_tokens, 32);
 }
 
 TEST_F(KvCacheTest, EvictionDemotesOldBlocksToDramAndAttachOnboardsThem) {

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -14,11 +16,21 @@
 #include "absl/time/time.h"
 #include "bench/replay/offline/block_chains.h"
 #include "kvtier/block_key.h"
+#include "kvtier/cost_model.h"
+#include "kvtier/kv_geometry.h"
 
 namespace kvtier::replay {
 namespace {
 
 constexpr uint32_t kNoParent = std::numeric_limits<uint32_t>::max();
+constexpr std::string_view kDefaultModel = "Llama-3.1-70B";
+
+const KnownModel& DefaultModel() {
+  for (const KnownModel& m : KnownModels()) {
+    if (m.name == kDefaultModel) return m;
+  }
+  std::abort();  // the library's table lost its Llama-3.1-70B: a build of a broken table
+}
 
 // Per dense key: the state the model needs. Parent and depth are fixed by the trace.
 struct SimBlock {
@@ -137,6 +149,18 @@ class Simulator {
 };
 
 }  // namespace
+
+PrefillCostOptions DefaultSimCost() {
+  PrefillCostOptions cost = DefaultModel().cost;
+  cost.flops_per_second = 400e12;
+  return cost;
+}
+
+int64_t DefaultSimBytesPerToken() {
+  absl::StatusOr<KvGeometry> g = KvGeometry::Create(DefaultModel().geometry);
+  if (!g.ok()) std::abort();  // the table's geometries are checked by the cost model's test
+  return g->bytes_per_token();
+}
 
 BlockKey SimBlockKey(uint32_t key) {
   uint64_t z = key + 0x9e3779b97f4a7c15ULL;

@@ -45,15 +45,17 @@ namespace kvtier::replay {
 // it (splitmix64's), since hash tables of BlockKeys hash `lo` only.
 BlockKey SimBlockKey(uint32_t key);
 
+// The simulator's default model, Llama-3.1-70B from the library's table (cost_model.h
+// KnownModels): its prefill cost shape at 400 TFLOP/s sustained, and its KV bytes per token in
+// bf16 (327,680).
+PrefillCostOptions DefaultSimCost();
+int64_t DefaultSimBytesPerToken();
+
 struct PolicySimOptions {
   int tokens_per_block = 512;   // cache granularity; divides the trace's block_tokens
   int64_t capacity_blocks = 0;  // >= 0
-  // Prefill cost for recompute_seconds: Llama-3.1-70B's shape (cost_model.h KnownModelCost) at
-  // 400 TFLOP/s sustained.
-  PrefillCostOptions cost = {
-      .params = 70.6e9, .num_layers = 80, .d_model = 8192, .flops_per_second = 400e12};
-  // KV bytes per token: Llama-3.1-70B in bf16 (80 layers x 8 KV heads x 128 x 2 (K, V) x 2).
-  int64_t bytes_per_token = 327680;
+  PrefillCostOptions cost = DefaultSimCost();  // for recompute_seconds
+  int64_t bytes_per_token = DefaultSimBytesPerToken();
 };
 
 // The hits of `policy` (which should start empty) over `trace`, as a BoundResult named after the

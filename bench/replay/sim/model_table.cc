@@ -14,28 +14,6 @@
 namespace kvtier::replay {
 namespace {
 
-ModelSpec Mha(const char* name, int layers, int kv_heads, int head_dim) {
-  ModelSpec m{.name = name,
-              .geometry = {.attention = AttentionKind::kMha,
-                           .num_layers = layers,
-                           .num_kv_heads = kv_heads,
-                           .head_dim = head_dim},
-              .cost = KnownModelCost(name)};
-  m.hidden_size = m.cost.has_value() ? m.cost->d_model : 0;
-  return m;
-}
-
-ModelSpec Mla(const char* name, int layers, int rank, int rope) {
-  ModelSpec m{.name = name,
-              .geometry = {.attention = AttentionKind::kMla,
-                           .num_layers = layers,
-                           .kv_lora_rank = rank,
-                           .qk_rope_head_dim = rope},
-              .cost = KnownModelCost(name)};
-  m.hidden_size = m.cost.has_value() ? m.cost->d_model : 0;
-  return m;
-}
-
 // RFC 4180 fields: quotes, "" escapes, commas inside quotes.
 std::vector<std::string> SplitCsvLine(const std::string& line) {
   std::vector<std::string> fields(1);
@@ -65,18 +43,14 @@ std::vector<std::string> SplitCsvLine(const std::string& line) {
 }  // namespace
 
 std::vector<ModelSpec> BuiltInModels() {
-  // Layers growing with context, KV heads, head dim (MHA/GQA), or latent rank and rope dim
-  // (MLA): shared/models/kv_geometry.csv. gpt-oss counts its full-attention layers only.
-  return {
-      Mha("Llama-3.1-8B", 32, 8, 128),    Mha("Llama-3.1-70B", 80, 8, 128),
-      Mha("Llama-3.1-405B", 126, 8, 128), Mha("Llama-3.2-3B", 28, 8, 128),
-      Mha("Llama-3.2-1B", 16, 8, 64),     Mha("Qwen2.5-7B", 28, 4, 128),
-      Mha("Qwen2.5-72B", 80, 8, 128),     Mha("Qwen3-8B", 36, 8, 128),
-      Mha("Qwen3-32B", 64, 8, 128),       Mha("Qwen3-235B-A22B", 94, 4, 128),
-      Mha("Mistral-7B-v0.3", 32, 8, 128), Mha("Mixtral-8x7B", 32, 8, 128),
-      Mla("DeepSeek-V3", 61, 512, 64),    Mla("Kimi-K2.5", 61, 512, 64),
-      Mha("gpt-oss-120b", 18, 8, 64),     Mha("gpt-oss-20b", 12, 8, 64),
-  };
+  std::vector<ModelSpec> out;
+  for (const KnownModel& m : KnownModels()) {
+    out.push_back(ModelSpec{.name = std::string(m.name),
+                            .geometry = m.geometry,
+                            .cost = m.cost,
+                            .hidden_size = m.cost.d_model});
+  }
+  return out;
 }
 
 absl::StatusOr<std::vector<ModelSpec>> LoadGeometryCsv(const std::string& path) {

@@ -1,7 +1,6 @@
-// The models kvtier-replay knows by name: KV geometry and prefill cost shape, from the models'
-// public Hugging Face configs and model cards (the same facts as shared/models/kv_geometry.csv,
-// which checks them; the active parameter counts are those of kvtier::KnownModelCost). More
-// models load from a CSV with that file's columns (LoadGeometryCsv).
+// The models kvtier-replay knows by name: KV geometry and prefill cost shape. The built-in ones
+// are the library's table (kvtier::KnownModels, cost_model.h); more models load from a CSV with
+// shared/models/kv_geometry.csv's columns (LoadGeometryCsv).
 //
 // Thread-safety: pure functions over values.
 #ifndef KVTIER_BENCH_REPLAY_SIM_MODEL_TABLE_H_
@@ -26,7 +25,7 @@ struct ModelSpec {
   int64_t hidden_size = 0;  // d_model, for a cost model from --active-params; 0 if unknown
 };
 
-// The built-in table, in a fixed order.
+// kvtier::KnownModels(), in its order, with hidden_size its cost's d_model.
 std::vector<ModelSpec> BuiltInModels();
 
 // Rows of a CSV with shared/models/kv_geometry.csv's header (columns model, attention,

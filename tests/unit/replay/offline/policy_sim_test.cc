@@ -24,6 +24,7 @@
 #include "bench/replay/trace/mooncake_trace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kvtier/cost_model.h"
 #include "kvtier/eviction_policy.h"
 #include "tests/testing/shared_dir.h"
 #include "tests/testing/status_matchers.h"
@@ -151,6 +152,15 @@ TEST(PolicySimTest, SplitsTraceBlocks) {
   EXPECT_EQ(policy.traits_of_last_add.expected_reuse, 2);
   EXPECT_EQ(policy.traits_of_last_add.run_blocks, 2) << "both blocks have 2 uses";
   EXPECT_EQ(policy.traits_of_last_add.parent, SimBlockKey(0));
+}
+
+TEST(PolicySimTest, DefaultsAreLlama70bFromTheLibrarysTable) {
+  const PolicySimOptions options;
+  EXPECT_EQ(options.cost.params, KnownModelCost("Llama-3.1-70B")->params);
+  EXPECT_EQ(options.cost.num_layers, 80);
+  EXPECT_EQ(options.cost.d_model, 8192);
+  EXPECT_EQ(options.cost.flops_per_second, 400e12);
+  EXPECT_EQ(options.bytes_per_token, 327680);  // 80 layers x 8 KV heads x 128 x 2 (K, V) x 2
 }
 
 TEST(PolicySimTest, Errors) {

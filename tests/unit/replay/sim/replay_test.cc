@@ -3,6 +3,7 @@
 // the model table and the capacity syntax.
 #include "bench/replay/sim/replay.h"
 
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -14,8 +15,9 @@
 #include "bench/replay/trace/agentic_workload.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kvtier/cost_model.h"
+#include "kvtier/kv_geometry.h"
 #include "nlohmann/json.hpp"
-#include "tests/testing/csv.h"
 #include "tests/testing/shared_dir.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
@@ -325,34 +327,37 @@ TEST(ReplayTest, ParsesTierSizes) {
   }
 }
 
-TEST(ModelTableTest, BuiltInModelsMatchTheSharedGeometryTable) {
+// The built-in models are the library's KnownModels (which the cost model's test checks against
+// shared/models/kv_geometry.csv), and the CSV loader reads that file to the same geometries.
+TEST(ModelTableTest, BuiltInModelsAreTheKnownModels) {
+  const std::vector<ModelSpec> built_in = BuiltInModels();
+  ASSERT_EQ(built_in.size(), KnownModels().size());
+  for (size_t i = 0; i < built_in.size(); ++i) {
+    const KnownModel& k = KnownModels()[i];
+    const ModelSpec& m = built_in[i];
+    EXPECT_EQ(m.name, k.name);
+    KVTIER_ASSERT_OK_AND_ASSIGN(KvGeometry g, KvGeometry::Create(m.geometry));
+    EXPECT_TRUE(g == *KvGeometry::Create(k.geometry)) << m.name;
+    ASSERT_TRUE(m.cost.has_value()) << m.name;
+    EXPECT_EQ(m.cost->params, k.cost.params) << m.name;
+    EXPECT_EQ(m.cost->num_layers, k.cost.num_layers) << m.name;
+    EXPECT_EQ(m.hidden_size, k.cost.d_model) << m.name;
+  }
+  KVTIER_ASSERT_OK_AND_ASSIGN(ModelSpec llama, FindModel(built_in, "llama-3.1-70b"));
+  EXPECT_EQ(KvGeometry::Create(llama.geometry)->bytes_per_token(), 327680);
+
   const auto path = testing::SharedFile("models/kv_geometry.csv");
   if (!std::filesystem::exists(path)) {
     GTEST_SKIP() << "shared/models/kv_geometry.csv not found under " << testing::SharedDir();
   }
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);
-  const std::vector<std::string> header = testing::SplitCsvLine(line);
-  const size_t model = std::find(header.begin(), header.end(), "model") - header.begin();
-  const size_t bytes =
-      std::find(header.begin(), header.end(), "kv_bytes_per_token_bf16") - header.begin();
-  ASSERT_LT(bytes, header.size());
-  const std::vector<ModelSpec> built_in = BuiltInModels();
-  int rows = 0;
-  while (std::getline(in, line)) {
-    const std::vector<std::string> f = testing::SplitCsvLine(line);
-    if (f.size() <= bytes) continue;
-    KVTIER_ASSERT_OK_AND_ASSIGN(ModelSpec m, FindModel(built_in, f[model]));
-    KVTIER_ASSERT_OK_AND_ASSIGN(KvGeometry g, KvGeometry::Create(m.geometry));
-    EXPECT_EQ(std::to_string(g.bytes_per_token()), f[bytes]) << f[model];
-    EXPECT_TRUE(m.cost.has_value()) << f[model];
-    ++rows;
-  }
-  EXPECT_EQ(rows, static_cast<int>(built_in.size()));
-  // The CSV loader reads the same table.
   KVTIER_ASSERT_OK_AND_ASSIGN(std::vector<ModelSpec> loaded, LoadGeometryCsv(path.string()));
   ASSERT_EQ(loaded.size(), built_in.size());
+  for (const ModelSpec& row : loaded) {
+    KVTIER_ASSERT_OK_AND_ASSIGN(ModelSpec m, FindModel(built_in, row.name));
+    EXPECT_TRUE(*KvGeometry::Create(row.geometry) == *KvGeometry::Create(m.geometry)) << row.name;
+    EXPECT_EQ(row.hidden_size, m.hidden_size) << row.name;
+    EXPECT_TRUE(row.cost.has_value()) << row.name;
+  }
   KVTIER_ASSERT_OK_AND_ASSIGN(ModelSpec ds, FindModel(loaded, "deepseek-v3"));
   EXPECT_EQ(KvGeometry::Create(ds.geometry)->bytes_per_token(), 70272);
 }

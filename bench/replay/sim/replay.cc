@@ -18,18 +18,10 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
+#include "bench/common/tier_stack.h"
 #include "kvtier/cache_namespace.h"
-#include "kvtier/directory_transport.h"
-#include "kvtier/dram_tier.h"
-#include "kvtier/emulated_hbm.h"
 #include "kvtier/kv_cache.h"
-#include "kvtier/metadata_tier.h"
-#include "kvtier/nvme_tier.h"
-#include "kvtier/redis_transport.h"
-#include "kvtier/remote_tier.h"
 
 namespace kvtier::replay {
 namespace {
@@ -181,33 +173,6 @@ class ScratchDir {
   std::string path_;
 };
 
-absl::StatusOr<std::shared_ptr<Transport>> MakeRemoteTransport(const std::string& url,
-                                                               const std::string& dir) {
-  if (url.empty()) {
-    auto t = DirectoryTransport::Create({.root = dir + "/remote"});
-    if (!t.ok()) return t.status();
-    return std::shared_ptr<Transport>(std::move(*t));
-  }
-  RedisTransportOptions r;
-  std::string rest;
-  if (absl::StartsWith(url, "redis://")) {
-    rest = url.substr(8);
-  } else if (absl::StartsWith(url, "redis-cluster://")) {
-    rest = url.substr(16);
-    r.cluster = true;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "remote URL \"", url, "\": expected redis://host:port or redis-cluster://host:port,..."));
-  }
-  r.endpoints = absl::StrSplit(rest, ',', absl::SkipEmpty());
-  if (r.endpoints.empty() || (!r.cluster && r.endpoints.size() != 1)) {
-    return absl::InvalidArgumentError(absl::StrCat("remote URL \"", url, "\": bad endpoints"));
-  }
-  auto t = RedisTransport::Create(r);
-  if (!t.ok()) return t.status();
-  return std::shared_ptr<Transport>(std::move(*t));
-}
-
 int64_t ResolveBlocks(const TierCapacity& c, const TraceFootprint& f) {
   if (c.kind == TierCapacity::Kind::kBlocks) return c.blocks;
   // Every distinct block, one running prompt, and a partial block per paused session.
@@ -244,57 +209,36 @@ absl::StatusOr<Built> BuildCache(const ReplayOptions& o, const TraceFootprint& f
     blocks[t] =
         o.capacity[t].kind == TierCapacity::Kind::kAbsent ? -1 : ResolveBlocks(o.capacity[t], f);
   }
+  TierStackOptions stack;
+  for (int t = 0; t < kNumTiers; ++t) {
+    stack.tiers[t] = {.capacity_blocks = std::max<int64_t>(blocks[t], 0),
+                      .kind = scaled ? TierBackendKind::kNative : TierBackendKind::kMetadata};
+  }
   if (scaled) {
     auto scratch = ScratchDir::Create(o.work_dir);
     if (!scratch.ok()) return scratch.status();
     built.scratch = std::move(*scratch);
     const std::string& dir = built.scratch->path();
-    auto hbm = EmulatedHbm::Create(g, {.capacity_blocks = blocks[kHbm]});
-    if (!hbm.ok()) return hbm.status();
-    co.tiers[kHbm] = std::move(*hbm);
-    if (blocks[1] > 0) {
-      auto dram = DramTier::Create(g, {.capacity_bytes = blocks[1] * g.bytes_per_block(),
-                                       .try_huge_pages = false,
-                                       .prefault = false});
-      if (!dram.ok()) return dram.status();
-      co.tiers[1] = std::move(*dram);
+    stack.dram.try_huge_pages = false;
+    stack.dram.prefault = false;
+    stack.nvme.path = dir + "/nvme.bin";
+    if (o.remote_url.empty()) {
+      stack.remote_directory = dir + "/remote";
+    } else {
+      stack.remote_url = o.remote_url;
     }
-    if (blocks[2] > 0) {
-      auto nvme = NvmeTier::Create(
-          g, {.path = dir + "/nvme.bin", .capacity_bytes = blocks[2] * NvmeTier::SlotBytes(g)});
-      if (!nvme.ok()) return nvme.status();
-      co.tiers[2] = std::move(*nvme);
-    }
-    if (blocks[3] > 0) {
-      auto transport = MakeRemoteTransport(o.remote_url, dir);
-      if (!transport.ok()) return transport.status();
-      auto remote = RemoteTier::Create(
-          *ns, {.transport = *transport,
-                .capacity_blocks = blocks[3],
-                .key_prefix = absl::StrCat("kvtier-replay-", ns->DigestHex().substr(0, 8), ":")});
-      if (!remote.ok()) return remote.status();
-      co.tiers[3] = std::move(*remote);
-    }
+    stack.remote.key_prefix = absl::StrCat("kvtier-replay-", ns->DigestHex().substr(0, 8), ":");
     co.bounce_buffers = 4;
   } else {
-    for (int t = 0; t < kNumTiers; ++t) {
-      if (blocks[t] < 0) continue;
-      auto tier =
-          MetadataTier::Create(g, {.tier = static_cast<Tier>(t), .capacity_blocks = blocks[t]});
-      if (!tier.ok()) return tier.status();
-      co.tiers[t] = std::move(*tier);
-    }
     co.bounce_buffers = 1;  // never touched (metadata_tier.h)
   }
+  stack.wrap = o.wrap_tier;
+  auto tiers = BuildTierStack(*ns, stack);
+  if (!tiers.ok()) return tiers.status();
+  co.tiers = *std::move(tiers);
   // The transfer engine completes copies on its own threads in both modes: Append and
   // onboarding wait for demotions in flight to free HBM rather than fail.
   co.room_wait = absl::Seconds(10);
-  if (o.wrap_tier) {
-    for (int t = 0; t < kNumTiers; ++t) {
-      if (co.tiers[t] != nullptr)
-        co.tiers[t] = o.wrap_tier(static_cast<Tier>(t), std::move(co.tiers[t]));
-    }
-  }
   co.eviction_policy = o.policy;
   co.prefill_cost = o.prefill;
   co.prefill_flops_per_second = o.prefill.flops_per_second;

@@ -37,12 +37,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "bench/bench_report.h"
+#include "bench/common/tier_stack.h"
 #include "benchmark/benchmark.h"
 #include "kvtier/block_allocator.h"
 #include "kvtier/block_index.h"
 #include "kvtier/block_key.h"
 #include "kvtier/cache_namespace.h"
-#include "kvtier/emulated_hbm.h"
 #include "kvtier/ids.h"
 #include "kvtier/kv_cache.h"
 #include "kvtier/kv_geometry.h"
@@ -229,13 +229,13 @@ absl::StatusOr<std::unique_ptr<KvCache>> MakeTinyKvCache(int64_t hbm_blocks) {
   absl::StatusOr<CacheNamespace> ns = CacheNamespace::Create(*geometry, ns_options);
   if (!ns.ok()) return ns.status();
 
-  EmulatedHbmOptions hbm_options;
-  hbm_options.capacity_blocks = hbm_blocks;
-  absl::StatusOr<std::unique_ptr<EmulatedHbm>> hbm = EmulatedHbm::Create(*geometry, hbm_options);
-  if (!hbm.ok()) return hbm.status();
+  TierStackOptions stack;
+  stack.tiers[TierIndex(Tier::kHbm)].capacity_blocks = hbm_blocks;
+  absl::StatusOr<TierBackends> tiers = BuildTierStack(*ns, stack);
+  if (!tiers.ok()) return tiers.status();
 
   KvCacheOptions options;
-  options.tiers[TierIndex(Tier::kHbm)] = std::move(*hbm);
+  options.tiers = *std::move(tiers);
   return KvCache::Create(*ns, std::move(options));
 }
 
@@ -443,13 +443,13 @@ void BM_KvCache_BytesPerBlock(benchmark::State& state) {
     }
 
     const int64_t before_tier = HeapInUseBytes();
-    MetadataTierOptions hbm_options;
-    hbm_options.tier = Tier::kHbm;
-    hbm_options.capacity_blocks = num_blocks + 64;
-    absl::StatusOr<std::unique_ptr<MetadataTier>> hbm = MetadataTier::Create(*geometry, hbm_options);
-    if (!hbm.ok()) return Skip(state, "MetadataTier", hbm.status());
+    TierStackOptions stack;
+    stack.tiers[TierIndex(Tier::kHbm)] = {.capacity_blocks = num_blocks + 64,
+                                          .kind = TierBackendKind::kMetadata};
+    absl::StatusOr<TierBackends> tiers = BuildTierStack(*ns, stack);
+    if (!tiers.ok()) return Skip(state, "MetadataTier", tiers.status());
     KvCacheOptions options;
-    options.tiers[TierIndex(Tier::kHbm)] = std::move(*hbm);
+    options.tiers = *std::move(tiers);
     options.bounce_buffers = 1;
     absl::StatusOr<std::unique_ptr<KvCache>> cache = KvCache::Create(*ns, std::move(options));
     if (!cache.ok()) return Skip(state, "KvCache::Create", cache.status());

@@ -16,10 +16,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "bench/bench_report.h"
+#include "bench/common/tier_stack.h"
 #include "bench/tier_copy_loop.h"
 #include "benchmark/benchmark.h"
-#include "kvtier/dram_tier.h"
-#include "kvtier/emulated_hbm.h"
+#include "kvtier/hbm_layout.h"
 #include "kvtier/transfer_engine.h"
 
 namespace kvtier {
@@ -57,10 +57,12 @@ BENCHMARK(BM_Memcpy)->Arg(2097152)->Unit(benchmark::kMillisecond)->UseRealTime()
 void BM_TierCopy(benchmark::State& state, Tier from, Tier to) {
   absl::StatusOr<KvGeometry> g = LlamaGeometry(state.range(0));
   if (!g.ok()) return Skip(state, "geometry", g.status());
-  auto hbm =
-      EmulatedHbm::Create(*g, {.layout = HbmLayout::kLayerFirst, .capacity_blocks = kBlocks});
+  TierStackOptions stack;
+  stack.tiers[TierIndex(Tier::kHbm)].capacity_blocks = kBlocks;
+  stack.hbm.layout = HbmLayout::kLayerFirst;
+  absl::StatusOr<TierBackends> hbm = BuildTierStack(*g, stack);
   if (!hbm.ok()) return Skip(state, "EmulatedHbm::Create", hbm.status());
-  bench::RunHbmDramCopies(state, *g, **hbm, from, to, kBlocks);
+  bench::RunHbmDramCopies(state, *g, *(*hbm)[TierIndex(Tier::kHbm)], from, to, kBlocks);
 }
 
 void BM_DramToEmulatedHbm(benchmark::State& state) { BM_TierCopy(state, Tier::kDram, Tier::kHbm); }

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "bench/bench_report.h"
+#include "bench/common/tier_stack.h"
 #include "benchmark/benchmark.h"
-#include "kvtier/dram_tier.h"
 #include "kvtier/transfer_engine.h"
 
 namespace kvtier::bench {
@@ -64,14 +64,17 @@ inline void RunTierCopies(benchmark::State& state, TransferEngine& engine, TierB
 // RunTierCopies between `hbm` and a DRAM tier of `n` blocks made here, through a new engine.
 inline void RunHbmDramCopies(benchmark::State& state, const KvGeometry& g, TierBackend& hbm,
                              Tier from, Tier to, uint32_t n) {
-  auto dram = DramTier::Create(g, {.capacity_bytes = n * g.bytes_per_block()});
-  if (!dram.ok()) return Skip(state, "DramTier::Create", dram.status());
+  TierStackOptions stack;
+  stack.tiers[TierIndex(Tier::kDram)].capacity_blocks = n;
+  absl::StatusOr<TierBackends> tiers = BuildTierStack(g, stack);
+  if (!tiers.ok()) return Skip(state, "DramTier::Create", tiers.status());
+  TierBackend& dram = *(*tiers)[TierIndex(Tier::kDram)];
   TransferEngineOptions options;
   options.tiers[TierIndex(Tier::kHbm)] = &hbm;
-  options.tiers[TierIndex(Tier::kDram)] = dram->get();
+  options.tiers[TierIndex(Tier::kDram)] = &dram;
   auto engine = TransferEngine::Create(options);
   if (!engine.ok()) return Skip(state, "TransferEngine::Create", engine.status());
-  TierBackend& source = from == Tier::kHbm ? hbm : **dram;
+  TierBackend& source = from == Tier::kHbm ? hbm : dram;
   RunTierCopies(state, **engine, source, from, to, n);
 }
 

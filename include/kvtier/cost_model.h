@@ -30,6 +30,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "kvtier/ids.h"
+#include "kvtier/kv_geometry.h"
 
 namespace kvtier {
 
@@ -86,9 +87,23 @@ absl::StatusOr<RestorePlan> PlanRestore(const PrefillCostModel& model,
                                         int64_t tokens_per_block, int64_t bytes_per_block,
                                         int64_t prompt_tokens);
 
-// Active parameters and shape of models whose public configs and model cards give them (the
-// models of shared/models/kv_geometry.csv), for a PrefillCostOptions without a FLOP rate:
-// nullopt for a name not in the table.
+// A model whose public config (config.json) and model card give its KV geometry and prefill cost
+// shape: the models of shared/models/kv_geometry.csv, which checks the figures against the
+// published configs. The one table of them; the replay's model table is read from it.
+struct KnownModel {
+  std::string_view name;  // e.g. "Llama-3.1-70B"; static storage
+  // geometry.num_layers counts the layers whose cache grows with context (for gpt-oss the
+  // full-attention ones, kv_geometry.h); tokens_per_block and dtype are left at their defaults.
+  KvGeometryOptions geometry;
+  // Active parameters (for a mixture of experts), all layers and the hidden size;
+  // flops_per_second is 0 (the caller's hardware sets it).
+  PrefillCostOptions cost;
+};
+
+// Every known model, in a fixed order (the CSV's); the span points to static storage.
+absl::Span<const KnownModel> KnownModels();
+
+// KnownModels()' cost for the model named exactly `model`: nullopt for a name not in the table.
 std::optional<PrefillCostOptions> KnownModelCost(std::string_view model);
 
 }  // namespace kvtier

@@ -30,7 +30,7 @@
 //       sample_size candidates drawn at random (all of them when fewer), as LHD does, and
 //       returns the lowest; equal ranks (a cold start, before any outcome) go least recently
 //       used. recompute_seconds is not weighed: on the Mooncake trace it favoured deep blocks
-//       and cost hit ratio at every capacity (bench/replay/policy_sim.h measures it).
+//       and cost hit ratio at every capacity (bench/replay/offline/policy_sim.h measures it).
 //
 // Times are absl::Time (the caller's clock, so a replay can run on trace time). Thread-safety:
 // not thread-safe; the caller serializes (KvCache holds its lock). Keys must be unique. A policy

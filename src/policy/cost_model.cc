@@ -99,29 +99,58 @@ absl::StatusOr<RestorePlan> PlanRestore(const PrefillCostModel& model,
   return best;
 }
 
+namespace {
+
+constexpr KnownModel Mha(std::string_view name, int kv_layers, int kv_heads, int head_dim,
+                         double params, int layers, int64_t d_model) {
+  return {.name = name,
+          .geometry = {.attention = AttentionKind::kMha,
+                       .num_layers = kv_layers,
+                       .num_kv_heads = kv_heads,
+                       .head_dim = head_dim},
+          .cost = {.params = params, .num_layers = layers, .d_model = d_model}};
+}
+
+constexpr KnownModel Mla(std::string_view name, int kv_layers, int kv_lora_rank,
+                         int qk_rope_head_dim, double params, int layers, int64_t d_model) {
+  return {.name = name,
+          .geometry = {.attention = AttentionKind::kMla,
+                       .num_layers = kv_layers,
+                       .kv_lora_rank = kv_lora_rank,
+                       .qk_rope_head_dim = qk_rope_head_dim},
+          .cost = {.params = params, .num_layers = layers, .d_model = d_model}};
+}
+
+// Per model: the KV geometry (layers growing with context, then KV heads and head dim, or latent
+// rank and rope dim), then active parameters, all layers and hidden size. Shapes from the models'
+// config.json, active parameters from their Hugging Face model cards. gpt-oss caches 18 (12) of
+// its 36 (24) layers: the others slide.
+constexpr KnownModel kKnownModels[] = {
+    Mha("Llama-3.1-8B", 32, 8, 128, 8.03e9, 32, 4096),
+    Mha("Llama-3.1-70B", 80, 8, 128, 70.6e9, 80, 8192),
+    Mha("Llama-3.1-405B", 126, 8, 128, 405.9e9, 126, 16384),
+    Mha("Llama-3.2-3B", 28, 8, 128, 3.21e9, 28, 3072),
+    Mha("Llama-3.2-1B", 16, 8, 64, 1.24e9, 16, 2048),
+    Mha("Qwen2.5-7B", 28, 4, 128, 7.61e9, 28, 3584),
+    Mha("Qwen2.5-72B", 80, 8, 128, 72.7e9, 80, 8192),
+    Mha("Qwen3-8B", 36, 8, 128, 8.2e9, 36, 4096),
+    Mha("Qwen3-32B", 64, 8, 128, 32.8e9, 64, 5120),
+    Mha("Qwen3-235B-A22B", 94, 4, 128, 22e9, 94, 4096),
+    Mha("Mistral-7B-v0.3", 32, 8, 128, 7.25e9, 32, 4096),
+    Mha("Mixtral-8x7B", 32, 8, 128, 12.9e9, 32, 4096),
+    Mla("DeepSeek-V3", 61, 512, 64, 37e9, 61, 7168),
+    Mla("Kimi-K2.5", 61, 512, 64, 32e9, 61, 7168),
+    Mha("gpt-oss-120b", 18, 8, 64, 5.1e9, 36, 2880),
+    Mha("gpt-oss-20b", 12, 8, 64, 3.6e9, 24, 2880),
+};
+
+}  // namespace
+
+absl::Span<const KnownModel> KnownModels() { return kKnownModels; }
+
 std::optional<PrefillCostOptions> KnownModelCost(std::string_view model) {
-  // Active parameters from the models' Hugging Face model cards; layers and hidden size from
-  // their config.json (the same models and shapes as shared/models/kv_geometry.csv).
-  struct Row {
-    std::string_view name;
-    double params;
-    int layers;
-    int64_t d_model;
-  };
-  static constexpr Row kRows[] = {
-      {"Llama-3.1-8B", 8.03e9, 32, 4096},      {"Llama-3.1-70B", 70.6e9, 80, 8192},
-      {"Llama-3.1-405B", 405.9e9, 126, 16384}, {"Llama-3.2-3B", 3.21e9, 28, 3072},
-      {"Llama-3.2-1B", 1.24e9, 16, 2048},      {"Qwen2.5-7B", 7.61e9, 28, 3584},
-      {"Qwen2.5-72B", 72.7e9, 80, 8192},       {"Qwen3-8B", 8.2e9, 36, 4096},
-      {"Qwen3-32B", 32.8e9, 64, 5120},         {"Qwen3-235B-A22B", 22e9, 94, 4096},
-      {"Mistral-7B-v0.3", 7.25e9, 32, 4096},   {"Mixtral-8x7B", 12.9e9, 32, 4096},
-      {"DeepSeek-V3", 37e9, 61, 7168},         {"Kimi-K2.5", 32e9, 61, 7168},
-      {"gpt-oss-120b", 5.1e9, 36, 2880},       {"gpt-oss-20b", 3.6e9, 24, 2880},
-  };
-  for (const Row& r : kRows) {
-    if (r.name == model) {
-      return PrefillCostOptions{.params = r.params, .num_layers = r.layers, .d_model = r.d_model};
-    }
+  for (const KnownModel& m : kKnownModels) {
+    if (m.name == model) return m.cost;
   }
   return std::nullopt;
 }

@@ -21,7 +21,8 @@
 //
 // Geometry: 2 layers x 1 KV head x head_dim 8, bf16, 4-token blocks (256-byte blocks). Tiers:
 // emulated HBM of 6..13 blocks, DRAM of 8 blocks, an NVMe file of 16 slots and an in-process
-// remote store of 16 blocks, each optional below HBM and each behind a FaultInjectingTier.
+// remote store of 16 blocks, each optional below HBM and each behind a FaultInjectingTier, built
+// by the tier stack builder (bench/common/tier_stack.h) as the tests and the replay build theirs.
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -51,10 +52,10 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "bench/common/tier_stack.h"
 #include "kvtier/cache_namespace.h"
 #include "kvtier/completion.h"
 #include "kvtier/device_block_table.h"
-#include "kvtier/dram_tier.h"
 #include "kvtier/emulated_hbm.h"
 #include "kvtier/hbm_layout.h"
 #include "kvtier/ids.h"
@@ -64,7 +65,6 @@
 #include "kvtier/kv_geometry.h"
 #include "kvtier/nvme_tier.h"
 #include "kvtier/prefix_hasher.h"
-#include "kvtier/remote_tier.h"
 #include "kvtier/tier_backend.h"
 #include "tests/testing/fault_injecting_tier.h"
 
@@ -531,64 +531,47 @@ class Harness {
   // ---- Setup and teardown
 
   bool MakeCache(bool first) {
-    const KvGeometry& g = Geometry();
     const CacheNamespace& ns = Namespace(config_.layout);
-    std::array<std::unique_ptr<TierBackend>, kNumTiers> tiers;
-
-    EmulatedHbmOptions hbm_options;
-    hbm_options.layout = config_.layout;
-    hbm_options.capacity_blocks = config_.hbm_blocks;
-    hbm_options.check_available_memory = false;
-    absl::StatusOr<std::unique_ptr<EmulatedHbm>> hbm = EmulatedHbm::Create(g, hbm_options);
-    if (!hbm.ok()) Fail(absl::StrCat("EmulatedHbm::Create: ", hbm.status().ToString()));
-    tiers[TierIndex(Tier::kHbm)] = std::move(*hbm);
-
+    TierStackOptions stack;
+    stack.tiers[TierIndex(Tier::kHbm)].capacity_blocks = config_.hbm_blocks;
+    stack.hbm.layout = config_.layout;
+    stack.hbm.check_available_memory = false;
     if (config_.present[TierIndex(Tier::kDram)]) {
-      DramTierOptions options;
-      options.capacity_bytes = 8 * g.bytes_per_block();
-      options.try_huge_pages = false;
-      options.pin_for_cuda = false;
-      options.check_available_memory = false;
-      options.prefault = false;
-      absl::StatusOr<std::unique_ptr<DramTier>> dram = DramTier::Create(g, options);
-      if (!dram.ok()) Fail(absl::StrCat("DramTier::Create: ", dram.status().ToString()));
-      tiers[TierIndex(Tier::kDram)] = std::move(*dram);
+      stack.tiers[TierIndex(Tier::kDram)].capacity_blocks = 8;
     }
+    stack.dram.try_huge_pages = false;
+    stack.dram.pin_for_cuda = false;
+    stack.dram.check_available_memory = false;
+    stack.dram.prefault = false;
     if (config_.present[TierIndex(Tier::kNvme)]) {
-      NvmeTierOptions options;
-      options.path = nvme_path_;
-      options.capacity_bytes = 16 * NvmeTier::SlotBytes(g);
-      options.queue_depth = 4;
-      options.engine = config_.nvme_engine;
-      options.thread_pool_threads = 2;
-      absl::StatusOr<std::unique_ptr<NvmeTier>> nvme = NvmeTier::Create(g, options);
-      if (!nvme.ok()) Fail(absl::StrCat("NvmeTier::Create: ", nvme.status().ToString()));
-      tiers[TierIndex(Tier::kNvme)] = std::move(*nvme);
+      stack.tiers[TierIndex(Tier::kNvme)].capacity_blocks = 16;
     }
+    stack.nvme.path = nvme_path_;
+    stack.nvme.queue_depth = 4;
+    stack.nvme.engine = config_.nvme_engine;
+    stack.nvme.thread_pool_threads = 2;
     if (config_.present[TierIndex(Tier::kRemote)]) {
-      RemoteTierOptions options;
-      options.transport = transport_;
-      options.capacity_blocks = 16;
-      options.key_prefix = "fuzz:";
-      options.breaker_failures = 2;
-      options.breaker_backoff_min = absl::Milliseconds(1);
-      options.breaker_backoff_max = absl::Milliseconds(5);
-      absl::StatusOr<std::unique_ptr<RemoteTier>> remote = RemoteTier::Create(ns, options);
-      if (!remote.ok()) Fail(absl::StrCat("RemoteTier::Create: ", remote.status().ToString()));
-      tiers[TierIndex(Tier::kRemote)] = std::move(*remote);
+      stack.tiers[TierIndex(Tier::kRemote)].capacity_blocks = 16;
     }
+    stack.remote.transport = transport_;
+    stack.remote.key_prefix = "fuzz:";
+    stack.remote.breaker_failures = 2;
+    stack.remote.breaker_backoff_min = absl::Milliseconds(1);
+    stack.remote.breaker_backoff_max = absl::Milliseconds(5);
+    faults_ = {};
+    capacity_ = {};
+    // Every tier behind a FaultInjectingTier, so any of them can be made to fail.
+    stack.wrap = [this](Tier t, std::unique_ptr<TierBackend> backend) {
+      capacity_[static_cast<size_t>(TierIndex(t))] = backend->info().capacity_blocks;
+      auto wrapped = std::make_unique<testing::FaultInjectingTier>(std::move(backend));
+      faults_[static_cast<size_t>(TierIndex(t))] = wrapped.get();
+      return std::unique_ptr<TierBackend>(std::move(wrapped));
+    };
+    absl::StatusOr<TierBackends> tiers = BuildTierStack(ns, stack);
+    if (!tiers.ok()) Fail(absl::StrCat("BuildTierStack: ", tiers.status().ToString()));
 
     KvCacheOptions options;
-    for (int t = 0; t < kNumTiers; ++t) {
-      faults_[static_cast<size_t>(t)] = nullptr;
-      capacity_[static_cast<size_t>(t)] = 0;
-      if (tiers[static_cast<size_t>(t)] == nullptr) continue;
-      capacity_[static_cast<size_t>(t)] = tiers[static_cast<size_t>(t)]->info().capacity_blocks;
-      auto wrapped =
-          std::make_unique<testing::FaultInjectingTier>(std::move(tiers[static_cast<size_t>(t)]));
-      faults_[static_cast<size_t>(t)] = wrapped.get();
-      options.tiers[static_cast<size_t>(t)] = std::move(wrapped);
-    }
+    options.tiers = *std::move(tiers);
     options.hash = config_.hash;
     options.eviction_policy = config_.eviction_policy;
     options.write_policy = config_.write_policy;

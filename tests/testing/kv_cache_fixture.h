@@ -1,9 +1,10 @@
 // What a KvCache test builds on: a tiny geometry (2 layers x 2 KV heads x head_dim 8, bf16,
-// 4 tokens per block unless configured: 512-byte blocks), its namespace, a settable clock, and fresh tier backends
-// for every cache (emulated HBM and DRAM; optionally an NVMe file in a temporary directory and a
-// remote tier over an in-process store), each optionally behind a FaultInjectingTier. Plus the
-// checks every KvCache test repeats: the per-tier accounting of the stats, and KV bytes written
-// and read back through the device pool the way an attention kernel addresses them.
+// 4 tokens per block unless configured: 512-byte blocks), its namespace, a settable clock, and
+// fresh tier backends for every cache, built by the tier stack builder (emulated HBM and DRAM;
+// optionally an NVMe file in a temporary directory and a remote tier over an in-process store),
+// each optionally behind a FaultInjectingTier. Plus the checks every KvCache test repeats: the
+// per-tier accounting of the stats, and KV bytes written and read back through the device pool
+// the way an attention kernel addresses them.
 //
 // The namespace's model id is not one KnownModelCost knows, so a cache built here has no prefill
 // cost model unless a test sets one: AttachPrefix restores every matched block (but what the
@@ -11,6 +12,7 @@
 #ifndef KVTIER_TESTS_TESTING_KV_CACHE_FIXTURE_H_
 #define KVTIER_TESTS_TESTING_KV_CACHE_FIXTURE_H_
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstddef>
@@ -26,17 +28,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench/common/tier_stack.h"
 #include "gtest/gtest.h"
 #include "kvtier/cache_namespace.h"
 #include "kvtier/device_block_table.h"
-#include "kvtier/dram_tier.h"
-#include "kvtier/emulated_hbm.h"
 #include "kvtier/in_process_transport.h"
 #include "kvtier/kv_cache.h"
 #include "kvtier/kv_cache_stats.h"
 #include "kvtier/kv_geometry.h"
-#include "kvtier/nvme_tier.h"
-#include "kvtier/remote_tier.h"
 #include "tests/testing/fault_injecting_tier.h"
 #include "tests/testing/temp_dir.h"
 
@@ -109,30 +108,31 @@ class KvCacheEnv {
   // Options holding fresh backends for every configured tier (a new NVMe file each call), the
   // fake clock (if configured) and room_wait = 5 s; every other field at its default.
   KvCacheOptions MakeOptions() {
-    const KvGeometry& g = geometry();
     KvCacheOptions options;
     faults_ = {};
-    options.tiers[TierIndex(Tier::kHbm)] = Wrap(
-        Tier::kHbm, EmulatedHbm::Create(
-                        g, {.layout = config_.hbm_layout, .capacity_blocks = config_.hbm_blocks}));
-    if (config_.dram_blocks > 0) {
-      options.tiers[TierIndex(Tier::kDram)] =
-          Wrap(Tier::kDram,
-               DramTier::Create(g, {.capacity_bytes = config_.dram_blocks * g.bytes_per_block(),
-                                    .pin_for_cuda = false}));
-    }
+    TierStackOptions stack;
+    stack.tiers[TierIndex(Tier::kHbm)].capacity_blocks = config_.hbm_blocks;
+    stack.hbm.layout = config_.hbm_layout;
+    stack.tiers[TierIndex(Tier::kDram)].capacity_blocks = std::max<int64_t>(config_.dram_blocks, 0);
+    stack.dram.pin_for_cuda = false;
+    stack.tiers[TierIndex(Tier::kNvme)].capacity_blocks = std::max<int64_t>(config_.nvme_blocks, 0);
     if (config_.nvme_blocks > 0) {
-      options.tiers[TierIndex(Tier::kNvme)] =
-          Wrap(Tier::kNvme,
-               NvmeTier::Create(g, {.path = dir_.File(absl::StrCat("nvme_", files_++, ".bin")),
-                                    .capacity_bytes = config_.nvme_blocks * NvmeTier::SlotBytes(g),
-                                    .queue_depth = 8}));
+      stack.nvme.path = dir_.File(absl::StrCat("nvme_", files_++, ".bin"));
     }
-    if (config_.remote_blocks > 0) {
-      options.tiers[TierIndex(Tier::kRemote)] =
-          Wrap(Tier::kRemote, RemoteTier::Create(ns_, {.transport = transport_,
-                                                       .capacity_blocks = config_.remote_blocks}));
+    stack.nvme.queue_depth = 8;
+    stack.tiers[TierIndex(Tier::kRemote)].capacity_blocks =
+        std::max<int64_t>(config_.remote_blocks, 0);
+    stack.remote.transport = transport_;
+    if (config_.fault_injectors) {
+      stack.wrap = [this](Tier t, std::unique_ptr<TierBackend> backend) {
+        auto wrapped = std::make_unique<FaultInjectingTier>(std::move(backend));
+        faults_[TierIndex(t)] = wrapped.get();
+        return std::unique_ptr<TierBackend>(std::move(wrapped));
+      };
     }
+    absl::StatusOr<TierBackends> tiers = BuildTierStack(ns_, stack);
+    EXPECT_TRUE(tiers.ok()) << tiers.status();
+    if (tiers.ok()) options.tiers = *std::move(tiers);
     if (config_.fake_clock) {
       options.clock = [clock = clock_] { return clock->Now(); };
     }
@@ -154,16 +154,6 @@ class KvCacheEnv {
   FaultInjectingTier* fault(Tier t) const { return faults_[TierIndex(t)]; }
 
  private:
-  template <typename T>
-  std::unique_ptr<TierBackend> Wrap(Tier t, absl::StatusOr<std::unique_ptr<T>> backend) {
-    EXPECT_TRUE(backend.ok()) << TierName(t) << ": " << backend.status();
-    if (!backend.ok()) return nullptr;
-    if (!config_.fault_injectors) return std::move(*backend);
-    auto wrapped = std::make_unique<FaultInjectingTier>(std::move(*backend));
-    faults_[TierIndex(t)] = wrapped.get();
-    return wrapped;
-  }
-
   KvCacheTestConfig config_;
   TempDir dir_;  // before the tiers' files are made, after every cache is gone (see KvCacheTest)
   CacheNamespace ns_;

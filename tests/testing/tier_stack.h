@@ -1,5 +1,5 @@
-// Emulated HBM, DRAM and an NVMe file, each behind a FaultInjectingTier, and a TransferEngine
-// over them: the fixture for transfer and lifetime tests.
+// Emulated HBM, DRAM and an NVMe file (built by the tier stack builder), each behind a
+// FaultInjectingTier, and a TransferEngine over them: the fixture for transfer and lifetime tests.
 #ifndef KVTIER_TESTS_TESTING_TIER_STACK_H_
 #define KVTIER_TESTS_TESTING_TIER_STACK_H_
 
@@ -7,13 +7,12 @@
 #include <random>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "bench/common/tier_stack.h"
 #include "gtest/gtest.h"
-#include "tests/testing/random_bytes.h"
-#include "kvtier/dram_tier.h"
-#include "kvtier/emulated_hbm.h"
-#include "kvtier/nvme_tier.h"
 #include "kvtier/transfer_engine.h"
 #include "tests/testing/fault_injecting_tier.h"
+#include "tests/testing/random_bytes.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier::testing {
@@ -31,19 +30,27 @@ class TierStack {
   static BlockKey Key(uint64_t i) { return BlockKey{0x7472616e, i}; }
 
   explicit TierStack(int64_t slots_per_tier = 4) {
-    const KvGeometry g = Geometry();
-    hbm = Wrap(EmulatedHbm::Create(g, {.capacity_blocks = slots_per_tier}));
-    dram = Wrap(DramTier::Create(g, {.capacity_bytes = slots_per_tier * g.bytes_per_block()}));
-    nvme = Wrap(NvmeTier::Create(g, {.path = dir.File("nvme.bin"),
-                                     .capacity_bytes = slots_per_tier * NvmeTier::SlotBytes(g),
-                                     .queue_depth = 4}));
+    TierStackOptions stack;
+    for (Tier t : {Tier::kHbm, Tier::kDram, Tier::kNvme}) {
+      stack.tiers[TierIndex(t)].capacity_blocks = slots_per_tier;
+    }
+    stack.nvme.path = dir.File("nvme.bin");
+    stack.nvme.queue_depth = 4;
+    stack.wrap = [this](Tier t, std::unique_ptr<TierBackend> backend) {
+      auto wrapped = std::make_unique<FaultInjectingTier>(std::move(backend));
+      (t == Tier::kHbm ? hbm : t == Tier::kDram ? dram : nvme) = wrapped.get();
+      return std::unique_ptr<TierBackend>(std::move(wrapped));
+    };
+    absl::StatusOr<TierBackends> tiers = BuildTierStack(Geometry(), stack);
+    EXPECT_TRUE(tiers.ok()) << tiers.status();
+    if (tiers.ok()) owned_ = *std::move(tiers);
     TransferEngineOptions options;
     options.tiers[TierIndex(Tier::kHbm)] = hbm;
     options.tiers[TierIndex(Tier::kDram)] = dram;
     options.tiers[TierIndex(Tier::kNvme)] = nvme;
     auto e = TransferEngine::Create(options);
     EXPECT_TRUE(e.ok()) << e.status();
-    engine = std::move(*e);
+    if (e.ok()) engine = std::move(*e);
   }
   ~TierStack() { engine.reset(); }  // drain before the tiers go
 
@@ -78,28 +85,25 @@ class TierStack {
 
   SlotState StateOf(Tier t, SlotId slot) {
     SlotState state = SlotState::kFree;
-    EXPECT_TRUE(engine->WithAllocator(t, [&](BlockAllocator& a) -> absl::Status {
-      auto s = a.state(slot);
-      if (s.ok()) state = *s;
-      return s.status();
-    }).ok());
+    EXPECT_TRUE(engine
+                    ->WithAllocator(t,
+                                    [&](BlockAllocator& a) -> absl::Status {
+                                      auto s = a.state(slot);
+                                      if (s.ok()) state = *s;
+                                      return s.status();
+                                    })
+                    .ok());
     return state;
   }
 
   TempDir dir;
-  FaultInjectingTier* hbm = nullptr;   // owned by owned_
+  FaultInjectingTier* hbm = nullptr;  // owned by owned_
   FaultInjectingTier* dram = nullptr;
   FaultInjectingTier* nvme = nullptr;
   std::unique_ptr<TransferEngine> engine;
 
  private:
-  template <typename T>
-  FaultInjectingTier* Wrap(absl::StatusOr<std::unique_ptr<T>> t) {
-    EXPECT_TRUE(t.ok()) << t.status();
-    owned_.push_back(std::make_unique<FaultInjectingTier>(std::move(*t)));
-    return owned_.back().get();
-  }
-  std::vector<std::unique_ptr<FaultInjectingTier>> owned_;
+  TierBackends owned_;  // the FaultInjectingTiers, index TierIndex
 };
 
 }  // namespace kvtier::testing

@@ -2,11 +2,13 @@
 
 #include <fstream>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kvtier/kv_geometry.h"
 #include "tests/testing/csv.h"
 #include "tests/testing/shared_dir.h"
 #include "tests/testing/status_matchers.h"
@@ -162,8 +164,28 @@ TEST(PlanRestoreTest, RejectsBadInput) {
               IsError(StatusCode::kInvalidArgument, "remote"));
 }
 
-TEST(KnownModelCostTest, CoversTheSharedModelTableWithItsShapes) {
+TEST(KnownModelCostTest, IsTheKnownModelsCost) {
   EXPECT_FALSE(KnownModelCost("no-such-model").has_value());
+  EXPECT_FALSE(KnownModelCost("llama-3.1-70b").has_value());  // exact names only
+  ASSERT_GE(KnownModels().size(), 16u);
+  for (const KnownModel& m : KnownModels()) {
+    const std::optional<PrefillCostOptions> cost = KnownModelCost(m.name);
+    ASSERT_TRUE(cost.has_value()) << m.name;
+    EXPECT_EQ(cost->params, m.cost.params) << m.name;
+    EXPECT_EQ(cost->num_layers, m.cost.num_layers) << m.name;
+    EXPECT_EQ(cost->d_model, m.cost.d_model) << m.name;
+    EXPECT_EQ(cost->flops_per_second, 0) << m.name;
+    EXPECT_TRUE(KvGeometry::Create(m.geometry).ok()) << m.name;
+  }
+  const PrefillCostOptions llama = *KnownModelCost("Llama-3.1-70B");
+  EXPECT_EQ(llama.params, 70.6e9);
+  EXPECT_EQ(llama.num_layers, 80);
+  EXPECT_EQ(llama.d_model, 8192);
+}
+
+// Every row of the shared table is a known model with the row's shapes and KV bytes per token,
+// and every known model is a row.
+TEST(KnownModelsTest, AreTheSharedModelTableWithItsShapes) {
   const auto path = testing::SharedFile("models/kv_geometry.csv");
   if (path.empty()) {
     GTEST_SKIP() << "shared/models/kv_geometry.csv not found under " << testing::SharedDir();
@@ -174,19 +196,37 @@ TEST(KnownModelCostTest, CoversTheSharedModelTableWithItsShapes) {
   const std::vector<std::string> header = testing::SplitCsvLine(line);
   std::map<std::string, size_t> col;
   for (size_t i = 0; i < header.size(); ++i) col[header[i]] = i;
-  int rows = 0;
+  auto number = [](const std::string& field) { return field.empty() ? 0 : std::stoi(field); };
+  std::map<std::string, const KnownModel*> known;
+  for (const KnownModel& m : KnownModels()) {
+    EXPECT_TRUE(known.emplace(std::string(m.name), &m).second) << m.name << " twice";
+  }
+  size_t rows = 0;
   while (std::getline(in, line)) {
     if (line.empty()) continue;
     const std::vector<std::string> f = testing::SplitCsvLine(line);
     const std::string& model = f[col["model"]];
-    const std::optional<PrefillCostOptions> known = KnownModelCost(model);
-    ASSERT_TRUE(known.has_value()) << model << " has no cost entry";
-    EXPECT_EQ(known->num_layers, std::stoi(f[col["num_hidden_layers"]])) << model;
-    EXPECT_EQ(known->d_model, std::stoll(f[col["hidden_size"]])) << model;
-    EXPECT_GT(known->params, 1e9) << model;
+    ASSERT_TRUE(known.contains(model)) << model << " is not a known model";
+    const KnownModel& m = *known[model];
+    EXPECT_EQ(m.cost.num_layers, std::stoi(f[col["num_hidden_layers"]])) << model;
+    EXPECT_EQ(m.cost.d_model, std::stoll(f[col["hidden_size"]])) << model;
+    EXPECT_GT(m.cost.params, 1e9) << model;
+    const bool mla = f[col["attention"]] == "MLA";
+    EXPECT_EQ(m.geometry.attention, mla ? AttentionKind::kMla : AttentionKind::kMha) << model;
+    EXPECT_EQ(m.geometry.num_layers, std::stoi(f[col["layers_growing_with_context"]])) << model;
+    if (mla) {
+      EXPECT_EQ(m.geometry.kv_lora_rank, number(f[col["kv_lora_rank"]])) << model;
+      EXPECT_EQ(m.geometry.qk_rope_head_dim, number(f[col["qk_rope_head_dim"]])) << model;
+    } else {
+      EXPECT_EQ(m.geometry.num_kv_heads, number(f[col["num_key_value_heads"]])) << model;
+      EXPECT_EQ(m.geometry.head_dim, number(f[col["head_dim"]])) << model;
+    }
+    const absl::StatusOr<KvGeometry> g = KvGeometry::Create(m.geometry);
+    ASSERT_TRUE(g.ok()) << model << ": " << g.status();
+    EXPECT_EQ(std::to_string(g->bytes_per_token()), f[col["kv_bytes_per_token_bf16"]]) << model;
     ++rows;
   }
-  EXPECT_GE(rows, 16);
+  EXPECT_EQ(rows, KnownModels().size());
 }
 
 }  // namespace

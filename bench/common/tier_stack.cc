@@ -1,0 +1,163 @@
+#include "bench/common/tier_stack.h"
+
+#include <limits>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "kvtier/directory_transport.h"
+#include "kvtier/metadata_tier.h"
+#include "kvtier/redis_transport.h"
+
+namespace kvtier {
+namespace {
+
+// blocks x bytes_each as a byte budget, or kInvalidArgument when it does not fit int64.
+absl::StatusOr<int64_t> BudgetBytes(Tier tier, int64_t blocks, int64_t bytes_each) {
+  if (bytes_each > 0 && blocks > std::numeric_limits<int64_t>::max() / bytes_each) {
+    return absl::InvalidArgumentError(absl::StrCat("tier stack: ", std::string(TierName(tier)),
+                                                   " capacity of ", blocks, " blocks of ",
+                                                   bytes_each, " bytes overflows int64"));
+  }
+  return blocks * bytes_each;
+}
+
+absl::StatusOr<std::shared_ptr<Transport>> RemoteStore(const TierStackOptions& o) {
+  const int stores =
+      (o.remote.transport != nullptr) + !o.remote_directory.empty() + !o.remote_url.empty();
+  if (stores != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tier stack: a remote tier needs exactly one store (a transport, a directory or a URL); ",
+        stores, " given"));
+  }
+  if (o.remote.transport != nullptr) return o.remote.transport;
+  if (!o.remote_url.empty()) return RemoteTransportFromUrl(o.remote_url);
+  auto t = DirectoryTransport::Create({.root = o.remote_directory});
+  if (!t.ok()) return t.status();
+  return std::shared_ptr<Transport>(std::move(*t));
+}
+
+// Widens a concrete backend's StatusOr to a TierBackend's.
+template <typename T>
+absl::StatusOr<std::unique_ptr<TierBackend>> Erased(absl::StatusOr<std::unique_ptr<T>> backend) {
+  if (!backend.ok()) return backend.status();
+  return std::unique_ptr<TierBackend>(std::move(*backend));
+}
+
+absl::StatusOr<std::unique_ptr<TierBackend>> BuildNative(const KvGeometry& g,
+                                                         const CacheNamespace* ns, Tier tier,
+                                                         int64_t blocks,
+                                                         const TierStackOptions& o) {
+  switch (tier) {
+    case Tier::kHbm: {
+      EmulatedHbmOptions hbm = o.hbm;
+      hbm.capacity_blocks = blocks;
+      return Erased(EmulatedHbm::Create(g, hbm));
+    }
+    case Tier::kDram: {
+      DramTierOptions dram = o.dram;
+      absl::StatusOr<int64_t> bytes = BudgetBytes(tier, blocks, g.bytes_per_block());
+      if (!bytes.ok()) return bytes.status();
+      dram.capacity_bytes = *bytes;
+      return Erased(DramTier::Create(g, dram));
+    }
+    case Tier::kNvme: {
+      NvmeTierOptions nvme = o.nvme;
+      absl::StatusOr<int64_t> bytes = BudgetBytes(tier, blocks, NvmeTier::SlotBytes(g));
+      if (!bytes.ok()) return bytes.status();
+      nvme.capacity_bytes = *bytes;
+      return Erased(NvmeTier::Create(g, nvme));
+    }
+    case Tier::kRemote: {
+      if (ns == nullptr) {
+        return absl::InvalidArgumentError(
+            "tier stack: a native remote tier needs a CacheNamespace (its keys are namespaced)");
+      }
+      absl::StatusOr<std::shared_ptr<Transport>> transport = RemoteStore(o);
+      if (!transport.ok()) return transport.status();
+      RemoteTierOptions remote = o.remote;
+      remote.transport = *std::move(transport);
+      remote.capacity_blocks = blocks;
+      return Erased(RemoteTier::Create(*ns, remote));
+    }
+  }
+  return absl::InvalidArgumentError("tier stack: an unknown tier");
+}
+
+absl::StatusOr<TierBackends> Build(const KvGeometry& g, const CacheNamespace* ns,
+                                   const TierStackOptions& o) {
+  TierBackends tiers;
+  for (int t = 0; t < kNumTiers; ++t) {
+    const Tier tier = static_cast<Tier>(t);
+    const TierSpec& spec = o.tiers[static_cast<size_t>(t)];
+    if (spec.capacity_blocks < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("tier stack: ", std::string(TierName(tier)),
+                                                     " capacity_blocks ", spec.capacity_blocks,
+                                                     " is negative"));
+    }
+    if (spec.capacity_blocks == 0) continue;
+    absl::StatusOr<std::unique_ptr<TierBackend>> backend;
+    switch (spec.kind) {
+      case TierBackendKind::kNative:
+        backend = BuildNative(g, ns, tier, spec.capacity_blocks, o);
+        break;
+      case TierBackendKind::kMetadata:
+        backend = Erased(
+            MetadataTier::Create(g, {.tier = tier, .capacity_blocks = spec.capacity_blocks}));
+        break;
+      default:
+        return absl::InvalidArgumentError(absl::StrCat("tier stack: ", std::string(TierName(tier)),
+                                                       " has an unknown backend kind ",
+                                                       static_cast<int>(spec.kind)));
+    }
+    if (!backend.ok()) return backend.status();
+    tiers[static_cast<size_t>(t)] = *std::move(backend);
+  }
+  if (o.wrap) {
+    for (int t = 0; t < kNumTiers; ++t) {
+      std::unique_ptr<TierBackend>& backend = tiers[static_cast<size_t>(t)];
+      if (backend != nullptr) backend = o.wrap(static_cast<Tier>(t), std::move(backend));
+    }
+  }
+  return tiers;
+}
+
+}  // namespace
+
+absl::StatusOr<TierBackends> BuildTierStack(const CacheNamespace& ns,
+                                            const TierStackOptions& options) {
+  return Build(ns.geometry(), &ns, options);
+}
+
+absl::StatusOr<TierBackends> BuildTierStack(const KvGeometry& geometry,
+                                            const TierStackOptions& options) {
+  return Build(geometry, nullptr, options);
+}
+
+absl::StatusOr<std::shared_ptr<Transport>> RemoteTransportFromUrl(const std::string& url) {
+  RedisTransportOptions r;
+  std::string rest;
+  if (absl::StartsWith(url, "redis://")) {
+    rest = url.substr(8);
+  } else if (absl::StartsWith(url, "redis-cluster://")) {
+    rest = url.substr(16);
+    r.cluster = true;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "remote URL \"", url, "\": expected redis://host:port or redis-cluster://host:port,..."));
+  }
+  r.endpoints = absl::StrSplit(rest, ',', absl::SkipEmpty());
+  if (r.endpoints.empty() || (!r.cluster && r.endpoints.size() != 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("remote URL \"", url, "\": bad endpoints"));
+  }
+  auto t = RedisTransport::Create(r);
+  if (!t.ok()) return t.status();
+  return std::shared_ptr<Transport>(std::move(*t));
+}
+
+}  // namespace kvtier

@@ -1,0 +1,73 @@
+// A fast simulator of one EvictionPolicy over a Trace, under exactly the model of the offline
+// bounds (bounds.h), so a policy's hits can be set beside UnlimitedBound and OptimalBound
+// without a KvCache: seconds for the whole Mooncake trace.
+//
+// The model (bounds.h's, with the policy choosing the victims). Requests are taken one at a time,
+// in trace order, each at time UnixEpoch + arrival_seconds. For each request:
+//   1. lookup: its hit is the longest leading run of its chain (block_chains.h) that is cached;
+//      the hit blocks are used: uses + 1, last use = now, and they are pinned (a block that was
+//      an eviction candidate is Removed from the policy);
+//   2. insert: the first min(chain, capacity_blocks) blocks of the chain are cached and pinned
+//      (the rest was computed but cannot be kept). Each new block has uses 1 and last use now;
+//      while the cache holds capacity_blocks blocks, the policy's Victim(now) is Removed and
+//      evicted;
+//   3. release: the chain's blocks are unpinned at the same time now.
+// Candidates are what KvCache makes them (DESIGN.md section 7): cached, not pinned, and with no
+// cached child. A block becomes one (Add, touched at its last use) when it is released without a
+// cached child or when its last cached child is evicted while it is not pinned, and stops being
+// one (Remove) when it is hit or evicted. A non-candidate is never evicted, and a full cache
+// always has a candidate outside the current chain (any unpinned cached block has an unpinned
+// leaf below it), so the policy only chooses among valid victims.
+//
+// Traits are the ones KvCache's Traits() gives: expected_reuse = uses, recompute_seconds of the
+// block's tokens after its prefix of depth x tokens_per_block from PrefillCostModel, bytes =
+// bytes_per_token x tokens_per_block, parent = the block before it, run_blocks = it and the
+// parents before it with its use count (at most 32), no retention priority. Block keys handed to
+// the policy are SimBlockKey(dense key).
+//
+// Thread safety: SimulatePolicy uses only its arguments; the policy must not be used by another
+// thread during the call.
+#ifndef KVTIER_BENCH_REPLAY_OFFLINE_POLICY_SIM_H_
+#define KVTIER_BENCH_REPLAY_OFFLINE_POLICY_SIM_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "bench/replay/offline/bounds.h"
+#include "bench/replay/trace/trace.h"
+#include "kvtier/block_key.h"
+#include "kvtier/cost_model.h"
+#include "kvtier/eviction_policy.h"
+
+namespace kvtier::replay {
+
+// The BlockKey the simulator gives the block of dense key `key`: hi = key, lo = a fixed mix of
+// it (splitmix64's), since hash tables of BlockKeys hash `lo` only.
+BlockKey SimBlockKey(uint32_t key);
+
+// The simulator's default model, Llama-3.1-70B from the library's table (cost_model.h
+// KnownModels): its prefill cost shape at 400 TFLOP/s sustained, and its KV bytes per token in
+// bf16 (327,680).
+PrefillCostOptions DefaultSimCost();
+int64_t DefaultSimBytesPerToken();
+
+struct PolicySimOptions {
+  int tokens_per_block = 512;   // cache granularity; divides the trace's block_tokens
+  int64_t capacity_blocks = 0;  // >= 0
+  PrefillCostOptions cost = DefaultSimCost();  // for recompute_seconds
+  int64_t bytes_per_token = DefaultSimBytesPerToken();
+};
+
+// The hits of `policy` (which should start empty) over `trace`, as a BoundResult named after the
+// policy, with capacity_blocks set. The policy ends holding the candidates left at the end.
+//
+// Errors: those of BuildBlockChains (kInvalidArgument, kResourceExhausted); kInvalidArgument for
+// capacity_blocks < 0 or cost options PrefillCostModel rejects; kInternal naming the request when
+// the policy misbehaves (fails an Add or Remove the model makes, returns no victim while the
+// cache is full, or a victim that is not a candidate).
+absl::StatusOr<BoundResult> SimulatePolicy(const Trace& trace, EvictionPolicy& policy,
+                                           const PolicySimOptions& options);
+
+}  // namespace kvtier::replay
+
+#endif  // KVTIER_BENCH_REPLAY_OFFLINE_POLICY_SIM_H_

@@ -1,0 +1,466 @@
+// kvtier-replay: replays a request trace (Mooncake JSON Lines, Claude Code sessions, or the
+// embedded agentic workload) through a real KvCache and reports hits, bytes moved and the
+// prefill time saved, beside baselines and offline bounds. docs/replay.md is the manual.
+//
+// Exit codes: 0 done; 2 bad flags or a malformed trace (nothing written); 1 anything else.
+#include <stdio.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "bench/replay/offline/bounds.h"
+#include "bench/replay/sim/model_table.h"
+#include "bench/replay/sim/replay.h"
+#include "bench/replay/sim/report.h"
+#include "bench/replay/trace/agentic_workload.h"
+#include "bench/replay/trace/claude_code_trace.h"
+#include "bench/replay/trace/mooncake_trace.h"
+
+namespace kvtier::replay {
+namespace {
+
+constexpr const char* kTierKeys[kNumTiers] = {"hbm", "dram", "nvme", "remote"};
+
+struct Flags {
+  std::string workload = "agentic";
+  std::string trace;
+  std::string format = "auto";
+  std::string model = "Llama-3.1-70B";
+  std::string geometry_csv;
+  int tokens_per_block = 0;
+  double active_params = 0;
+  std::array<std::string, kNumTiers> size = {"80GiB", "512GiB", "2TiB", "8TiB"};
+  std::string nvme_path;
+  std::string remote;
+  std::string policy = "lru";
+  bool compare = false;
+  std::string sweep;
+  std::string plot;
+  std::string payload = "none";
+  int payload_bytes_per_token = 4;
+  std::string hints = "pause";
+  // One prefill instance: 8 x H200 (tensor parallel) at 989 TFLOP/s bf16 dense and ~40% MFU.
+  double prefill_flops = 8 * 4e14;
+  int prefill_instances = 1;
+  // H200 server links: PCIe Gen5 x16 pinned copies, one NVMe Gen4 drive, a 100 Gb/s network.
+  std::array<double, kNumTiers> bandwidth = {0, 50e9, 6e9, 12.5e9};
+  std::array<double, kNumTiers> latency_us = {0, 10, 100, 500};
+  std::string json;
+  int64_t max_requests = -1;
+  bool quiet = false;
+};
+
+// Exit code 2: the user's input is wrong.
+struct InputError {
+  absl::Status status;
+};
+
+absl::StatusOr<Trace> LoadTrace(const Flags& f) {
+  if (f.trace.empty()) {
+    if (f.workload != "agentic") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--workload ", f.workload, ": the only embedded workload is agentic"));
+    }
+    return GenerateAgenticWorkload(AgenticOptions{});
+  }
+  std::string format = f.format;
+  if (format == "auto") {
+    std::error_code ec;
+    const bool dir = std::filesystem::is_directory(f.trace, ec);
+    format = dir || absl::EndsWith(f.trace, ".json") ? "claude-code" : "mooncake";
+  }
+  if (format == "mooncake") return LoadMooncakeTrace(f.trace);
+  if (format == "claude-code") return LoadClaudeCodeTraces(f.trace);
+  return absl::InvalidArgumentError(
+      absl::StrCat("--format ", format, ": expected auto, mooncake or claude-code"));
+}
+
+// Writes `text` to `path` through a temporary file and a rename: a reader never sees half.
+absl::Status WriteFileAtomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) {
+      std::error_code ignored;
+      std::filesystem::remove(tmp, ignored);
+      return absl::UnavailableError(absl::StrCat("cannot write ", tmp));
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    return absl::UnavailableError(absl::StrCat("cannot rename to ", path, ": ", ec.message()));
+  }
+  return absl::OkStatus();
+}
+
+// A progress line on a terminal (stderr): requests done, rate, ETA.
+class Progress {
+ public:
+  explicit Progress(bool enabled) : enabled_(enabled && isatty(STDERR_FILENO)) {}
+  std::function<void(int64_t, int64_t)> Callback(std::string label) {
+    if (!enabled_) return nullptr;
+    return [this, label = std::move(label), start = std::chrono::steady_clock::now(),
+            last = int64_t{-1}](int64_t done, int64_t total) mutable {
+      const int64_t step = std::max<int64_t>(1, total / 200);
+      if (done != total && last >= 0 && done - last < step) return;
+      last = done;
+      const double s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double rate = s > 0 ? static_cast<double>(done) / s : 0;
+      const double eta = rate > 0 ? static_cast<double>(total - done) / rate : 0;
+      const int width = 30;
+      const int filled = total > 0 ? static_cast<int>(width * done / total) : width;
+      std::fprintf(stderr, "\r%-14s [%s%s] %lld/%lld  %.0f req/s  ETA %.0f s ", label.c_str(),
+                   std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(),
+                   static_cast<long long>(done), static_cast<long long>(total), rate, eta);
+      if (done == total) std::fprintf(stderr, "\r%*s\r", 100, "");
+      std::fflush(stderr);
+    };
+  }
+
+ private:
+  bool enabled_;
+};
+
+int64_t TotalBlocks(const std::array<int64_t, kNumTiers>& c) {
+  int64_t total = 0;
+  for (int64_t b : c) total += b > 0 ? b : 0;
+  return total;
+}
+
+// The runs of one configuration: the policy, or with --compare both policies, the bounds and
+// the recompute_all baseline.
+absl::StatusOr<std::vector<ReplayReport>> RunAll(const Trace& trace, const ReplayOptions& base,
+                                                 bool compare, Progress& progress) {
+  std::vector<ReplayReport> out;
+  const std::vector<std::string> policies = compare ? std::vector<std::string>{"lru", "cost_aware"}
+                                                    : std::vector<std::string>{base.policy};
+  for (const std::string& policy : policies) {
+    ReplayOptions o = base;
+    o.policy = policy;
+    o.label = policy;
+    o.progress = progress.Callback(policy);
+    auto r = RunReplay(trace, o);
+    if (!r.ok()) return r.status();
+    out.push_back(*std::move(r));
+  }
+  if (!compare) return out;
+  const int b = base.geometry.tokens_per_block();
+  auto unlimited = UnlimitedBound(trace, b);
+  if (!unlimited.ok()) return unlimited.status();
+  bool any_unlimited = false;
+  for (const TierCapacity& c : base.capacity) {
+    any_unlimited = any_unlimited || c.kind == TierCapacity::Kind::kUnlimited;
+  }
+  // Optimal at the sum of the tiers' blocks: a cache of that many blocks anywhere can hit no
+  // more (with unlimited tiers, the unlimited bound).
+  std::optional<BoundResult> optimal;
+  if (!any_unlimited) {
+    auto o = OptimalBound(trace, b, TotalBlocks(out.front().capacity_blocks));
+    if (!o.ok()) return o.status();
+    optimal = *std::move(o);
+  }
+  const std::vector<int64_t> none(trace.requests.size(), 0);
+  for (auto [name, hits] : {std::pair<std::string, const std::vector<int64_t>*>{
+                                "unlimited", &unlimited->hit_tokens_per_request},
+                            {"optimal", optimal.has_value() ? &optimal->hit_tokens_per_request
+                                                            : &unlimited->hit_tokens_per_request},
+                            {"recompute_all", &none}}) {
+    auto r = BoundReport(trace, base, name, *hits);
+    if (!r.ok()) return r.status();
+    r->capacity_blocks = out.front().capacity_blocks;
+    if (name == "unlimited") r->capacity_blocks = {-1, -1, -1, -1};
+    out.push_back(*std::move(r));
+  }
+  return out;
+}
+
+absl::Status Plot(const std::string& path, const std::string& tier,
+                  const std::vector<int64_t>& capacities,
+                  const std::vector<std::vector<ReplayReport>>& points) {
+  if (points.empty()) return absl::OkStatus();
+  const std::string data = path + ".dat";
+  {
+    std::ofstream out(data);
+    out << "# capacity_blocks";
+    for (const ReplayReport& r : points.front())
+      out << " " << r.name << "_hit " << r.name << "_ttft_p50_ms";
+    out << "\n";
+    for (size_t i = 0; i < points.size(); ++i) {
+      out << capacities[i];
+      for (const ReplayReport& r : points[i]) out << " " << r.hit_ratio << " " << r.ttft_p50_ms;
+      out << "\n";
+    }
+    if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", data));
+  }
+  std::string script =
+      absl::StrCat("set terminal pngcairo noenhanced size 1100,450; set output '", path, "';",
+                   "set multiplot layout 1,2 title '", points.front().front().trace, "';",
+                   "set key bottom right; set grid; set xlabel '", tier, " capacity (blocks)';",
+                   "set ylabel 'hit ratio'; plot ");
+  for (size_t k = 0; k < points.front().size(); ++k) {
+    absl::StrAppend(&script, k ? ", " : "", "'", data, "' using 1:", 2 + 2 * k,
+                    " with linespoints title '", points.front()[k].name, "'");
+  }
+  absl::StrAppend(&script,
+                  "; set key top right; set logscale y; set ylabel 'modeled TTFT p50 (ms)'; plot ");
+  for (size_t k = 0; k < points.front().size(); ++k) {
+    absl::StrAppend(&script, k ? ", " : "", "'", data, "' using 1:", 3 + 2 * k,
+                    " with linespoints title '", points.front()[k].name, "'");
+  }
+  absl::StrAppend(&script, "; unset multiplot\n");
+  const std::string script_path = path + ".gp";
+  if (absl::Status s = WriteFileAtomically(script_path, script); !s.ok()) return s;
+  // The only shell word is the script's path, single-quoted.
+  std::string quoted = "'";
+  for (char c : script_path) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  quoted += "'";
+  const std::string cmd = absl::StrCat("gnuplot ", quoted);
+  if (std::system(cmd.c_str()) != 0) {
+    return absl::UnavailableError("gnuplot failed (is gnuplot-nox installed?)");
+  }
+  return absl::OkStatus();
+}
+
+int Main(int argc, char** argv) {
+  Flags f;
+  CLI::App app{"kvtier-replay: replay a request trace through a real KvCache (docs/replay.md)"};
+  app.add_option("--workload", f.workload, "embedded workload when no --trace: agentic");
+  app.add_option("--trace", f.trace,
+                 "Mooncake JSON Lines file, or a Claude Code session file or folder");
+  app.add_option("--format", f.format, "auto, mooncake or claude-code");
+  app.add_option("--model", f.model, "model geometry and prefill cost, e.g. Llama-3.1-70B");
+  app.add_option("--geometry-csv", f.geometry_csv,
+                 "more models, columns as shared/models/kv_geometry.csv");
+  app.add_option("--active-params", f.active_params,
+                 "active parameters for the prefill cost model (models from --geometry-csv)");
+  app.add_option("--tokens-per-block", f.tokens_per_block,
+                 "cache block size in tokens (default: the trace's block size)");
+  app.add_option("--hbm", f.size[0], "HBM for KV: bytes (80GiB), Nblocks, unlimited");
+  app.add_option("--dram", f.size[1], "pinned DRAM tier size, 0 for none");
+  app.add_option("--nvme", f.size[2], "NVMe tier size, 0 for none");
+  app.add_option("--remote-size", f.size[3], "remote tier size, 0 for none");
+  app.add_option("--nvme-path", f.nvme_path,
+                 "directory for the NVMe file and remote directory store (payload scaled)");
+  app.add_option("--remote", f.remote,
+                 "remote store: redis://host:port or redis-cluster://h:p,... (payload scaled; "
+                 "default a directory)");
+  app.add_option("--policy", f.policy, "eviction policy: lru or cost_aware");
+  app.add_flag("--compare", f.compare,
+               "run lru and cost_aware, the unlimited and optimal bounds, and recompute_all");
+  app.add_option("--sweep", f.sweep,
+                 "capacity sweep, TIER=SIZE,SIZE,... e.g. hbm=2000blocks,5000blocks");
+  app.add_option("--plot", f.plot, "with --sweep: draw hit ratio and TTFT to this PNG (gnuplot)");
+  app.add_option("--payload", f.payload, "none (metadata only) or scaled (real, verified bytes)");
+  app.add_option("--payload-bytes-per-token", f.payload_bytes_per_token,
+                 "payload scaled: bytes per token, multiple of 4");
+  app.add_option("--hints", f.hints, "none, or pause (Pause after tool_use, Resume on return)");
+  app.add_option("--prefill-flops", f.prefill_flops,
+                 "sustained FLOP/s of one prefill instance (default 8 x H200 at 40% MFU)");
+  app.add_option("--prefill-instances", f.prefill_instances, "prefill instances serving the queue");
+  app.add_option("--dram-bandwidth", f.bandwidth[1], "DRAM->HBM bytes/s");
+  app.add_option("--nvme-bandwidth", f.bandwidth[2], "NVMe->HBM bytes/s");
+  app.add_option("--remote-bandwidth", f.bandwidth[3], "remote->HBM bytes/s");
+  app.add_option("--dram-latency-us", f.latency_us[1], "DRAM restore latency, us");
+  app.add_option("--nvme-latency-us", f.latency_us[2], "NVMe restore latency, us");
+  app.add_option("--remote-latency-us", f.latency_us[3], "remote restore latency, us");
+  app.add_option("--json", f.json, "write the report as JSON to this file");
+  app.add_option("--max-requests", f.max_requests, "replay only the first N requests");
+  app.add_flag("--quiet", f.quiet, "no progress bar");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  }
+
+  auto fail = [](const absl::Status& s, int code) {
+    std::fprintf(stderr, "kvtier-replay: %s\n", s.ToString().c_str());
+    return code;
+  };
+
+  // The model.
+  std::vector<ModelSpec> models = BuiltInModels();
+  if (!f.geometry_csv.empty()) {
+    auto more = LoadGeometryCsv(f.geometry_csv);
+    if (!more.ok()) return fail(more.status(), 2);
+    models.insert(models.begin(), more->begin(), more->end());
+  }
+  auto spec = FindModel(models, f.model);
+  if (!spec.ok()) return fail(spec.status(), 2);
+  if (f.active_params > 0) {
+    if (spec->hidden_size <= 0) {
+      return fail(absl::InvalidArgumentError(
+                      absl::StrCat("--active-params: model ", spec->name, " has no hidden_size")),
+                  2);
+    }
+    spec->cost = PrefillCostOptions{.params = f.active_params,
+                                    .num_layers = spec->geometry.num_layers,
+                                    .d_model = spec->hidden_size};
+  }
+  if (!spec->cost.has_value()) {
+    return fail(
+        absl::InvalidArgumentError(absl::StrCat(
+            "model ", spec->name,
+            " has no known active parameter count for the cost model: pass --active-params")),
+        2);
+  }
+
+  auto trace = LoadTrace(f);
+  if (!trace.ok()) return fail(trace.status(), 2);
+  // The first N requests are the trace: the bounds must not look past them.
+  if (f.max_requests >= 0 && static_cast<size_t>(f.max_requests) < trace->requests.size()) {
+    trace->requests.resize(static_cast<size_t>(f.max_requests));
+  }
+  if (f.tokens_per_block < 0) {
+    return fail(absl::InvalidArgumentError("--tokens-per-block must be positive"), 2);
+  }
+
+  KvGeometryOptions go = spec->geometry;
+  go.tokens_per_block = f.tokens_per_block > 0 ? f.tokens_per_block : trace->block_tokens;
+  auto geometry = KvGeometry::Create(go);
+  if (!geometry.ok()) return fail(geometry.status(), 2);
+  ReplayOptions o(*geometry);
+  o.model_name = spec->name;
+  o.prefill = *spec->cost;
+  o.prefill.flops_per_second = f.prefill_flops;
+  o.prefill_instances = f.prefill_instances;
+  for (int t = 0; t < kNumTiers; ++t) {
+    auto c = ParseTierSize(f.size[t], o.geometry.bytes_per_block());
+    if (!c.ok())
+      return fail(
+          absl::InvalidArgumentError(absl::StrCat("--", kTierKeys[t], ": ", c.status().message())),
+          2);
+    o.capacity[t] = *c;
+    o.links[t] = TierLinkCost{absl::Microseconds(f.latency_us[t]), f.bandwidth[t]};
+  }
+  o.policy = f.policy;
+  if (f.payload != "none" && f.payload != "scaled") {
+    return fail(absl::InvalidArgumentError("--payload: none or scaled"), 2);
+  }
+  o.payload = f.payload == "scaled" ? PayloadMode::kScaled : PayloadMode::kNone;
+  o.payload_bytes_per_token = f.payload_bytes_per_token;
+  if (f.hints != "none" && f.hints != "pause") {
+    return fail(absl::InvalidArgumentError("--hints: none or pause"), 2);
+  }
+  o.hints = f.hints == "pause" ? HintMode::kPause : HintMode::kNone;
+  o.work_dir = f.nvme_path;
+  o.remote_url = f.remote;
+
+  std::printf(
+      "kvtier-replay: %s, %zu requests, %d-token trace blocks; model %s (%s per %d-token block), "
+      "payload %s, hints %s\n",
+      trace->name.c_str(), trace->requests.size(), trace->block_tokens, spec->name.c_str(),
+      FormatBytes(static_cast<double>(o.geometry.bytes_per_block())).c_str(),
+      o.geometry.tokens_per_block(), f.payload.c_str(), f.hints.c_str());
+  Progress progress(!f.quiet);
+
+  if (f.sweep.empty()) {
+    auto reports = RunAll(*trace, o, f.compare, progress);
+    if (!reports.ok()) {
+      return fail(reports.status(), absl::IsInvalidArgument(reports.status()) ? 2 : 1);
+    }
+    const ReplayReport& first = reports->front();
+    std::printf("tiers (blocks): hbm %lld, dram %lld, nvme %lld, remote %lld\n",
+                static_cast<long long>(first.capacity_blocks[0]),
+                static_cast<long long>(first.capacity_blocks[1]),
+                static_cast<long long>(first.capacity_blocks[2]),
+                static_cast<long long>(first.capacity_blocks[3]));
+    std::printf("%s", ReportTable(*reports).c_str());
+    if (!f.json.empty()) {
+      const std::string text = f.compare ? CompareJson(*reports) : ReportJson(reports->front());
+      if (absl::Status s = WriteFileAtomically(f.json, text); !s.ok()) return fail(s, 1);
+    }
+    return 0;
+  }
+
+  // --sweep TIER=SIZES
+  const std::vector<std::string> parts = absl::StrSplit(f.sweep, absl::MaxSplits('=', 1));
+  int tier = -1;
+  for (int t = 0; t < kNumTiers; ++t) {
+    if (parts.size() == 2 && parts[0] == kTierKeys[t]) tier = t;
+  }
+  if (tier < 0) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+                    "--sweep ", f.sweep,
+                    ": expected TIER=SIZE,SIZE,... with TIER hbm, dram, nvme or remote")),
+                2);
+  }
+  std::vector<TierCapacity> sizes;
+  for (absl::string_view s : absl::StrSplit(parts[1], ',', absl::SkipEmpty())) {
+    auto c = ParseTierSize(std::string(s), o.geometry.bytes_per_block());
+    if (!c.ok()) return fail(c.status(), 2);
+    if (c->kind == TierCapacity::Kind::kAbsent && tier == 0) {
+      return fail(absl::InvalidArgumentError("--sweep: HBM cannot be 0"), 2);
+    }
+    sizes.push_back(*c);
+  }
+  if (sizes.empty()) {
+    return fail(absl::InvalidArgumentError(absl::StrCat("--sweep ", f.sweep, ": no sizes")), 2);
+  }
+  std::vector<int64_t> capacities;
+  std::vector<std::vector<ReplayReport>> points;
+  for (const TierCapacity& c : sizes) {
+    ReplayOptions po = o;
+    po.capacity[tier] = c;
+    auto reports = RunAll(*trace, po, f.compare, progress);
+    if (!reports.ok()) {
+      return fail(reports.status(), absl::IsInvalidArgument(reports.status()) ? 2 : 1);
+    }
+    capacities.push_back(reports->front().capacity_blocks[tier]);
+    std::printf("%s = %lld blocks\n%s", kTierKeys[tier], static_cast<long long>(capacities.back()),
+                ReportTable(*reports).c_str());
+    if (f.compare) {
+      double lru = 0, cost = 0, opt = 0;
+      for (const ReplayReport& r : *reports) {
+        if (r.name == "lru") lru = r.hit_ratio;
+        if (r.name == "cost_aware") cost = r.hit_ratio;
+        if (r.name == "optimal") opt = r.hit_ratio;
+      }
+      if (opt > lru) {
+        std::printf("gap closed by cost_aware: %.1f%% of (optimal - lru)\n",
+                    100.0 * (cost - lru) / (opt - lru));
+      }
+    }
+    std::fflush(stdout);
+    points.push_back(*std::move(reports));
+  }
+  if (!f.json.empty()) {
+    if (absl::Status s =
+            WriteFileAtomically(f.json, SweepJson(kTierKeys[tier], capacities, points));
+        !s.ok()) {
+      return fail(s, 1);
+    }
+  }
+  if (!f.plot.empty()) {
+    if (absl::Status s = Plot(f.plot, kTierKeys[tier], capacities, points); !s.ok()) {
+      return fail(s, 1);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace kvtier::replay
+
+int main(int argc, char** argv) { return kvtier::replay::Main(argc, argv); }

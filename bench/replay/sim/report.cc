@@ -1,0 +1,181 @@
+#include "bench/replay/sim/report.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+
+namespace kvtier::replay {
+namespace {
+
+constexpr const char* kTierKeys[kNumTiers] = {"hbm", "dram", "nvme", "remote"};
+
+nlohmann::json ToJson(const ReplayReport& r) {
+  nlohmann::json j;
+  j["name"] = r.name;
+  j["trace"] = r.trace;
+  j["model"] = r.model;
+  j["tokens_per_block"] = r.tokens_per_block;
+  j["payload"] = r.payload;
+  nlohmann::json cap = nlohmann::json::object();
+  nlohmann::json by_tier = nlohmann::json::object();
+  for (int t = 0; t < kNumTiers; ++t) {
+    cap[kTierKeys[t]] = r.capacity_blocks[t];
+    by_tier[kTierKeys[t]] = r.hit_tokens_by_tier[t];
+  }
+  j["capacity_blocks"] = cap;
+  j["requests"] = r.requests;
+  j["prompt_tokens"] = r.prompt_tokens;
+  j["hit_tokens"] = r.hit_tokens;
+  j["hit_tokens_by_tier"] = by_tier;
+  j["recomputed_tokens"] = r.recomputed_tokens;
+  j["hit_ratio"] = r.hit_ratio;
+  nlohmann::json moved = nlohmann::json::object();
+  for (int from = 0; from < kNumTiers; ++from) {
+    for (int to = 0; to < kNumTiers; ++to) {
+      if (r.bytes_moved[from][to] != 0) {
+        moved[absl::StrCat(kTierKeys[from], "->", kTierKeys[to])] = r.bytes_moved[from][to];
+      }
+    }
+  }
+  j["bytes_moved"] = moved;
+  j["modeled_ttft_ms"] = {{"p50", r.ttft_p50_ms}, {"p90", r.ttft_p90_ms}, {"p99", r.ttft_p99_ms}};
+  j["modeled_prefill_seconds_saved"] = r.prefill_seconds_saved;
+  const RestoreVsRecompute& rr = r.restore_vs_recompute;
+  j["restore_vs_recompute"] = {{"restored_blocks", rr.restored_blocks},
+                               {"restored_blocks_below_hbm", rr.restored_blocks_below_hbm},
+                               {"recomputed_although_cached",
+                                {{"last_token", rr.last_token},
+                                 {"cost_model", rr.cost_model},
+                                 {"not_resident", rr.not_resident}}}};
+  j["corrupt_blocks"] = r.corrupt_blocks;
+  j["failed_loads"] = r.failed_loads;
+  j["failed_requests"] = r.failed_requests;
+  j["evictions"] = r.evictions;
+  j["demotions"] = r.demotions;
+  j["wall_seconds"] = r.wall_seconds;
+  return j;
+}
+
+}  // namespace
+
+std::string ReportJson(const ReplayReport& report) { return ToJson(report).dump(2) + "\n"; }
+
+std::string CompareJson(const std::vector<ReplayReport>& reports) {
+  nlohmann::json j;
+  j["trace"] = reports.empty() ? "" : reports.front().trace;
+  j["runs"] = nlohmann::json::array();
+  for (const ReplayReport& r : reports) j["runs"].push_back(ToJson(r));
+  return j.dump(2) + "\n";
+}
+
+std::string SweepJson(const std::string& tier, const std::vector<int64_t>& capacities,
+                      const std::vector<std::vector<ReplayReport>>& points) {
+  nlohmann::json j;
+  j["trace"] = points.empty() || points.front().empty() ? "" : points.front().front().trace;
+  j["tier"] = tier;
+  j["points"] = nlohmann::json::array();
+  for (size_t i = 0; i < points.size() && i < capacities.size(); ++i) {
+    nlohmann::json p;
+    p["capacity_blocks"] = capacities[i];
+    p["runs"] = nlohmann::json::array();
+    for (const ReplayReport& r : points[i]) p["runs"].push_back(ToJson(r));
+    j["points"].push_back(p);
+  }
+  return j.dump(2) + "\n";
+}
+
+std::string FormatBytes(double bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int u = 0;
+  while (std::fabs(bytes) >= 1024 && u < 5) {
+    bytes /= 1024;
+    ++u;
+  }
+  return u == 0 ? absl::StrFormat("%.0f %s", bytes, kUnits[u])
+                : absl::StrFormat("%.1f %s", bytes, kUnits[u]);
+}
+
+std::string ReportTable(const std::vector<ReplayReport>& reports) {
+  std::string out =
+      absl::StrFormat("%-14s %7s %7s %7s %7s %7s %10s %10s %10s %12s %10s %10s %7s %8s\n", "run",
+                      "hit", "hbm", "dram", "nvme", "remote", "ttft p50", "ttft p90", "ttft p99",
+                      "prefill", "onboarded", "offloaded", "corrupt", "wall");
+  out += absl::StrFormat("%-14s %7s %7s %7s %7s %7s %10s %10s %10s %12s %10s %10s %7s %8s\n", "",
+                         "ratio", "%", "%", "%", "%", "ms", "ms", "ms", "s saved", "bytes", "bytes",
+                         "blocks", "s");
+  for (const ReplayReport& r : reports) {
+    auto pct = [&](int t) {
+      return r.prompt_tokens > 0 ? 100.0 * static_cast<double>(r.hit_tokens_by_tier[t]) /
+                                       static_cast<double>(r.prompt_tokens)
+                                 : 0.0;
+    };
+    double onboarded = 0;
+    double offloaded = 0;
+    for (int from = 0; from < kNumTiers; ++from) {
+      for (int to = 0; to < kNumTiers; ++to) {
+        (to < from ? onboarded : offloaded) += static_cast<double>(r.bytes_moved[from][to]);
+      }
+    }
+    const bool bound = r.payload == "bound";
+    out += absl::StrFormat(
+        "%-14s %7.4f %7.2f %7s %7s %7s %10.1f %10.1f %10.1f %12.1f %10s %10s %7s %8.2f\n", r.name,
+        r.hit_ratio, pct(0), bound ? "-" : absl::StrFormat("%.2f", pct(1)),
+        bound ? "-" : absl::StrFormat("%.2f", pct(2)),
+        bound ? "-" : absl::StrFormat("%.2f", pct(3)), r.ttft_p50_ms, r.ttft_p90_ms, r.ttft_p99_ms,
+        r.prefill_seconds_saved, bound ? "-" : FormatBytes(onboarded),
+        bound ? "-" : FormatBytes(offloaded), bound ? "-" : absl::StrCat(r.corrupt_blocks),
+        r.wall_seconds);
+  }
+  return out;
+}
+
+absl::StatusOr<TierCapacity> ParseTierSize(const std::string& text, int64_t block_bytes) {
+  const std::string t = absl::AsciiStrToLower(absl::StripAsciiWhitespace(text));
+  if (t == "unlimited") return TierCapacity::Unlimited();
+  if (t == "0" || t == "none") return TierCapacity::Absent();
+  auto bad = [&](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "size \"", text, "\": ", why,
+        " (expected e.g. 80GiB, 2TiB, 512MB, 5000blocks, unlimited, or 0 for no tier)"));
+  };
+  size_t split = 0;
+  while (split < t.size() &&
+         (absl::ascii_isdigit(t[split]) || t[split] == '.' || t[split] == 'e' || t[split] == '+')) {
+    ++split;
+  }
+  double value = 0;
+  if (split == 0 || !absl::SimpleAtod(t.substr(0, split), &value) || !std::isfinite(value) ||
+      value <= 0) {
+    return bad("not a positive number");
+  }
+  const std::string unit(absl::StripAsciiWhitespace(t.substr(split)));
+  if (unit == "blocks" || unit == "block") {
+    if (value != std::floor(value) || value > 9e15) return bad("not a whole number of blocks");
+    return TierCapacity::Blocks(static_cast<int64_t>(value));
+  }
+  struct Unit {
+    const char* name;
+    double factor;
+  };
+  static constexpr Unit kUnits[] = {{"", 1},         {"b", 1},        {"kib", 0x1p10},
+                                    {"mib", 0x1p20}, {"gib", 0x1p30}, {"tib", 0x1p40},
+                                    {"pib", 0x1p50}, {"kb", 1e3},     {"mb", 1e6},
+                                    {"gb", 1e9},     {"tb", 1e12},    {"pb", 1e15}};
+  for (const Unit& u : kUnits) {
+    if (unit != u.name) continue;
+    const double blocks = std::floor(value * u.factor / static_cast<double>(block_bytes));
+    if (blocks < 1) return bad(absl::StrCat("smaller than one block of ", block_bytes, " bytes"));
+    if (blocks > 9e15) return bad("too large");
+    return TierCapacity::Blocks(static_cast<int64_t>(blocks));
+  }
+  return bad(absl::StrCat("unknown unit \"", unit, "\""));
+}
+
+}  // namespace kvtier::replay

@@ -182,7 +182,7 @@ void BM_BlockIndex_Match(benchmark::State& state) {
   if (!index.ok()) return Skip(state, "BlockIndex::Create", index.status());
   for (size_t i = 0; i < keys->size(); ++i) {
     const absl::Status added = (*index)->AddCopy(
-        (*keys)[i], Tier::kHbm, SlotId(static_cast<uint32_t>(i)), CopyState::kReady, /*now_ns=*/0);
+        (*keys)[i], Tier::kHbm, SlotId(static_cast<uint32_t>(i)), CopyState::kReady);
     if (!added.ok()) return Skip(state, "AddCopy", added);
   }
   // A match shorter than the prompt would mean we timed a different (shorter) walk.

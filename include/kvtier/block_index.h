@@ -1,4 +1,4 @@
-// BlockIndex: block key -> where copies of that block live, and what is known of its use. The
+// BlockIndex: block key -> where copies of that block live. The
 // index is how a new request finds its cached prefix: Match() walks the request's chained keys
 // and stops at the first block no tier holds (DESIGN section 4: a gap ends the match, because a
 // block without its parent can never be used).
@@ -32,11 +32,10 @@ enum class CopyState : uint8_t {
   kReady = 2,    // the bytes are complete and valid
 };
 
-// What the index knows of one block: 32 bytes (48 with its key).
+// What the index knows of one block: 20 bytes (36 with its key). Use and recency are the
+// caller's (KvCache keeps them with the rest of the block's state).
 struct BlockRecord {
   std::array<SlotId, kNumTiers> slots;  // per tier (TierIndex), invalid where absent
-  int64_t last_use_ns = 0;              // caller's clock, ns, at the last hit or insertion
-  uint32_t hit_count = 0;               // RecordHit calls since the block entered the index
   uint8_t pending_tiers = 0;            // bit TierIndex(t): a kPending copy in tier t
   uint8_t ready_tiers = 0;              // bit TierIndex(t): a kReady copy in tier t
 
@@ -65,12 +64,10 @@ class BlockIndex {
   // Errors: kInvalidArgument if tokens_per_block is outside [1, 65536].
   static absl::StatusOr<std::unique_ptr<BlockIndex>> Create(int tokens_per_block);
 
-  // Records a copy of `key` in `tier` at `slot`, in `state` kPending or kReady, and sets the
-  // block's last use to now_ns if the block is new to the index.
+  // Records a copy of `key` in `tier` at `slot`, in `state` kPending or kReady.
   // Errors: kInvalidArgument for an invalid slot, an out-of-range tier, or state kAbsent;
   // kAlreadyExists if `tier` already has a copy of `key` (a tier holds at most one).
-  absl::Status AddCopy(const BlockKey& key, Tier tier, SlotId slot, CopyState state,
-                       int64_t now_ns);
+  absl::Status AddCopy(const BlockKey& key, Tier tier, SlotId slot, CopyState state);
   // kPending -> kReady for the copy in `tier`.
   // Errors: kInvalidArgument for an out-of-range tier; kNotFound if `tier` has no copy of `key`;
   // kFailedPrecondition if it is already ready.
@@ -78,8 +75,6 @@ class BlockIndex {
   // Forgets the copy in `tier`; a block with no copy left leaves the index.
   // Errors: kInvalidArgument for an out-of-range tier; kNotFound if `tier` has no copy of `key`.
   absl::Status RemoveCopy(const BlockKey& key, Tier tier);
-  // A hit: last use = now_ns and one more hit. Errors: kNotFound if `key` is not indexed.
-  absl::Status RecordHit(const BlockKey& key, int64_t now_ns);
 
   // A copy of the record of `key`, or nullopt if no tier holds it.
   std::optional<BlockRecord> Lookup(const BlockKey& key) const;
@@ -95,15 +90,12 @@ class BlockIndex {
   int tokens_per_block() const { return tokens_per_block_; }
   // Blocks with at least one copy.
   int64_t size() const { return static_cast<int64_t>(records_.size()); }
-  // Copies in `tier`, pending and ready; 0 for a tier that does not exist.
-  int64_t copies_in(Tier tier) const;
 
  private:
   explicit BlockIndex(int tokens_per_block) : tokens_per_block_(tokens_per_block) {}
 
   int tokens_per_block_;
   absl::flat_hash_map<BlockKey, BlockRecord> records_;
-  std::array<int64_t, kNumTiers> copies_{};
 };
 
 }  // namespace kvtier

@@ -67,6 +67,9 @@ class EvictionPolicy {
  public:
   virtual ~EvictionPolicy() = default;
   virtual std::string_view name() const = 0;
+  // Whether Add and Touch read BlockTraits::run_blocks. A caller may leave it at its default
+  // (1) for a policy that does not: computing it walks up to 31 parents (lru: false).
+  virtual bool reads_run_blocks() const { return true; }
 
   // `key` became a candidate, last touched (used) at `now`. kAlreadyExists if it is one;
   // kInvalidArgument for traits out of range.

@@ -29,7 +29,7 @@ void KvCache::Impl::MaybeEraseMeta(const BlockKey& key) {
 absl::Status KvCache::Impl::AddCopy(const BlockKey& key, Tier t, SlotId slot, CopyState state,
                                     const BlockKey& parent, int64_t first_token) {
   const bool had_copy = index->Lookup(key).has_value();
-  KVTIER_RETURN_IF_ERROR(index->AddCopy(key, t, slot, state, absl::ToUnixNanos(Now())));
+  KVTIER_RETURN_IF_ERROR(index->AddCopy(key, t, slot, state));
   BlockMeta& m = meta[key];
   if (!had_copy) {  // a new block, or one only its children knew (parent and position set now)
     m.parent = parent;

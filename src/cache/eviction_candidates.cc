@@ -13,17 +13,15 @@
 
 namespace kvtier {
 
-BlockTraits KvCache::Impl::Traits(const BlockMeta& m) const {
+BlockTraits KvCache::Impl::Traits(const BlockMeta& m, Tier tier) const {
   BlockTraits t;
   t.expected_reuse = std::max<double>(1.0, m.uses);
-  t.recompute_seconds =
-      cost.has_value() && m.first_token >= 0
-          ? absl::ToDoubleSeconds(cost->RecomputeTime(m.first_token, m.first_token + block_tokens))
-          : 0;
+  // recompute_seconds stays 0: no policy weighs it (eviction_policy.h).
   t.bytes = block_bytes;
   t.retention_priority = m.retention_priority;
   t.priority_until = m.priority_until;
   t.parent = m.parent;
+  if (!policy[TierIndex(tier)]->reads_run_blocks()) return t;
   // cost_aware's class: how many blocks before it share its use count (the turn that wrote it
   // added about that many), a walk of at most 31 parents.
   for (BlockKey p = m.parent; p != kRootBlockKey && t.run_blocks < 32;) {
@@ -35,7 +33,8 @@ BlockTraits KvCache::Impl::Traits(const BlockMeta& m) const {
   return t;
 }
 
-bool KvCache::Impl::WantCandidate(const BlockKey& key, const BlockMeta& m, Tier t) {
+bool KvCache::Impl::WantCandidate(const BlockKey& key, const BlockMeta& m, Tier t,
+                                  std::optional<SlotState> slot_state) {
   const int ti = TierIndex(t);
   if (m.readers[ti] != 0 || m.child_copies[ti] != m.leaving_children[ti] ||
       (m.evict_after >> ti) & 1) {
@@ -45,21 +44,31 @@ bool KvCache::Impl::WantCandidate(const BlockKey& key, const BlockMeta& m, Tier 
   if (!rec.has_value() || rec->state(t) != CopyState::kReady) return false;
   const SlotId slot = rec->slots[ti];
   if (t == Tier::kHbm && ticket_refs[slot.value()] != 0) return false;
-  return StateOf(t, slot) == SlotState::kCached;
+  return (slot_state.has_value() ? *slot_state : StateOf(t, slot)) == SlotState::kCached;
 }
 
-void KvCache::Impl::UpdateCandidate(const BlockKey& key, Tier t) {
+void KvCache::Impl::UpdateCandidate(const BlockKey& key, Tier t,
+                                    std::optional<SlotState> slot_state) {
   auto it = meta.find(key);
   if (it == meta.end() || !Present(t)) return;
   BlockMeta& m = it->second;
   const uint8_t bit = static_cast<uint8_t>(1u << TierIndex(t));
-  const bool want = WantCandidate(key, m, t);
+  const bool want = WantCandidate(key, m, t, slot_state);
   if (want && !(m.candidate & bit)) {
-    if (policy[TierIndex(t)]->Add(key, Traits(m), m.last_use).ok()) m.candidate |= bit;
+    if (policy[TierIndex(t)]->Add(key, Traits(m, t), m.last_use).ok()) m.candidate |= bit;
   } else if (!want && (m.candidate & bit)) {
     (void)policy[TierIndex(t)]->Remove(key);
     m.candidate &= static_cast<uint8_t>(~bit);
   }
+}
+
+void KvCache::Impl::DropCandidacy(const BlockKey& key, Tier t) {
+  auto it = meta.find(key);
+  if (it == meta.end()) return;
+  const uint8_t bit = static_cast<uint8_t>(1u << TierIndex(t));
+  if ((it->second.candidate & bit) == 0) return;
+  (void)policy[TierIndex(t)]->Remove(key);
+  it->second.candidate &= static_cast<uint8_t>(~bit);
 }
 
 void KvCache::Impl::SetLeaving(const BlockKey& key, Tier t, bool leaving) {
@@ -85,7 +94,9 @@ void KvCache::Impl::SetLeaving(const BlockKey& key, Tier t, bool leaving) {
 
 void KvCache::Impl::TouchCandidates(const BlockKey& key, const BlockMeta& m) {
   for (int t = 0; t < kNumTiers; ++t) {
-    if ((m.candidate >> t) & 1) (void)policy[t]->Touch(key, Traits(m), m.last_use);
+    if ((m.candidate >> t) & 1) {
+      (void)policy[t]->Touch(key, Traits(m, static_cast<Tier>(t)), m.last_use);
+    }
   }
 }
 

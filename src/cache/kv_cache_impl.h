@@ -280,10 +280,18 @@ struct KvCache::Impl {
   }
   SlotState StateOf(Tier t, SlotId slot);
   int64_t FreeBlocks(Tier t);
-  // The HBM slot's last pin or holder may be gone: settle what it becomes.
-  void SettleSlot(Tier t, SlotId slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // The HBM slot's last pin or holder may be gone: settle what it becomes. `state` is the slot's
+  // state when the caller has just read it under the engine's lock (saves taking it again).
+  void SettleSlot(Tier t, SlotId slot, std::optional<SlotState> state = std::nullopt)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Drops one reference a sequence held.
   void DropRef(const SeqBlock& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // DropRef's first half for many blocks under one acquisition of the engine's lock: each
+  // reference is let go (or its partial block orphaned to a ticket), and (*after)[i] is the
+  // slot's state then, or nullopt where there is nothing to settle. The caller settles each
+  // (SettleSlot with that state) to finish what DropRef would have done.
+  void ReleaseRefs(absl::Span<const SeqBlock> blocks, std::vector<std::optional<SlotState>>* after)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::Status AcquireRef(Tier t, SlotId slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void PinTicket(SlotId slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
@@ -305,11 +313,21 @@ struct KvCache::Impl {
 
   // ---- eviction_candidates.cc: candidacy with each tier's policy, and making room.
 
-  BlockTraits Traits(const BlockMeta& m) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  bool WantCandidate(const BlockKey& key, const BlockMeta& m, Tier t)
+  // What tier t's policy is told of the block. run_blocks (a walk of up to 31 parents) only for
+  // a policy that reads it.
+  BlockTraits Traits(const BlockMeta& m, Tier t) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // `slot_state`: the copy's slot state when the caller knows it (read under the engine's lock
+  // just before), so it is not read again.
+  bool WantCandidate(const BlockKey& key, const BlockMeta& m, Tier t,
+                     std::optional<SlotState> slot_state = std::nullopt)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Registers or unregisters (key, t) with the tier's policy to match WantCandidate.
-  void UpdateCandidate(const BlockKey& key, Tier t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void UpdateCandidate(const BlockKey& key, Tier t,
+                       std::optional<SlotState> slot_state = std::nullopt)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Unregisters (key, t) from the tier's policy, if registered: for a copy just taken out of
+  // candidacy for sure (a holder acquired it), without re-deriving WantCandidate.
+  void DropCandidacy(const BlockKey& key, Tier t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Marks the copy of `key` in `t` as being demoted away (or no longer), and tells its parent.
   void SetLeaving(const BlockKey& key, Tier t, bool leaving) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // The block was used (a hit, or released by a sequence at `m.last_use`): its copies that are

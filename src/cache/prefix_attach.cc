@@ -67,7 +67,8 @@ absl::StatusOr<AttachResult> KvCache::Impl::AttachKeys(SequenceId id, uint64_t g
   for (const SeqBlock& b : pinned) {
     if (b.tier == Tier::kHbm) ++seq_refs[b.slot.value()];
   }
-  for (size_t i : were_cached) UpdateCandidate(keys[i], pinned[i].tier);
+  // Held now, so no longer candidates (what UpdateCandidate would conclude, without asking).
+  for (size_t i : were_cached) DropCandidacy(keys[i], pinned[i].tier);
   // Phase 2: plan, and keep the leading blocks worth restoring.
   std::vector<Tier> tiers_of;
   tiers_of.reserve(pinned.size());
@@ -94,9 +95,7 @@ absl::StatusOr<AttachResult> KvCache::Impl::AttachKeys(SequenceId id, uint64_t g
   }
   pinned.resize(static_cast<size_t>(plan.restore_blocks));
   const absl::Time now = Now();
-  const int64_t now_ns = absl::ToUnixNanos(now);
   for (size_t i = 0; i < pinned.size(); ++i) {
-    (void)index->RecordHit(keys[i], now_ns);
     BlockMeta& m = meta[keys[i]];
     ++m.uses;
     m.last_use = now;

@@ -241,6 +241,10 @@ absl::Status KvCache::Impl::ReleaseSequence(SequenceId id) {
   const absl::Time until = seq->options.retention == absl::InfiniteDuration()
                                ? absl::InfiniteFuture()
                                : now + seq->options.retention;
+  // Every reference is let go under one acquisition of the engine's lock; then, last block
+  // first, each block is touched and its slot settled, in DropRef's order.
+  std::vector<std::optional<SlotState>> after;
+  ReleaseRefs(seq->blocks, &after);
   for (size_t i = seq->blocks.size(); i-- > 0;) {
     if (i < seq->keys.size()) {
       auto m = meta.find(seq->keys[i]);
@@ -253,7 +257,7 @@ absl::Status KvCache::Impl::ReleaseSequence(SequenceId id) {
         TouchCandidates(seq->keys[i], m->second);
       }
     }
-    DropRef(seq->blocks[i]);
+    if (after[i].has_value()) SettleSlot(seq->blocks[i].tier, seq->blocks[i].slot, *after[i]);
   }
   seqs.erase(id);
   const uint64_t serial = next_release++;

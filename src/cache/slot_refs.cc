@@ -1,7 +1,13 @@
 // Slot references: the allocator queries the cache makes (under the engine's lock), and the
 // references sequences (seq_refs) and tickets (ticket_refs, locked, orphan_partials) hold on slots,
 // with what a slot becomes once the last of them lets go (SettleSlot).
+#include <array>
+#include <optional>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "cache/kv_cache_impl.h"
 #include "internal/status_macros.h"
 
@@ -26,9 +32,9 @@ int64_t KvCache::Impl::FreeBlocks(Tier t) {
   return n;
 }
 
-void KvCache::Impl::SettleSlot(Tier t, SlotId slot) {
+void KvCache::Impl::SettleSlot(Tier t, SlotId slot, std::optional<SlotState> known) {
   if (t == Tier::kHbm && ticket_refs[slot.value()] != 0) return;
-  const SlotState state = StateOf(t, slot);
+  const SlotState state = known.has_value() ? *known : StateOf(t, slot);
   if (state == SlotState::kWritable && t == Tier::kHbm && orphan_partials.erase(slot.value()) > 0) {
     (void)Alloc(t, [&](BlockAllocator& a) { return a.Release(slot); });
     return;
@@ -36,7 +42,7 @@ void KvCache::Impl::SettleSlot(Tier t, SlotId slot) {
   if (state != SlotState::kCached) return;
   const SlotOwner& o = owner[TierIndex(t)][slot.value()];
   if (o.indexed) {
-    UpdateCandidate(o.key, t);
+    UpdateCandidate(o.key, t, state);
   } else {
     // A private copy (computed twice, never written, or found corrupt): nothing to keep.
     (void)Alloc(t, [&](BlockAllocator& a) { return a.Evict(slot); });
@@ -50,8 +56,39 @@ void KvCache::Impl::DropRef(const SeqBlock& b) {
     orphan_partials.insert(b.slot.value());  // freed when the last ticket lets go
     return;
   }
-  (void)Alloc(b.tier, [&](BlockAllocator& a) { return a.Release(b.slot); });
-  SettleSlot(b.tier, b.slot);
+  // Released and read back under one acquisition of the engine's lock.
+  SlotState after = SlotState::kFree;
+  (void)Alloc(b.tier, [&](BlockAllocator& a) {
+    (void)a.Release(b.slot);
+    after = a.state_or_free(b.slot);
+    return absl::OkStatus();
+  });
+  SettleSlot(b.tier, b.slot, after);
+}
+
+void KvCache::Impl::ReleaseRefs(absl::Span<const SeqBlock> blocks,
+                                std::vector<std::optional<SlotState>>* after) {
+  after->assign(blocks.size(), std::nullopt);
+  for (const SeqBlock& b : blocks) {
+    if (b.tier == Tier::kHbm) --seq_refs[b.slot.value()];
+  }
+  // The lambda runs under mu (held here); the analysis cannot see that through the call.
+  const std::vector<uint32_t>* pinned = &ticket_refs;
+  absl::flat_hash_set<uint32_t>* orphans = &orphan_partials;
+  (void)engine->WithAllocators([&](const std::array<BlockAllocator*, kNumTiers>& a) {
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      const SeqBlock& b = blocks[i];
+      BlockAllocator& alloc = *a[TierIndex(b.tier)];
+      if (b.tier == Tier::kHbm && (*pinned)[b.slot.value()] != 0 &&
+          alloc.state_or_free(b.slot) == SlotState::kWritable) {
+        orphans->insert(b.slot.value());  // freed when the last ticket lets go
+        continue;
+      }
+      (void)alloc.Release(b.slot);
+      (*after)[i] = alloc.state_or_free(b.slot);
+    }
+    return absl::OkStatus();
+  });
 }
 
 absl::Status KvCache::Impl::AcquireRef(Tier t, SlotId slot) {

@@ -49,8 +49,7 @@ absl::StatusOr<std::unique_ptr<BlockIndex>> BlockIndex::Create(int tokens_per_bl
   return std::unique_ptr<BlockIndex>(new BlockIndex(tokens_per_block));
 }
 
-absl::Status BlockIndex::AddCopy(const BlockKey& key, Tier tier, SlotId slot, CopyState state,
-                                 int64_t now_ns) {
+absl::Status BlockIndex::AddCopy(const BlockKey& key, Tier tier, SlotId slot, CopyState state) {
   if (!ValidTier(tier)) return NoSuchTier(tier);
   if (!slot.valid()) {
     return absl::InvalidArgumentError(absl::StrCat("BlockIndex: the slot of block ", key.ToHex(),
@@ -64,9 +63,7 @@ absl::Status BlockIndex::AddCopy(const BlockKey& key, Tier tier, SlotId slot, Co
   }
   auto [it, inserted] = records_.try_emplace(key);
   BlockRecord& r = it->second;
-  if (inserted) {
-    r.last_use_ns = now_ns;
-  } else if (r.state(tier) != CopyState::kAbsent) {
+  if (!inserted && r.state(tier) != CopyState::kAbsent) {
     return absl::AlreadyExistsError(absl::StrCat("BlockIndex: block ", key.ToHex(),
                                                  " already has a copy in ",
                                                  ToAbsl(TierName(tier)), " at slot ",
@@ -74,7 +71,6 @@ absl::Status BlockIndex::AddCopy(const BlockKey& key, Tier tier, SlotId slot, Co
   }
   r.slots[TierIndex(tier)] = slot;
   (state == CopyState::kReady ? r.ready_tiers : r.pending_tiers) |= Bit(tier);
-  ++copies_[TierIndex(tier)];
   return absl::OkStatus();
 }
 
@@ -108,18 +104,7 @@ absl::Status BlockIndex::RemoveCopy(const BlockKey& key, Tier tier) {
   r.pending_tiers &= static_cast<uint8_t>(~Bit(tier));
   r.ready_tiers &= static_cast<uint8_t>(~Bit(tier));
   r.slots[TierIndex(tier)] = SlotId();
-  --copies_[TierIndex(tier)];
   if ((r.pending_tiers | r.ready_tiers) == 0) records_.erase(it);
-  return absl::OkStatus();
-}
-
-absl::Status BlockIndex::RecordHit(const BlockKey& key, int64_t now_ns) {
-  auto it = records_.find(key);
-  if (it == records_.end()) {
-    return absl::NotFoundError(absl::StrCat("BlockIndex: block ", key.ToHex(), " is not indexed"));
-  }
-  it->second.last_use_ns = now_ns;
-  ++it->second.hit_count;
   return absl::OkStatus();
 }
 
@@ -127,10 +112,6 @@ std::optional<BlockRecord> BlockIndex::Lookup(const BlockKey& key) const {
   auto it = records_.find(key);
   if (it == records_.end()) return std::nullopt;
   return it->second;
-}
-
-int64_t BlockIndex::copies_in(Tier tier) const {
-  return ValidTier(tier) ? copies_[TierIndex(tier)] : 0;
 }
 
 absl::StatusOr<PrefixMatch> BlockIndex::Match(absl::Span<const BlockKey> keys,

@@ -122,6 +122,7 @@ class KeyedPolicy : public EvictionPolicy {
 class LruPolicy final : public KeyedPolicy {
  public:
   std::string_view name() const override { return "lru"; }
+  bool reads_run_blocks() const override { return false; }
 
  protected:
   double Key(const BlockTraits& traits, absl::Time touched, bool boosted) const override {

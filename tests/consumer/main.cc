@@ -34,7 +34,7 @@ int main() {
   if (!index.ok()) return 5;
   for (uint32_t i = 0; i < keys->size(); ++i) {
     if (!(*index)->AddCopy((*keys)[i], kvtier::Tier::kHbm, kvtier::SlotId(i),
-                           kvtier::CopyState::kReady, 0).ok()) {
+                           kvtier::CopyState::kReady).ok()) {
       return 6;
     }
   }

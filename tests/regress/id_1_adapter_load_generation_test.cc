@@ -24,7 +24,7 @@ TEST(Regress_ID_1, ReloadedAdapterGetsNoHitsOnOldBlocks) {
   ASSERT_EQ(written.size(), 10u);
   for (size_t i = 0; i < written.size(); ++i) {
     KVTIER_ASSERT_OK(index->AddCopy(written[i], Tier::kHbm, SlotId(static_cast<uint32_t>(i)),
-                                    CopyState::kReady, 0));
+                                    CopyState::kReady));
   }
 
   KVTIER_ASSERT_OK_AND_ASSIGN(std::vector<BlockKey> reloaded, hasher.BlockKeys(prompt, second_load));

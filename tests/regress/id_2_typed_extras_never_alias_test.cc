@@ -19,7 +19,7 @@ int64_t CrossHits(const PrefixHasher& hasher, const std::vector<int32_t>& prompt
   EXPECT_TRUE(keys.ok()) << keys.status();
   for (size_t i = 0; i < keys->size(); ++i) {
     EXPECT_TRUE(index->AddCopy((*keys)[i], Tier::kDram, SlotId(static_cast<uint32_t>(i)),
-                               CopyState::kReady, 0).ok());
+                               CopyState::kReady).ok());
   }
   auto query = hasher.BlockKeys(prompt, queried);
   EXPECT_TRUE(query.ok()) << query.status();

@@ -43,7 +43,7 @@ TEST(Regress_ID_3, DigestsSharingLow16BitsMissFromFirstImageBlock) {
   ASSERT_EQ(stored.size(), 40u);
   for (size_t i = 0; i < stored.size(); ++i) {
     KVTIER_ASSERT_OK(index->AddCopy(stored[i], Tier::kHbm, SlotId(static_cast<uint32_t>(i)),
-                                    CopyState::kReady, 0));
+                                    CopyState::kReady));
   }
 
   KVTIER_ASSERT_OK_AND_ASSIGN(std::vector<BlockKey> other, hasher.BlockKeys(prompt, extras(d2)));

@@ -74,7 +74,7 @@ TEST(Regress_TR_1, IndexMatchClampsKeysToTheQuery) {
   KVTIER_ASSERT_OK_AND_ASSIGN(std::vector<BlockKey> keys, hasher.BlockKeys(tokens));
   ASSERT_EQ(keys.size(), 3u);
   for (uint32_t i = 0; i < 3; ++i) {
-    KVTIER_ASSERT_OK(index->AddCopy(keys[i], Tier::kHbm, SlotId(i), CopyState::kReady, 0));
+    KVTIER_ASSERT_OK(index->AddCopy(keys[i], Tier::kHbm, SlotId(i), CopyState::kReady));
   }
   EXPECT_EQ(index->Match(keys, 48)->matched_tokens, 48);
   EXPECT_EQ(index->Match(keys, 40)->matched_tokens, 32);

@@ -46,7 +46,11 @@ class KeyedPolicy : public EvictionPolicy {
       return absl::AlreadyExistsError(
           absl::StrCat("eviction policy: block ", key.ToHex(), " is a candidate already"));
     }
-    Insert(key, Entry{.traits = traits, .touched = now}, now);
+    Insert(key,
+           Entry{.retention_priority = traits.retention_priority,
+                 .priority_until = traits.priority_until,
+                 .touched = now},
+           now);
     return absl::OkStatus();
   }
 
@@ -56,7 +60,8 @@ class KeyedPolicy : public EvictionPolicy {
     if (it == entries_.end()) return NotACandidate(key);
     Entry entry = it->second;
     Erase(key, entry);
-    entry.traits = traits;
+    entry.retention_priority = traits.retention_priority;
+    entry.priority_until = traits.priority_until;
     entry.touched = now;
     Insert(key, entry, now);
     return absl::OkStatus();
@@ -85,11 +90,14 @@ class KeyedPolicy : public EvictionPolicy {
 
  protected:
   // The block's key while `boosted` (its retention priority applies) or not.
-  virtual double Key(const BlockTraits& traits, absl::Time touched, bool boosted) const = 0;
+  virtual double Key(double retention_priority, absl::Time touched, bool boosted) const = 0;
 
  private:
+  // Only what the key needs of the traits: a candidate costs this entry, its order node and
+  // (while boosted) an expiry node, not a copy of BlockTraits.
   struct Entry {
-    BlockTraits traits;
+    double retention_priority = 0;
+    absl::Time priority_until;
     absl::Time touched;
     double key = 0;
     bool boosted = false;
@@ -101,16 +109,16 @@ class KeyedPolicy : public EvictionPolicy {
   }
 
   void Insert(const BlockKey& key, Entry entry, absl::Time now) {
-    entry.boosted = entry.traits.retention_priority > 0 && now < entry.traits.priority_until;
-    entry.key = Key(entry.traits, entry.touched, entry.boosted);
+    entry.boosted = entry.retention_priority > 0 && now < entry.priority_until;
+    entry.key = Key(entry.retention_priority, entry.touched, entry.boosted);
     order_.emplace(entry.key, key);
-    if (entry.boosted) expiries_.emplace(entry.traits.priority_until, key);
+    if (entry.boosted) expiries_.emplace(entry.priority_until, key);
     entries_[key] = entry;
   }
 
   void Erase(const BlockKey& key, const Entry& entry) {
     order_.erase({entry.key, key});
-    if (entry.boosted) expiries_.erase({entry.traits.priority_until, key});
+    if (entry.boosted) expiries_.erase({entry.priority_until, key});
     entries_.erase(key);
   }
 
@@ -125,10 +133,10 @@ class LruPolicy final : public KeyedPolicy {
   bool reads_run_blocks() const override { return false; }
 
  protected:
-  double Key(const BlockTraits& traits, absl::Time touched, bool boosted) const override {
+  double Key(double retention_priority, absl::Time touched, bool boosted) const override {
     // A retention priority keeps the block as if touched `priority` half-hours later: LRU has no
     // value to scale, so the boost is a shift in time while it lasts.
-    return SinceEpoch(touched) + (boosted ? traits.retention_priority * 1800.0 : 0.0);
+    return SinceEpoch(touched) + (boosted ? retention_priority * 1800.0 : 0.0);
   }
 };
 

@@ -1,3 +1,4 @@
+// The tier-stack builder (tier_stack.h): the backends of each tier built from one options struct.
 #include "bench/common/tier_stack.h"
 
 #include <limits>

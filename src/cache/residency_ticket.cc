@@ -1,3 +1,4 @@
+// ResidencyTicket's accessors (kv_cache.h): read-only views of the shared ticket state.
 #include "cache/ticket_state.h"
 #include "kvtier/kv_cache.h"
 

@@ -1,3 +1,4 @@
+// BlockAllocator (block_allocator.h): the slot state machine and its counters.
 #include "kvtier/block_allocator.h"
 
 #include <vector>

@@ -1,3 +1,4 @@
+// BlockIndex (block_index.h): block key -> copies per tier, and the longest-prefix match.
 #include "kvtier/block_index.h"
 
 #include <algorithm>

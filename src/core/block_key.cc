@@ -1,3 +1,4 @@
+// BlockKey (block_key.h): the 128-bit block identity and its hex form.
 #include "kvtier/block_key.h"
 
 #include "internal/byte_writer.h"

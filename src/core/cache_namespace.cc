@@ -1,3 +1,4 @@
+// CacheNamespace (cache_namespace.h): the typed fields behind a namespace digest.
 #include "kvtier/cache_namespace.h"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// Completion (completion.h): the one-shot outcome, its waiters and callbacks.
 #include "kvtier/completion.h"
 
 #include <atomic>

@@ -1,3 +1,4 @@
+// KvGeometry (kv_geometry.h): validation and the byte arithmetic of a KV shape.
 #include "kvtier/kv_geometry.h"
 
 #include <string>

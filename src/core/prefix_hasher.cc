@@ -1,3 +1,4 @@
+// PrefixHasher (prefix_hasher.h): chained block keys over namespace, parent, extras, tokens.
 #include "kvtier/prefix_hasher.h"
 
 #include <bit>

@@ -1,3 +1,4 @@
+// HostRegion (host_region.h): one exact-size mmap of host memory, huge pages when offered.
 #include "internal/host_region.h"
 
 #include <sys/mman.h>

@@ -1,3 +1,4 @@
+// SHA-256 (sha256.h) through OpenSSL's EVP interface.
 #include "internal/sha256.h"
 
 #include <openssl/evp.h>

@@ -1,3 +1,4 @@
+// StreamWorker (stream_worker.h): a thread running queued tasks in order, like a CUDA stream.
 #include "internal/stream_worker.h"
 
 #include <utility>

@@ -1,3 +1,4 @@
+// XXH3 streaming update (xxh3_update.h), with the AVX2 path chosen at run time.
 #include "internal/xxh3_update.h"
 
 namespace kvtier::internal {

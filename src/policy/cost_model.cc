@@ -1,3 +1,4 @@
+// The restore-versus-recompute cost model (cost_model.h) and the table of known models.
 #include "kvtier/cost_model.h"
 
 #include <cmath>

@@ -1,3 +1,4 @@
+// Eviction ranking (eviction_policy.h): lru and cost_aware behind one interface.
 #include "kvtier/eviction_policy.h"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// Block codecs (codec.h): byte-plane shuffle, lz4, zstd and fp8 for the remote tier.
 #include "kvtier/codec.h"
 
 #include <lz4.h>

@@ -1,3 +1,4 @@
+// DirectoryTransport (directory_transport.h): one file per key on a shared mount.
 #include "kvtier/directory_transport.h"
 
 #include <fcntl.h>

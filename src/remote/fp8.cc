@@ -1,3 +1,4 @@
+// FP8 e4m3 conversion (fp8.h): the lossy opt-in codec's element transform.
 #include "remote/fp8.h"
 
 #include <array>

@@ -1,3 +1,4 @@
+// InProcessTransport (in_process_transport.h): a map as a Transport, with fault hooks.
 #include "kvtier/in_process_transport.h"
 
 #include <utility>

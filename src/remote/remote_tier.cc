@@ -1,3 +1,4 @@
+// RemoteTier (remote_tier.h): framed, checksummed blocks over a Transport, behind a breaker.
 #include "kvtier/remote_tier.h"
 
 #include <atomic>

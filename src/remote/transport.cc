@@ -1,3 +1,4 @@
+// Transport (transport.h): the shared helpers of the key-value store interface.
 #include "kvtier/transport.h"
 
 #include "absl/strings/str_cat.h"

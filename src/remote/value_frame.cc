@@ -1,3 +1,4 @@
+// Value frames (value_frame.h): the remote value layout, written and verified.
 #include "kvtier/value_frame.h"
 
 #include <openssl/core_names.h>

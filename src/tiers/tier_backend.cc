@@ -1,3 +1,4 @@
+// TierBackend (tier_backend.h): names of tiers and the interface's default hooks.
 #include "kvtier/tier_backend.h"
 
 #include <vector>

@@ -1,3 +1,4 @@
+// TransferEngine (transfer_engine.h): copies between tiers, their ordering, slots, deadlines.
 #include "kvtier/transfer_engine.h"
 
 #include <cassert>

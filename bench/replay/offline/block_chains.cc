@@ -1,3 +1,4 @@
+// Block chains (block_chains.h): a trace's prompts as chains of block ids, parent first.
 #include "bench/replay/offline/block_chains.h"
 
 #include <algorithm>

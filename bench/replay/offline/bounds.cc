@@ -1,3 +1,4 @@
+// Offline bounds (bounds.h): unlimited-capacity hits and the furthest-next-use optimum.
 #include "bench/replay/offline/bounds.h"
 
 #include <algorithm>

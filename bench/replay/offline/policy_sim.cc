@@ -1,3 +1,4 @@
+// The policy simulator (policy_sim.h): a trace through an EvictionPolicy, the bounds' model.
 #include "bench/replay/offline/policy_sim.h"
 
 #include <algorithm>

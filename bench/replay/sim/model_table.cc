@@ -1,3 +1,4 @@
+// The replay's model table (model_table.h): geometries and costs of the known models.
 #include "bench/replay/sim/model_table.h"
 
 #include <fstream>

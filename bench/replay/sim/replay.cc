@@ -1,3 +1,4 @@
+// The replay driver (replay.h): a trace, request by request, through a real KvCache.
 #include "bench/replay/sim/replay.h"
 
 #include <stdlib.h>

@@ -1,3 +1,4 @@
+// The replay report (report.h): the runs' figures as a table and as JSON.
 #include "bench/replay/sim/report.h"
 
 #include <cmath>

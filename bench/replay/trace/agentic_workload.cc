@@ -1,3 +1,4 @@
+// The embedded agentic workload (agentic_workload.h): a fixed-seed trace of agent sessions.
 #include "bench/replay/trace/agentic_workload.h"
 
 #include <algorithm>

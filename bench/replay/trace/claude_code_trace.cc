@@ -1,3 +1,4 @@
+// The Claude Code session loader (claude_code_trace.h): session files into one Trace.
 #include "bench/replay/trace/claude_code_trace.h"
 
 #include <algorithm>

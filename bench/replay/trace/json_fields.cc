@@ -1,3 +1,4 @@
+// JSON field readers (json_fields.h): typed fields, errors naming file, line and field.
 #include "bench/replay/trace/json_fields.h"
 
 #include <cmath>

@@ -1,3 +1,4 @@
+// The Mooncake trace loader (mooncake_trace.h): JSON Lines requests into one Trace.
 #include "bench/replay/trace/mooncake_trace.h"
 
 #include <cstddef>

@@ -1,3 +1,4 @@
+// The trace model (trace.h): requests, sessions, and the token ids a block id stands for.
 #include "bench/replay/trace/trace.h"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// Trace files (trace_file.h): reading a trace from a file or a folder of them.
 #include "bench/replay/trace/trace_file.h"
 
 #include <cerrno>

@@ -1,3 +1,4 @@
+// Redis Cluster key slots (key_slot.h): CRC16 of the key's hash tag.
 #include "remote/redis/key_slot.h"
 
 #include <array>

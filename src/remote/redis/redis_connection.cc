@@ -1,3 +1,4 @@
+// RedisConnection (redis_connection.h): one socket; sendmsg out, RESP2 replies in.
 #include "remote/redis/redis_connection.h"
 
 #include <poll.h>

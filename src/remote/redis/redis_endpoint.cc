@@ -1,3 +1,4 @@
+// Redis endpoints (redis_endpoint.h): host:port parsing and connection setup.
 #include "remote/redis/redis_endpoint.h"
 
 #include <charconv>

@@ -1,3 +1,4 @@
+// RedisTransport (redis_transport.h): pipelined batches on worker connections; cluster routing.
 #include "kvtier/redis_transport.h"
 
 #include <pthread.h>

@@ -1,3 +1,4 @@
+// EmulatedHbm (emulated_hbm.h): device memory emulated in host memory, with CUDA's asynchrony.
 #include "kvtier/emulated_hbm.h"
 
 #include <cstring>

@@ -1,3 +1,4 @@
+// DramTier (dram_tier.h): one exact-size host region, page-locked when a GPU answers.
 #include "kvtier/dram_tier.h"
 
 #include <cstring>

@@ -1,3 +1,4 @@
+// MetadataTier (metadata_tier.h): a tier's slots and block identities, no bytes.
 #include "kvtier/metadata_tier.h"
 
 #include <limits>

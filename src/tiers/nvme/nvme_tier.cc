@@ -1,3 +1,4 @@
+// NvmeTier (nvme_tier.h): slots of a preallocated O_DIRECT file with self-describing headers.
 #include "kvtier/nvme_tier.h"
 
 #include <fcntl.h>

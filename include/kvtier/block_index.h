@@ -11,6 +11,7 @@
 #ifndef KVTIER_BLOCK_INDEX_H_
 #define KVTIER_BLOCK_INDEX_H_
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -20,6 +21,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "kvtier/block_key.h"
 #include "kvtier/ids.h"
@@ -43,6 +45,15 @@ struct BlockRecord {
   CopyState state(Tier tier) const;
   // The fastest tier (smallest Tier value) with a kReady copy, if any.
   std::optional<Tier> fastest_ready_tier() const;
+  // Whether some tier has a copy (pending or ready): a record without one is not indexed.
+  bool has_copy() const { return (pending_tiers | ready_tiers) != 0; }
+
+  // The record-level halves of BlockIndex's AddCopy, MarkReady and RemoveCopy, with the same
+  // checks and errors (`key` only names the block in messages), for a caller that keeps records
+  // in its own map. RemoveCopy leaves an empty record (has_copy() false) to the caller.
+  absl::Status AddCopy(const BlockKey& key, Tier tier, SlotId slot, CopyState state);
+  absl::Status MarkReady(const BlockKey& key, Tier tier);
+  absl::Status RemoveCopy(const BlockKey& key, Tier tier);
 };
 
 // A ready copy of one matched block.
@@ -58,6 +69,35 @@ struct PrefixMatch {
   // How many matched blocks have their fastest ready copy in each tier (index TierIndex).
   std::array<int64_t, kNumTiers> blocks_by_tier{};
 };
+
+// The walk of BlockIndex::Match over any map of records: `lookup(key)` returns the record of
+// `key` as a `const BlockRecord*`, nullptr where there is none. Same clamp, results and errors
+// as BlockIndex::Match (whose contract this is); `tokens_per_block` must be >= 1.
+template <typename Lookup>
+absl::StatusOr<PrefixMatch> MatchPrefix(absl::Span<const BlockKey> keys, int64_t query_tokens,
+                                        int tokens_per_block, Lookup&& lookup,
+                                        std::vector<BlockLocation>* locations = nullptr) {
+  if (query_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("BlockIndex: query_tokens = ", query_tokens, " is negative"));
+  }
+  const int64_t limit =
+      std::min(static_cast<int64_t>(keys.size()), query_tokens / tokens_per_block);
+  if (locations != nullptr) locations->clear();
+  PrefixMatch match;
+  for (int64_t i = 0; i < limit; ++i) {
+    const BlockRecord* rec = lookup(keys[i]);
+    if (rec == nullptr) break;
+    const std::optional<Tier> tier = rec->fastest_ready_tier();
+    if (!tier.has_value()) break;  // only pending copies: not usable yet
+    ++match.blocks_by_tier[TierIndex(*tier)];
+    if (locations != nullptr)
+      locations->push_back(BlockLocation{*tier, rec->slots[TierIndex(*tier)]});
+    ++match.matched_blocks;
+  }
+  match.matched_tokens = match.matched_blocks * tokens_per_block;
+  return match;
+}
 
 class BlockIndex {
  public:

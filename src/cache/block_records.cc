@@ -1,4 +1,4 @@
-// Block records: the index's copies of each block, its BlockMeta (parent, child copies, readers)
+// Block records: the one entry of each block (its copies per tier, parent, child copies, readers)
 // and the SlotOwner of each slot, changed together so they agree; and the cache's event log
 // (events, next_event) of copies stored and removed.
 #include <optional>
@@ -16,31 +16,38 @@ void KvCache::Impl::Event(CacheEventKind kind, const BlockKey& key, Tier tier) {
 }
 
 void KvCache::Impl::MaybeEraseMeta(const BlockKey& key) {
-  auto it = meta.find(key);
-  if (it == meta.end()) return;
-  const BlockMeta& m = it->second;
+  auto it = blocks.find(key);
+  if (it == blocks.end()) return;
+  const BlockEntry& m = it->second;
   for (int t = 0; t < kNumTiers; ++t) {
     if (m.child_copies[t] != 0 || m.readers[t] != 0 || m.leaving_children[t] != 0) return;
   }
-  if (index->Lookup(key).has_value()) return;
-  meta.erase(it);
+  if (m.copies.has_copy()) return;
+  blocks.erase(it);
 }
 
 absl::Status KvCache::Impl::AddCopy(const BlockKey& key, Tier t, SlotId slot, CopyState state,
                                     const BlockKey& parent, int64_t first_token) {
-  const bool had_copy = index->Lookup(key).has_value();
-  KVTIER_RETURN_IF_ERROR(index->AddCopy(key, t, slot, state));
-  BlockMeta& m = meta[key];
+  // Checked before the entry is made, so a refused copy leaves no entry behind (BlockRecord's
+  // checks and errors, as the index gave).
+  if (TierIndex(t) < 0 || TierIndex(t) >= kNumTiers || !slot.valid() ||
+      (state != CopyState::kPending && state != CopyState::kReady)) {
+    return BlockRecord().AddCopy(key, t, slot, state);
+  }
+  BlockEntry& m = blocks[key];
+  const bool had_copy = m.copies.has_copy();
+  KVTIER_RETURN_IF_ERROR(m.copies.AddCopy(key, t, slot, state));
+  if (!had_copy) ++indexed_blocks;
   if (!had_copy) {  // a new block, or one only its children knew (parent and position set now)
     m.parent = parent;
     m.first_token = first_token;
     m.last_use = Now();
   }
   owner[TierIndex(t)][slot.value()] = SlotOwner{key, true};
-  // Copied: inserting the parent below may rehash `meta` and move `m`.
+  // Copied: inserting the parent below may rehash `blocks` and move `m`.
   const BlockKey parent_key = m.parent;
   if (parent_key != kRootBlockKey) {
-    ++meta[parent_key].child_copies[TierIndex(t)];
+    ++blocks[parent_key].child_copies[TierIndex(t)];
     UpdateCandidate(parent_key, t);
   }
   if (state == CopyState::kReady) {
@@ -51,24 +58,29 @@ absl::Status KvCache::Impl::AddCopy(const BlockKey& key, Tier t, SlotId slot, Co
 }
 
 void KvCache::Impl::MarkReady(const BlockKey& key, Tier t) {
-  if (!index->MarkReady(key, t).ok()) return;
+  auto it = blocks.find(key);
+  if (it == blocks.end() || !it->second.copies.MarkReady(key, t).ok()) return;
   Event(CacheEventKind::kStored, key, t);
   ++counters.tiers[TierIndex(t)].stored;
   UpdateCandidate(key, t);
 }
 
 void KvCache::Impl::RemoveCopy(const BlockKey& key, Tier t) {
-  const std::optional<BlockRecord> rec = index->Lookup(key);
+  const std::optional<BlockRecord> rec = IndexedCopies(key);
   if (!rec.has_value() || rec->state(t) == CopyState::kAbsent) return;
   const bool was_ready = rec->state(t) == CopyState::kReady;
   SetLeaving(key, t, false);
-  (void)index->RemoveCopy(key, t);
+  // The entry stays (found again below) until MaybeEraseMeta: children or readers may keep it.
+  if (auto e = blocks.find(key); e != blocks.end() && e->second.copies.RemoveCopy(key, t).ok() &&
+                                 !e->second.copies.has_copy()) {
+    --indexed_blocks;
+  }
   // The slot may already belong to another block: a failed transfer's destination is freed
   // (and can be reused) before its callback runs here.
   SlotOwner& o = owner[TierIndex(t)][rec->slots[TierIndex(t)].value()];
   if (o.key == key) o.indexed = false;
-  auto it = meta.find(key);
-  if (it != meta.end()) {
+  auto it = blocks.find(key);
+  if (it != blocks.end()) {
     const uint8_t bit = static_cast<uint8_t>(1u << TierIndex(t));
     if (it->second.candidate & bit) {
       (void)policy[TierIndex(t)]->Remove(key);
@@ -76,8 +88,8 @@ void KvCache::Impl::RemoveCopy(const BlockKey& key, Tier t) {
     }
     const BlockKey parent = it->second.parent;
     if (parent != kRootBlockKey) {
-      auto p = meta.find(parent);
-      if (p != meta.end() && p->second.child_copies[TierIndex(t)] > 0) {
+      auto p = blocks.find(parent);
+      if (p != blocks.end() && p->second.child_copies[TierIndex(t)] > 0) {
         --p->second.child_copies[TierIndex(t)];
         UpdateCandidate(parent, t);
         MaybeEraseMeta(parent);
@@ -89,7 +101,7 @@ void KvCache::Impl::RemoveCopy(const BlockKey& key, Tier t) {
 }
 
 void KvCache::Impl::DropCopy(const BlockKey& key, Tier t) {
-  const std::optional<BlockRecord> rec = index->Lookup(key);
+  const std::optional<BlockRecord> rec = IndexedCopies(key);
   if (!rec.has_value() || rec->state(t) != CopyState::kReady) return;
   const SlotId slot = rec->slots[TierIndex(t)];
   if (!Alloc(t, [&](BlockAllocator& a) { return a.Evict(slot); }).ok()) return;
@@ -97,12 +109,12 @@ void KvCache::Impl::DropCopy(const BlockKey& key, Tier t) {
 }
 
 void KvCache::Impl::DropIfDroppable(const BlockKey& key, Tier t) {
-  auto m = meta.find(key);
-  if (m == meta.end() || t == Tier::kHbm || m->second.readers[TierIndex(t)] != 0 ||
+  auto m = blocks.find(key);
+  if (m == blocks.end() || t == Tier::kHbm || m->second.readers[TierIndex(t)] != 0 ||
       ((m->second.evict_after >> TierIndex(t)) & 1)) {
     return;
   }
-  const std::optional<BlockRecord> rec = index->Lookup(key);
+  const std::optional<BlockRecord> rec = IndexedCopies(key);
   if (rec.has_value() && rec->state(t) == CopyState::kReady &&
       StateOf(t, rec->slots[TierIndex(t)]) == SlotState::kCached) {
     DropCopy(key, t);

@@ -1,4 +1,4 @@
-// Eviction candidates: which copies are registered with each tier's policy (BlockMeta::candidate),
+// Eviction candidates: which copies are registered with each tier's policy (BlockEntry::candidate),
 // which are being demoted away (evict_after, leaving_children, evicting), and making room in a
 // tier by evicting the policy's victims: dropped, or demoted to the first lower tier admitting
 // them.
@@ -13,7 +13,7 @@
 
 namespace kvtier {
 
-BlockTraits KvCache::Impl::Traits(const BlockMeta& m, Tier tier) const {
+BlockTraits KvCache::Impl::Traits(const BlockEntry& m, Tier tier) const {
   BlockTraits t;
   t.expected_reuse = std::max<double>(1.0, m.uses);
   // recompute_seconds stays 0: no policy weighs it (eviction_policy.h).
@@ -25,22 +25,22 @@ BlockTraits KvCache::Impl::Traits(const BlockMeta& m, Tier tier) const {
   // cost_aware's class: how many blocks before it share its use count (the turn that wrote it
   // added about that many), a walk of at most 31 parents.
   for (BlockKey p = m.parent; p != kRootBlockKey && t.run_blocks < 32;) {
-    auto it = meta.find(p);
-    if (it == meta.end() || it->second.uses != m.uses) break;
+    auto it = blocks.find(p);
+    if (it == blocks.end() || it->second.uses != m.uses) break;
     ++t.run_blocks;
     p = it->second.parent;
   }
   return t;
 }
 
-bool KvCache::Impl::WantCandidate(const BlockKey& key, const BlockMeta& m, Tier t,
+bool KvCache::Impl::WantCandidate(const BlockKey& key, const BlockEntry& m, Tier t,
                                   std::optional<SlotState> slot_state) {
   const int ti = TierIndex(t);
   if (m.readers[ti] != 0 || m.child_copies[ti] != m.leaving_children[ti] ||
       (m.evict_after >> ti) & 1) {
     return false;
   }
-  const std::optional<BlockRecord> rec = index->Lookup(key);
+  const std::optional<BlockRecord> rec = IndexedCopies(key);
   if (!rec.has_value() || rec->state(t) != CopyState::kReady) return false;
   const SlotId slot = rec->slots[ti];
   if (t == Tier::kHbm && ticket_refs[slot.value()] != 0) return false;
@@ -49,9 +49,9 @@ bool KvCache::Impl::WantCandidate(const BlockKey& key, const BlockMeta& m, Tier 
 
 void KvCache::Impl::UpdateCandidate(const BlockKey& key, Tier t,
                                     std::optional<SlotState> slot_state) {
-  auto it = meta.find(key);
-  if (it == meta.end() || !Present(t)) return;
-  BlockMeta& m = it->second;
+  auto it = blocks.find(key);
+  if (it == blocks.end() || !Present(t)) return;
+  BlockEntry& m = it->second;
   const uint8_t bit = static_cast<uint8_t>(1u << TierIndex(t));
   const bool want = WantCandidate(key, m, t, slot_state);
   if (want && !(m.candidate & bit)) {
@@ -63,8 +63,8 @@ void KvCache::Impl::UpdateCandidate(const BlockKey& key, Tier t,
 }
 
 void KvCache::Impl::DropCandidacy(const BlockKey& key, Tier t) {
-  auto it = meta.find(key);
-  if (it == meta.end()) return;
+  auto it = blocks.find(key);
+  if (it == blocks.end()) return;
   const uint8_t bit = static_cast<uint8_t>(1u << TierIndex(t));
   if ((it->second.candidate & bit) == 0) return;
   (void)policy[TierIndex(t)]->Remove(key);
@@ -72,8 +72,8 @@ void KvCache::Impl::DropCandidacy(const BlockKey& key, Tier t) {
 }
 
 void KvCache::Impl::SetLeaving(const BlockKey& key, Tier t, bool leaving) {
-  auto it = meta.find(key);
-  if (it == meta.end()) return;
+  auto it = blocks.find(key);
+  if (it == blocks.end()) return;
   const uint8_t bit = static_cast<uint8_t>(1u << TierIndex(t));
   if (((it->second.evict_after & bit) != 0) == leaving) return;
   it->second.evict_after =
@@ -81,8 +81,8 @@ void KvCache::Impl::SetLeaving(const BlockKey& key, Tier t, bool leaving) {
   const BlockKey parent = it->second.parent;
   UpdateCandidate(key, t);
   if (parent == kRootBlockKey) return;
-  auto p = meta.find(parent);
-  if (p == meta.end()) return;
+  auto p = blocks.find(parent);
+  if (p == blocks.end()) return;
   if (leaving) {
     ++p->second.leaving_children[TierIndex(t)];
   } else {
@@ -92,7 +92,7 @@ void KvCache::Impl::SetLeaving(const BlockKey& key, Tier t, bool leaving) {
   if (!leaving) MaybeEraseMeta(parent);
 }
 
-void KvCache::Impl::TouchCandidates(const BlockKey& key, const BlockMeta& m) {
+void KvCache::Impl::TouchCandidates(const BlockKey& key, const BlockEntry& m) {
   for (int t = 0; t < kNumTiers; ++t) {
     if ((m.candidate >> t) & 1) {
       (void)policy[t]->Touch(key, Traits(m, static_cast<Tier>(t)), m.last_use);
@@ -114,7 +114,7 @@ bool KvCache::Impl::HasCopyBelow(const BlockRecord& rec, Tier t) const {
   return false;
 }
 
-std::optional<Tier> KvCache::Impl::DemotionTarget(const BlockMeta& m, Tier t) const {
+std::optional<Tier> KvCache::Impl::DemotionTarget(const BlockEntry& m, Tier t) const {
   for (int i = TierIndex(t) + 1; i < kNumTiers; ++i) {
     if (tiers[i] != nullptr && m.uses >= static_cast<uint32_t>(admit_after_uses[i])) {
       return static_cast<Tier>(i);
@@ -137,9 +137,9 @@ KvCache::Impl::EvictResult KvCache::Impl::EvictOne(Tier t, Deferred& d, int64_t 
   const std::optional<BlockKey> victim = policy[TierIndex(t)]->Victim(Now());
   if (!victim.has_value()) return EvictResult::kNoCandidate;
   const BlockKey key = *victim;
-  const std::optional<BlockRecord> rec = index->Lookup(key);
-  auto m = meta.find(key);
-  if (!rec.has_value() || m == meta.end()) {  // stale: cannot happen, but never loop on it
+  const std::optional<BlockRecord> rec = IndexedCopies(key);
+  auto m = blocks.find(key);
+  if (!rec.has_value() || m == blocks.end()) {  // stale: cannot happen, but never loop on it
     (void)policy[TierIndex(t)]->Remove(key);
     return EvictResult::kEvicted;
   }

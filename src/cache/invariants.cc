@@ -1,6 +1,6 @@
-// The invariant checker: recounts, from the sequences, tickets, index and allocators, everything
-// the other parts keep in counters (references, child copies, candidates, pins) and reports the
-// first disagreement as kInternal. Changes no state.
+// The invariant checker: recounts, from the sequences, tickets, block entries and allocators,
+// everything the other parts keep in counters (references, child copies, candidates, pins) and
+// reports the first disagreement as kInternal. Changes no state.
 #include <array>
 #include <cstdint>
 #include <vector>
@@ -45,7 +45,7 @@ absl::Status KvCache::Impl::CheckInvariantsLocked() {
   }
   // The lambda runs under mu (held here); the analysis cannot see that through the call.
   const auto* owners = &owner;
-  const auto* metas = &meta;
+  const auto* metas = &blocks;
   const auto* pinned = &ticket_refs;
   const auto* orphans = &orphan_partials;
   absl::Status st =
@@ -100,13 +100,15 @@ absl::Status KvCache::Impl::CheckInvariantsLocked() {
         return absl::OkStatus();
       });
   KVTIER_RETURN_IF_ERROR(st);
-  // The index, the owners and the candidates agree.
+  // The block entries, the owners and the candidates agree.
   std::array<int64_t, kNumTiers> candidates{};
+  int64_t with_copies = 0;
   absl::flat_hash_map<BlockKey, std::array<uint32_t, kNumTiers>> child_count;
   absl::flat_hash_map<BlockKey, std::array<uint32_t, kNumTiers>> leaving_count;
-  for (const auto& [key, m] : meta) {
-    const std::optional<BlockRecord> rec = index->Lookup(key);
+  for (const auto& [key, m] : blocks) {
+    const std::optional<BlockRecord> rec = IndexedCopies(key);
     if (!rec.has_value()) continue;
+    ++with_copies;
     if (m.parent != kRootBlockKey) {
       for (int t = 0; t < kNumTiers; ++t) {
         if (rec->state(static_cast<Tier>(t)) != CopyState::kAbsent) ++child_count[m.parent][t];
@@ -114,8 +116,11 @@ absl::Status KvCache::Impl::CheckInvariantsLocked() {
       }
     }
   }
-  for (const auto& [key, m] : meta) {
-    const std::optional<BlockRecord> rec = index->Lookup(key);
+  if (with_copies != indexed_blocks) {
+    return fail("indexed_blocks = ", indexed_blocks, ", blocks with a copy ", with_copies);
+  }
+  for (const auto& [key, m] : blocks) {
+    const std::optional<BlockRecord> rec = IndexedCopies(key);
     auto cc = child_count.find(key);
     for (int t = 0; t < kNumTiers; ++t) {
       const uint32_t expect = cc == child_count.end() ? 0 : cc->second[t];

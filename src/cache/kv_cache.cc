@@ -34,8 +34,6 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const CacheNamespace& n
   KVTIER_ASSIGN_OR_RETURN(std::optional<PrefillCostModel> cost, Impl::MakeCostModel(ns, options));
   KVTIER_ASSIGN_OR_RETURN(Impl::Policies policies, Impl::MakePolicies(options));
   KVTIER_ASSIGN_OR_RETURN(PrefixHasher hasher, PrefixHasher::Create(ns, options.hash));
-  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<BlockIndex> index,
-                          BlockIndex::Create(g.tokens_per_block()));
 
   auto impl = std::make_unique<Impl>(ns, std::move(hasher));
   impl->block_tokens = g.tokens_per_block();
@@ -58,7 +56,6 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const CacheNamespace& n
   impl->room_wait = options.room_wait;
   {
     internal::MutexLock lock(&impl->mu);
-    impl->index = std::move(index);
     impl->policy = std::move(policies);
     for (int t = 0; t < kNumTiers; ++t) {
       if (impl->tiers[t] == nullptr) continue;
@@ -272,9 +269,8 @@ absl::StatusOr<PrefixLookup> KvCache::LookupHashed(const HashedPrompt& prompt) c
   const Impl& I = *impl_;
   KVTIER_RETURN_IF_ERROR(CheckHashedHere(prompt, "LookupHashed"));
   internal::MutexLock lock(&I.mu);
-  KVTIER_ASSIGN_OR_RETURN(
-      const PrefixMatch match,
-      I.index->Match(prompt.keys_, static_cast<int64_t>(prompt.tokens_.size())));
+  KVTIER_ASSIGN_OR_RETURN(const PrefixMatch match,
+                          I.MatchBlocks(prompt.keys_, static_cast<int64_t>(prompt.tokens_.size())));
   PrefixLookup out;
   out.matched_tokens = match.matched_tokens;
   out.blocks_by_tier = match.blocks_by_tier;
@@ -288,7 +284,7 @@ absl::StatusOr<PrefixLookup> KvCache::Lookup(absl::Span<const int32_t> tokens,
                           I.hasher.BlockKeys(tokens, ExtrasOf(identity)));
   internal::MutexLock lock(&I.mu);
   KVTIER_ASSIGN_OR_RETURN(const PrefixMatch match,
-                          I.index->Match(keys, static_cast<int64_t>(tokens.size())));
+                          I.MatchBlocks(keys, static_cast<int64_t>(tokens.size())));
   PrefixLookup out;
   out.matched_tokens = match.matched_tokens;
   out.blocks_by_tier = match.blocks_by_tier;

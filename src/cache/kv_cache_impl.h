@@ -18,10 +18,11 @@
 //     sequence is released waits in orphan_partials). This keeps EnsureResident on resident
 //     blocks to a counter increment per block.
 //   * A transfer's source is pinned by the transfer engine while it runs; the cache counts its
-//     own readers per copy (BlockMeta::readers) so a copy being read is never a candidate.
-//   * The index (BlockIndex) lists the copies that are readable (kReady) or being written
-//     (kPending). A slot some sequence holds but the index does not list (a block computed twice,
-//     never written, or found corrupt) is private: freed when its last holder lets go.
+//     own readers per copy (BlockEntry::readers) so a copy being read is never a candidate.
+//   * A block's entry (`blocks`, BlockEntry::copies) lists the copies that are readable
+//     (kReady) or being written (kPending). A slot some sequence holds but no entry lists (a
+//     block computed twice, never written, or found corrupt) is private: freed when its last
+//     holder lets go.
 #ifndef KVTIER_CACHE_KV_CACHE_IMPL_H_
 #define KVTIER_CACHE_KV_CACHE_IMPL_H_
 
@@ -117,21 +118,27 @@ class Lifeline {
 }  // namespace internal
 
 struct KvCache::Impl {
-  // What the cache knows of one block beyond the index. Exists while the block has a copy in
-  // some tier, or while a child counts on it (child_copies).
-  struct BlockMeta {
-    BlockKey parent;           // kRootBlockKey for a sequence's first block
-    int64_t first_token = -1;  // position of its first token; -1 while only a child refers to it
-    std::array<uint32_t, kNumTiers> child_copies{};  // copies of its children, per tier
+  // Everything the cache knows of one block: its copies per tier (slots and states, what
+  // Match walks), its place in the prefix tree, the references on its copies and its eviction
+  // policy state. The one per-block record (`blocks`): an entry exists while the block has a
+  // copy in some tier (copies.has_copy()), or while a child, a reader or a demotion still counts
+  // on it; an entry without a copy is "not indexed" (Match stops there, as at a missing key).
+  // Fields are ordered small-first to pack behind `copies`.
+  struct BlockEntry {
+    BlockRecord copies;                         // per tier: slot, kPending/kReady (20 bytes)
+    uint8_t candidate = 0;                      // bit t: registered with policy[t]
+    uint8_t evict_after = 0;                    // bit t: drop the copy in t once its demotion lands
+    std::array<uint16_t, kNumTiers> readers{};  // this cache's transfers reading the copy
+    uint32_t uses = 0;  // first write + attach hits (admission, cost_aware reuse)
+    // Copies of its children, per tier (uint32: a block may have more than 65535 children).
+    std::array<uint32_t, kNumTiers> child_copies{};
     // Of those, copies being demoted away (evict_after set): a parent whose children are all
     // leaving is a leaf for eviction, so a chain is evicted from its tail on without waiting.
     std::array<uint32_t, kNumTiers> leaving_children{};
-    absl::Time last_use = absl::InfinitePast();  // the policy's "last touched"
-    std::array<uint16_t, kNumTiers> readers{};   // this cache's transfers reading the copy
-    uint8_t candidate = 0;                       // bit t: registered with policy[t]
-    uint8_t evict_after = 0;  // bit t: drop the copy in t once its demotion lands
-    uint32_t uses = 0;        // first write + attach hits (admission, cost_aware reuse)
+    BlockKey parent;           // kRootBlockKey for a sequence's first block
+    int64_t first_token = -1;  // position of its first token; -1 while only a child refers to it
     double retention_priority = 0;
+    absl::Time last_use = absl::InfinitePast();  // the policy's "last touched"
     absl::Time priority_until = absl::InfinitePast();
   };
 
@@ -181,7 +188,7 @@ struct KvCache::Impl {
 
   struct SlotOwner {
     BlockKey key;
-    bool indexed = false;  // the index lists this slot as the tier's copy of `key`
+    bool indexed = false;  // the entry of `key` lists this slot as the tier's copy
   };
 
   enum class EvictResult : uint8_t {
@@ -223,9 +230,9 @@ struct KvCache::Impl {
   // ---- Mutable state. The file that owns (changes) each group is named above it.
   mutable internal::Mutex mu;
   mutable internal::CondVar cv;  // a move finished (moves.cc)
-  // block_records.cc: the index, what the cache knows per block, who each slot belongs to.
-  std::unique_ptr<BlockIndex> index ABSL_GUARDED_BY(mu);
-  absl::flat_hash_map<BlockKey, BlockMeta> meta ABSL_GUARDED_BY(mu);
+  // block_records.cc: the one record per block, and who each slot belongs to.
+  absl::flat_hash_map<BlockKey, BlockEntry> blocks ABSL_GUARDED_BY(mu);
+  int64_t indexed_blocks ABSL_GUARDED_BY(mu) = 0;  // entries with copies.has_copy()
   std::array<std::vector<SlotOwner>, kNumTiers> owner ABSL_GUARDED_BY(mu);
   std::deque<CacheEvent> events ABSL_GUARDED_BY(mu);
   uint64_t next_event ABSL_GUARDED_BY(mu) = 1;
@@ -295,9 +302,32 @@ struct KvCache::Impl {
   absl::Status AcquireRef(Tier t, SlotId slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void PinTicket(SlotId slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
-  // ---- block_records.cc: the index's copies, BlockMeta and SlotOwner, kept in agreement.
+  // ---- block_records.cc: the block entries (copies and the rest) and SlotOwner, in agreement.
 
   void Event(CacheEventKind kind, const BlockKey& key, Tier tier) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // The copies of `key` (a copy of its record), or nullopt if no tier holds one: what the
+  // index's Lookup answered.
+  std::optional<BlockRecord> IndexedCopies(const BlockKey& key) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    auto it = blocks.find(key);
+    if (it == blocks.end() || !it->second.copies.has_copy()) return std::nullopt;
+    return it->second.copies;
+  }
+  // The longest cached prefix of `keys` over `blocks` (BlockIndex::Match's contract).
+  absl::StatusOr<PrefixMatch> MatchBlocks(absl::Span<const BlockKey> keys, int64_t query_tokens,
+                                          std::vector<BlockLocation>* locations = nullptr) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    // The lambda runs under mu (held here); the analysis cannot see that through the call.
+    const auto* map = &blocks;
+    return MatchPrefix(
+        keys, query_tokens, block_tokens,
+        [map](const BlockKey& key) -> const BlockRecord* {
+          auto it = map->find(key);
+          return it == map->end() ? nullptr : &it->second.copies;
+        },
+        locations);
+  }
+  // Erases the entry of `key` once nothing keeps it: no copy, child, reader or leaving child.
   void MaybeEraseMeta(const BlockKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::Status AddCopy(const BlockKey& key, Tier t, SlotId slot, CopyState state,
                        const BlockKey& parent, int64_t first_token)
@@ -315,10 +345,10 @@ struct KvCache::Impl {
 
   // What tier t's policy is told of the block. run_blocks (a walk of up to 31 parents) only for
   // a policy that reads it.
-  BlockTraits Traits(const BlockMeta& m, Tier t) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  BlockTraits Traits(const BlockEntry& m, Tier t) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // `slot_state`: the copy's slot state when the caller knows it (read under the engine's lock
   // just before), so it is not read again.
-  bool WantCandidate(const BlockKey& key, const BlockMeta& m, Tier t,
+  bool WantCandidate(const BlockKey& key, const BlockEntry& m, Tier t,
                      std::optional<SlotState> slot_state = std::nullopt)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Registers or unregisters (key, t) with the tier's policy to match WantCandidate.
@@ -332,12 +362,12 @@ struct KvCache::Impl {
   void SetLeaving(const BlockKey& key, Tier t, bool leaving) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // The block was used (a hit, or released by a sequence at `m.last_use`): its copies that are
   // candidates in other tiers are re-ranked with the new last use.
-  void TouchCandidates(const BlockKey& key, const BlockMeta& m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void TouchCandidates(const BlockKey& key, const BlockEntry& m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // The first present tier below `t`, or nullopt.
   std::optional<Tier> NextLower(Tier t) const;
   bool HasCopyBelow(const BlockRecord& rec, Tier t) const;
   // Where an evicted block of tier `t` would be demoted: the first lower tier that admits it.
-  std::optional<Tier> DemotionTarget(const BlockMeta& m, Tier t) const;
+  std::optional<Tier> DemotionTarget(const BlockEntry& m, Tier t) const;
   // Makes a slot of lower tier `t` free now if that needs no waiting: drops victims that need
   // no demotion; starts demotions of the others (which free later). True if a slot is free.
   // `window` bounds the demotions out of `t` in flight: each frees one slot when it lands, and
@@ -374,8 +404,8 @@ struct KvCache::Impl {
   void RunDeferred(Deferred& d) ABSL_LOCKS_EXCLUDED(mu);
   void OnMoveDone(const std::shared_ptr<Move>& move, const absl::Status& status)
       ABSL_LOCKS_EXCLUDED(mu);
-  void OnWritten(const std::vector<std::pair<BlockKey, SlotId>>& blocks, const absl::Status& status)
-      ABSL_LOCKS_EXCLUDED(mu);
+  void OnWritten(const std::vector<std::pair<BlockKey, SlotId>>& written,
+                 const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu);
 
   // ---- sequence_table.cc: sequences, their blocks, and the memory of released ids.
 

@@ -102,7 +102,7 @@ KvCacheStats KvCache::stats() const {
   KvCacheStats s = I.counters;
   s.live_sequences = static_cast<int64_t>(I.seqs.size());
   s.open_tickets = static_cast<int64_t>(I.tickets.size());
-  s.indexed_blocks = I.index->size();
+  s.indexed_blocks = I.indexed_blocks;
   s.last_event_sequence = I.next_event - 1;
   std::array<SlotCounts, kNumTiers> counts{};
   int64_t locked_cached = 0;

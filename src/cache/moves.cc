@@ -18,9 +18,9 @@ absl::StatusOr<std::shared_ptr<KvCache::Impl::Move>> KvCache::Impl::StartMove(co
                                                                               Tier from, SlotId src,
                                                                               Tier to, bool pin,
                                                                               Deferred& d) {
-  auto m = meta.find(key);
-  if (m == meta.end()) return absl::InternalError("a move of a block the cache does not know");
-  if (const std::optional<BlockRecord> rec = index->Lookup(key);
+  auto m = blocks.find(key);
+  if (m == blocks.end()) return absl::InternalError("a move of a block the cache does not know");
+  if (const std::optional<BlockRecord> rec = IndexedCopies(key);
       rec.has_value() && rec->state(to) != CopyState::kAbsent) {
     return absl::AlreadyExistsError("the destination tier already has a copy of the block");
   }
@@ -39,7 +39,7 @@ absl::StatusOr<std::shared_ptr<KvCache::Impl::Move>> KvCache::Impl::StartMove(co
   const int64_t first = m->second.first_token;
   // Cannot fail: the destination tier was checked to have no copy above.
   (void)AddCopy(key, to, move->dst, CopyState::kPending, parent, first);
-  ++meta[key].readers[TierIndex(from)];
+  ++blocks[key].readers[TierIndex(from)];
   UpdateCandidate(key, from);
   ++moves_in_flight;
   if (to == Tier::kHbm) {
@@ -65,14 +65,14 @@ void KvCache::Impl::RunDeferred(Deferred& work) {
   Deferred d;  // taken, so running a Deferred twice does nothing the second time
   std::swap(d, work);
   for (auto& [done, status] : d.fire) done.Complete(status);
-  for (auto& [ready, blocks] : d.publish) {
+  for (auto& [ready, written] : d.publish) {
     std::weak_ptr<internal::Lifeline> weak = lifeline;
-    ready.OnDone([weak, blocks = std::move(blocks)](const absl::Status& s) {
+    ready.OnDone([weak, written = std::move(written)](const absl::Status& s) {
       auto life = weak.lock();
       if (!life) return;
       auto* impl = static_cast<Impl*>(life->Enter());
       if (impl == nullptr) return;
-      impl->OnWritten(blocks, s);
+      impl->OnWritten(written, s);
       life->Exit();
     });
   }
@@ -87,12 +87,12 @@ void KvCache::Impl::RunDeferred(Deferred& work) {
   }
 }
 
-void KvCache::Impl::OnWritten(const std::vector<std::pair<BlockKey, SlotId>>& blocks,
+void KvCache::Impl::OnWritten(const std::vector<std::pair<BlockKey, SlotId>>& written,
                               const absl::Status& status) {
   CacheScope scope(*this);
   Deferred& d = scope.deferred();
-  for (const auto& [key, slot] : blocks) {
-    const std::optional<BlockRecord> rec = index->Lookup(key);
+  for (const auto& [key, slot] : written) {
+    const std::optional<BlockRecord> rec = IndexedCopies(key);
     if (!rec.has_value() || rec->state(Tier::kHbm) != CopyState::kPending ||
         rec->slots[0] != slot || onboarding.contains(key)) {
       continue;
@@ -103,14 +103,14 @@ void KvCache::Impl::OnWritten(const std::vector<std::pair<BlockKey, SlotId>>& bl
       continue;
     }
     tiers[0]->EndDeviceWrite(slot, key);
-    ++meta[key].uses;
+    ++blocks[key].uses;
     MarkReady(key, Tier::kHbm);
     if (write_policy == WritePolicy::kWriteThrough) {
       const std::optional<Tier> lower = NextLower(Tier::kHbm);
-      auto m = meta.find(key);
-      if (lower.has_value() && m != meta.end() &&
+      auto m = blocks.find(key);
+      if (lower.has_value() && m != blocks.end() &&
           m->second.uses >= static_cast<uint32_t>(admit_after_uses[TierIndex(*lower)]) &&
-          index->Lookup(key)->state(*lower) == CopyState::kAbsent && RoomBelowNow(*lower, d)) {
+          IndexedCopies(key)->state(*lower) == CopyState::kAbsent && RoomBelowNow(*lower, d)) {
         (void)StartMove(key, Tier::kHbm, slot, *lower, false, d);
       }
     }
@@ -123,7 +123,7 @@ void KvCache::Impl::OnMoveDone(const std::shared_ptr<Move>& move, const absl::St
     Deferred& d = scope.deferred();
     const BlockKey& key = move->key;
     const int from = TierIndex(move->from);
-    if (auto m = meta.find(key); m != meta.end() && m->second.readers[from] > 0) {
+    if (auto m = blocks.find(key); m != blocks.end() && m->second.readers[from] > 0) {
       --m->second.readers[from];
     }
     if (move->to == Tier::kHbm) {
@@ -182,8 +182,8 @@ void KvCache::Impl::OnMoveDone(const std::shared_ptr<Move>& move, const absl::St
           ++counters.tiers[from].corrupt_reads;
           RemoveCopy(key, move->from);
           // Another transfer may still read it; the last reader's callback settles it.
-          auto mm = meta.find(key);
-          if (mm == meta.end() || mm->second.readers[from] == 0) {
+          auto mm = blocks.find(key);
+          if (mm == blocks.end() || mm->second.readers[from] == 0) {
             SettleSlot(move->from, move->src);
           }
         }
@@ -197,10 +197,10 @@ void KvCache::Impl::OnMoveDone(const std::shared_ptr<Move>& move, const absl::St
     }
     if (move->evict_source) {
       --evicting[from];
-      auto m = meta.find(key);
-      if (m != meta.end()) SetLeaving(key, move->from, false);
-      const std::optional<BlockRecord> rec = index->Lookup(key);
-      if (status.ok() && m != meta.end() && rec.has_value() &&
+      auto m = blocks.find(key);
+      if (m != blocks.end()) SetLeaving(key, move->from, false);
+      const std::optional<BlockRecord> rec = IndexedCopies(key);
+      if (status.ok() && m != blocks.end() && rec.has_value() &&
           rec->state(move->from) == CopyState::kReady && rec->slots[from] == move->src &&
           WantCandidate(key, m->second, move->from)) {
         DropCopy(key, move->from);
@@ -210,8 +210,8 @@ void KvCache::Impl::OnMoveDone(const std::shared_ptr<Move>& move, const absl::St
     }
     // The source may have lost its last holder while it was read (a sequence released it): once
     // no transfer of the cache reads it, settle it (a candidate again, or freed if private).
-    auto src_meta = meta.find(key);
-    if (src_meta == meta.end() || src_meta->second.readers[from] == 0) {
+    auto src_meta = blocks.find(key);
+    if (src_meta == blocks.end() || src_meta->second.readers[from] == 0) {
       SettleSlot(move->from, move->src);
     }
   }

@@ -47,7 +47,7 @@ absl::StatusOr<AttachResult> KvCache::Impl::AttachKeys(SequenceId id, uint64_t g
   }
   std::vector<BlockLocation> where;
   KVTIER_ASSIGN_OR_RETURN(const PrefixMatch match,
-                          index->Match(keys, static_cast<int64_t>(prompt.size()), &where));
+                          MatchBlocks(keys, static_cast<int64_t>(prompt.size()), &where));
   // Phase 1: pin every matched block where it is.
   // One pass under the engine's lock; a block that was cached (no holder) may have been an
   // eviction candidate and stops being one.
@@ -96,7 +96,7 @@ absl::StatusOr<AttachResult> KvCache::Impl::AttachKeys(SequenceId id, uint64_t g
   pinned.resize(static_cast<size_t>(plan.restore_blocks));
   const absl::Time now = Now();
   for (size_t i = 0; i < pinned.size(); ++i) {
-    BlockMeta& m = meta[keys[i]];
+    BlockEntry& m = blocks[keys[i]];
     ++m.uses;
     m.last_use = now;
     TouchCandidates(keys[i], m);

@@ -106,7 +106,7 @@ void KvCache::Impl::AdoptHbmCopies(Sequence& seq, int64_t first, int64_t last) {
     const SeqBlock b = seq.blocks[static_cast<size_t>(i)];
     if (b.tier == Tier::kHbm) continue;
     const BlockKey key = seq.keys[static_cast<size_t>(i)];
-    const std::optional<BlockRecord> rec = index->Lookup(key);
+    const std::optional<BlockRecord> rec = IndexedCopies(key);
     if (!rec.has_value() || rec->state(Tier::kHbm) != CopyState::kReady) continue;
     if (!RepointBlock(seq, i, Tier::kHbm, rec->slots[0])) continue;
     if (inclusion == TierInclusion::kExclusive) DropIfDroppable(key, b.tier);
@@ -147,7 +147,7 @@ void KvCache::Impl::Onboard(Sequence& seq, int64_t i,
     return;
   }
   const BlockKey key = seq.keys[static_cast<size_t>(i)];
-  const std::optional<BlockRecord> rec = index->Lookup(key);
+  const std::optional<BlockRecord> rec = IndexedCopies(key);
   if (rec.has_value() && rec->state(Tier::kHbm) == CopyState::kReady) {
     const SlotId hbm = rec->slots[0];
     if (RepointBlock(seq, i, Tier::kHbm, hbm)) {  // an HBM copy exists: adopt it, no bytes move
@@ -327,7 +327,7 @@ absl::Status KvCache::Impl::PauseSequence(SequenceId id, Deferred& d) {
     const SeqBlock b = seq->blocks[static_cast<size_t>(j)];
     const BlockKey key = seq->keys[static_cast<size_t>(j)];
     if (b.tier != Tier::kHbm) continue;
-    const std::optional<BlockRecord> rec = index->Lookup(key);
+    const std::optional<BlockRecord> rec = IndexedCopies(key);
     if (!rec.has_value() || rec->state(Tier::kHbm) != CopyState::kReady ||
         rec->slots[0] != b.slot) {
       continue;  // a private twin or not yet written: stays held in HBM
@@ -397,11 +397,11 @@ absl::StatusOr<int64_t> KvCache::Impl::PrefetchBlocks(const std::vector<BlockKey
                                                       int64_t num_tokens, Deferred& d) {
   int64_t started = 0;
   std::vector<BlockLocation> where;
-  KVTIER_ASSIGN_OR_RETURN(const PrefixMatch match, index->Match(keys, num_tokens, &where));
+  KVTIER_ASSIGN_OR_RETURN(const PrefixMatch match, MatchBlocks(keys, num_tokens, &where));
   (void)match;
   for (size_t i = 0; i < where.size(); ++i) {
     if (where[i].tier == Tier::kHbm || onboarding.contains(keys[i])) continue;
-    const std::optional<BlockRecord> rec = index->Lookup(keys[i]);
+    const std::optional<BlockRecord> rec = IndexedCopies(keys[i]);
     if (!rec.has_value() || rec->state(Tier::kHbm) != CopyState::kAbsent) continue;
     // A hint: take a free slot or one victim that can go at once, never wait for room.
     if (FreeBlocks(Tier::kHbm) < 1 &&
@@ -410,7 +410,7 @@ absl::StatusOr<int64_t> KvCache::Impl::PrefetchBlocks(const std::vector<BlockKey
       break;
     }
     // Re-read: an eviction above may have demoted or dropped this very block's neighbours.
-    const std::optional<BlockRecord> now = index->Lookup(keys[i]);
+    const std::optional<BlockRecord> now = IndexedCopies(keys[i]);
     if (!now.has_value()) break;
     const std::optional<Tier> from = now->fastest_ready_tier();
     if (!from.has_value() || *from == Tier::kHbm) continue;

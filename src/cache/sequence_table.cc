@@ -153,7 +153,7 @@ absl::Status KvCache::Impl::PublishWritten(SequenceId id, int64_t num_tokens, Co
     const SeqBlock b = seq->blocks[static_cast<size_t>(j)];
     const BlockKey key = seq->keys[static_cast<size_t>(j)];
     if (b.tier != Tier::kHbm) continue;
-    const std::optional<BlockRecord> rec = index->Lookup(key);
+    const std::optional<BlockRecord> rec = IndexedCopies(key);
     if (rec.has_value() && rec->state(Tier::kHbm) != CopyState::kAbsent) continue;  // a twin
     const BlockKey parent = j == 0 ? kRootBlockKey : seq->keys[static_cast<size_t>(j - 1)];
     if (AddCopy(key, Tier::kHbm, b.slot, CopyState::kPending, parent, j * b_tokens).ok()) {
@@ -247,8 +247,8 @@ absl::Status KvCache::Impl::ReleaseSequence(SequenceId id) {
   ReleaseRefs(seq->blocks, &after);
   for (size_t i = seq->blocks.size(); i-- > 0;) {
     if (i < seq->keys.size()) {
-      auto m = meta.find(seq->keys[i]);
-      if (m != meta.end()) {
+      auto m = blocks.find(seq->keys[i]);
+      if (m != blocks.end()) {
         m->second.last_use = now;  // in use until now
         if (seq->options.retention_priority > 0) {
           m->second.retention_priority = seq->options.retention_priority;

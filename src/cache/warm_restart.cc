@@ -1,5 +1,5 @@
 // Warm restart: the blocks persistent tiers found again when the cache was created become ready
-// copies in the index (the only state it changes is the index, BlockMeta and SlotOwner, through
+// copies in the index (the only state it changes is the index, BlockEntry and SlotOwner, through
 // AddCopy).
 #include "cache/kv_cache_impl.h"
 

@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "internal/status_macros.h"
 #include "internal/strings.h"
 
 namespace kvtier {
@@ -50,7 +51,7 @@ absl::StatusOr<std::unique_ptr<BlockIndex>> BlockIndex::Create(int tokens_per_bl
   return std::unique_ptr<BlockIndex>(new BlockIndex(tokens_per_block));
 }
 
-absl::Status BlockIndex::AddCopy(const BlockKey& key, Tier tier, SlotId slot, CopyState state) {
+absl::Status BlockRecord::AddCopy(const BlockKey& key, Tier tier, SlotId slot, CopyState state) {
   if (!ValidTier(tier)) return NoSuchTier(tier);
   if (!slot.valid()) {
     return absl::InvalidArgumentError(absl::StrCat("BlockIndex: the slot of block ", key.ToHex(),
@@ -62,25 +63,20 @@ absl::Status BlockIndex::AddCopy(const BlockKey& key, Tier tier, SlotId slot, Co
                                                    " must be pending or ready, not state ",
                                                    static_cast<int>(state)));
   }
-  auto [it, inserted] = records_.try_emplace(key);
-  BlockRecord& r = it->second;
-  if (!inserted && r.state(tier) != CopyState::kAbsent) {
+  if (this->state(tier) != CopyState::kAbsent) {
     return absl::AlreadyExistsError(absl::StrCat("BlockIndex: block ", key.ToHex(),
                                                  " already has a copy in ",
                                                  ToAbsl(TierName(tier)), " at slot ",
-                                                 r.slots[TierIndex(tier)].value()));
+                                                 slots[TierIndex(tier)].value()));
   }
-  r.slots[TierIndex(tier)] = slot;
-  (state == CopyState::kReady ? r.ready_tiers : r.pending_tiers) |= Bit(tier);
+  slots[TierIndex(tier)] = slot;
+  (state == CopyState::kReady ? ready_tiers : pending_tiers) |= Bit(tier);
   return absl::OkStatus();
 }
 
-absl::Status BlockIndex::MarkReady(const BlockKey& key, Tier tier) {
+absl::Status BlockRecord::MarkReady(const BlockKey& key, Tier tier) {
   if (!ValidTier(tier)) return NoSuchTier(tier);
-  auto it = records_.find(key);
-  if (it == records_.end()) return NoCopy(key, tier);
-  BlockRecord& r = it->second;
-  switch (r.state(tier)) {
+  switch (state(tier)) {
     case CopyState::kAbsent:
       return NoCopy(key, tier);
     case CopyState::kReady:
@@ -88,24 +84,44 @@ absl::Status BlockIndex::MarkReady(const BlockKey& key, Tier tier) {
           "BlockIndex: the copy of block ", key.ToHex(), " in ", ToAbsl(TierName(tier)),
           " is already ready"));
     case CopyState::kPending:
-      r.pending_tiers &= static_cast<uint8_t>(~Bit(tier));
-      r.ready_tiers |= Bit(tier);
+      pending_tiers &= static_cast<uint8_t>(~Bit(tier));
+      ready_tiers |= Bit(tier);
       return absl::OkStatus();
   }
   return NoCopy(key, tier);
 }
 
+absl::Status BlockRecord::RemoveCopy(const BlockKey& key, Tier tier) {
+  if (!ValidTier(tier)) return NoSuchTier(tier);
+  if (state(tier) == CopyState::kAbsent) return NoCopy(key, tier);
+  pending_tiers &= static_cast<uint8_t>(~Bit(tier));
+  ready_tiers &= static_cast<uint8_t>(~Bit(tier));
+  slots[TierIndex(tier)] = SlotId();
+  return absl::OkStatus();
+}
+
+absl::Status BlockIndex::AddCopy(const BlockKey& key, Tier tier, SlotId slot, CopyState state) {
+  // Checked before the record is made, so a refused copy leaves no empty record behind.
+  if (!ValidTier(tier) || !slot.valid() ||
+      (state != CopyState::kPending && state != CopyState::kReady)) {
+    return BlockRecord().AddCopy(key, tier, slot, state);
+  }
+  return records_[key].AddCopy(key, tier, slot, state);
+}
+
+absl::Status BlockIndex::MarkReady(const BlockKey& key, Tier tier) {
+  if (!ValidTier(tier)) return NoSuchTier(tier);
+  auto it = records_.find(key);
+  if (it == records_.end()) return NoCopy(key, tier);
+  return it->second.MarkReady(key, tier);
+}
+
 absl::Status BlockIndex::RemoveCopy(const BlockKey& key, Tier tier) {
   if (!ValidTier(tier)) return NoSuchTier(tier);
   auto it = records_.find(key);
-  if (it == records_.end() || it->second.state(tier) == CopyState::kAbsent) {
-    return NoCopy(key, tier);
-  }
-  BlockRecord& r = it->second;
-  r.pending_tiers &= static_cast<uint8_t>(~Bit(tier));
-  r.ready_tiers &= static_cast<uint8_t>(~Bit(tier));
-  r.slots[TierIndex(tier)] = SlotId();
-  if ((r.pending_tiers | r.ready_tiers) == 0) records_.erase(it);
+  if (it == records_.end()) return NoCopy(key, tier);
+  KVTIER_RETURN_IF_ERROR(it->second.RemoveCopy(key, tier));
+  if (!it->second.has_copy()) records_.erase(it);
   return absl::OkStatus();
 }
 
@@ -118,27 +134,13 @@ std::optional<BlockRecord> BlockIndex::Lookup(const BlockKey& key) const {
 absl::StatusOr<PrefixMatch> BlockIndex::Match(absl::Span<const BlockKey> keys,
                                               int64_t query_tokens,
                                               std::vector<BlockLocation>* locations) const {
-  if (query_tokens < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("BlockIndex: query_tokens = ", query_tokens, " is negative"));
-  }
-  const int64_t limit =
-      std::min(static_cast<int64_t>(keys.size()), query_tokens / tokens_per_block_);
-  if (locations != nullptr) locations->clear();
-  PrefixMatch match;
-  for (int64_t i = 0; i < limit; ++i) {
-    auto it = records_.find(keys[i]);
-    if (it == records_.end()) break;
-    const std::optional<Tier> tier = it->second.fastest_ready_tier();
-    if (!tier.has_value()) break;  // only pending copies: not usable yet
-    ++match.blocks_by_tier[TierIndex(*tier)];
-    if (locations != nullptr) {
-      locations->push_back(BlockLocation{*tier, it->second.slots[TierIndex(*tier)]});
-    }
-    ++match.matched_blocks;
-  }
-  match.matched_tokens = match.matched_blocks * tokens_per_block_;
-  return match;
+  return MatchPrefix(
+      keys, query_tokens, tokens_per_block_,
+      [this](const BlockKey& key) -> const BlockRecord* {
+        auto it = records_.find(key);
+        return it == records_.end() ? nullptr : &it->second;
+      },
+      locations);
 }
 
 }  // namespace kvtier

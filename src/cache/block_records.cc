@@ -37,8 +37,8 @@ absl::Status KvCache::Impl::AddCopy(const BlockKey& key, Tier t, SlotId slot, Co
   BlockEntry& m = blocks[key];
   const bool had_copy = m.copies.has_copy();
   KVTIER_RETURN_IF_ERROR(m.copies.AddCopy(key, t, slot, state));
-  if (!had_copy) ++indexed_blocks;
   if (!had_copy) {  // a new block, or one only its children knew (parent and position set now)
+    ++indexed_blocks;
     m.parent = parent;
     m.first_token = first_token;
     m.last_use = Now();

@@ -112,17 +112,18 @@ std::optional<Tier> KvCache::Impl::DemotionTarget(const BlockMeta& m, Tier t) co
   return std::nullopt;
 }
 
-bool KvCache::Impl::RoomBelowNow(Tier t, Deferred& d, int64_t window, bool may_wait) {
+bool KvCache::Impl::RoomBelowNow(Tier t, Deferred& d, int64_t window, bool may_wait,
+                                 absl::Time deadline) {
   for (int attempts = 0; attempts < 8; ++attempts) {
     if (FreeBlocks(t) > 0) return true;
     if (evicting[TierIndex(t)] >= window) return false;
-    if (EvictOne(t, d, window, may_wait) != EvictResult::kEvicted) return false;
+    if (EvictOne(t, d, window, may_wait, deadline) != EvictResult::kEvicted) return false;
   }
   return FreeBlocks(t) > 0;
 }
 
 KvCache::Impl::EvictResult KvCache::Impl::EvictOne(Tier t, Deferred& d, int64_t window,
-                                                   bool may_wait) {
+                                                   bool may_wait, absl::Time deadline) {
   const std::optional<BlockKey> victim = policy[TierIndex(t)]->Victim(Now());
   if (!victim.has_value()) return EvictResult::kNoCandidate;
   const BlockKey key = *victim;
@@ -133,10 +134,11 @@ KvCache::Impl::EvictResult KvCache::Impl::EvictOne(Tier t, Deferred& d, int64_t 
     return EvictResult::kEvicted;
   }
   const std::optional<Tier> target = DemotionTarget(m->second, t);
-  if (demote_on_evict && target.has_value() && !HasCopyBelow(*rec, t)) {
-    if (RoomBelowNow(*target, d, std::max<int64_t>(window, 1), may_wait)) {
+  if (demote_on_evict && target.has_value() && !HasCopyBelow(*rec, t) &&
+      (deadline == absl::InfiniteFuture() || absl::Now() < deadline)) {
+    if (RoomBelowNow(*target, d, std::max<int64_t>(window, 1), may_wait, deadline)) {
       const SlotId src = rec->slots[TierIndex(t)];
-      auto move = StartMove(key, t, src, *target, /*pin=*/false, d);
+      auto move = StartMove(key, t, src, *target, /*pin=*/false, d, deadline);
       if (move.ok()) {
         (*move)->evict_source = true;
         SetLeaving(key, t, true);
@@ -160,10 +162,12 @@ absl::Status KvCache::Impl::MakeHbmRoom(int64_t need, absl::Time deadline, Defer
     // Demotions in flight free their sources when they land: count them, so no more is
     // evicted than needed. The nested window lets the tier below start as many demotions as
     // HBM still needs slots (more than needed when some victims already have a copy below).
+    // Past the deadline they no longer count: none can land in time.
     bool waiting_below = false;
-    while (FreeBlocks(Tier::kHbm) + evicting[0] < need) {
-      const EvictResult e = EvictOne(Tier::kHbm, d, need - FreeBlocks(Tier::kHbm) - evicting[0],
-                                     /*may_wait=*/!past_deadline);
+    while (FreeBlocks(Tier::kHbm) + (past_deadline ? 0 : evicting[0]) < need) {
+      const int64_t window = need - FreeBlocks(Tier::kHbm) - (past_deadline ? 0 : evicting[0]);
+      const EvictResult e =
+          EvictOne(Tier::kHbm, d, window, /*may_wait=*/!past_deadline, deadline);
       waiting_below = e == EvictResult::kWaitBelow;
       if (e != EvictResult::kEvicted) break;
     }

@@ -324,31 +324,41 @@ struct KvCache::Impl {
   // no demotion; starts demotions of the others (which free later). True if a slot is free.
   // `window` bounds the demotions out of `t` in flight: each frees one slot when it lands, and
   // starting more than the caller will use evicts blocks for nothing (1 for a single block).
-  // `may_wait` is passed to the victims' eviction (EvictOne).
-  bool RoomBelowNow(Tier t, Deferred& d, int64_t window = 1, bool may_wait = false)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // `may_wait` and `deadline` are passed to the victims' eviction (EvictOne).
+  bool RoomBelowNow(Tier t, Deferred& d, int64_t window = 1, bool may_wait = false,
+                    absl::Time deadline = absl::InfiniteFuture()) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Evicts the policy's victim in `t`: drops it if a lower tier has it (or none admits it),
   // else starts its demotion. When the lower tier is full and its own demotions are under way,
   // a caller that can wait for them (`may_wait`: MakeHbmRoom before its deadline) keeps the
   // victim for later (kWaitBelow) rather than drop a block a slot will soon be free for:
   // dropping would lose every block of a burst but the few the lower tier had room for. Other
   // callers (Pause's copy-down, write-through, Prefetch) never wait: the victim is dropped.
-  EvictResult EvictOne(Tier t, Deferred& d, int64_t window = 1, bool may_wait = false)
+  // A demotion started here must land by `deadline` (MakeHbmRoom's); once it has passed, no
+  // demotion can help and the victim is dropped.
+  EvictResult EvictOne(Tier t, Deferred& d, int64_t window = 1, bool may_wait = false,
+                       absl::Time deadline = absl::InfiniteFuture())
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Frees `need` HBM slots, waiting (lock released) up to `deadline` (wall clock, not the
-  // cache's clock: it bounds real transfers) for demotions to land. Victims wait for room below
-  // until the deadline; at the deadline one last pass drops what cannot be demoted at once. The
-  // caller must re-validate everything it looked up before: the lock may have been dropped.
+  // cache's clock: it bounds real transfers) for demotions to land; they are started with that
+  // deadline, so one stuck behind a hung transfer gives up by then. Victims wait for room below
+  // until the deadline; at the deadline one last pass drops droppable blocks (it no longer
+  // counts on demotions in flight, nor starts any). The caller must re-validate everything it
+  // looked up before: the lock may have been dropped.
   absl::Status MakeHbmRoom(int64_t need, absl::Time deadline, Deferred& d)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // ---- moves.cc: transfers the cache starts, and the work deferred until the lock is dropped.
 
-  // Starts copying `key` from (from, src) to a new slot of `to`. The transfer has no deadline:
-  // a ticket's deadline is kept by the cache (ExpireTicket), so the engine never reports a copy
-  // that may still be running, and a source is unpinned by the time its callback runs.
+  // Starts copying `key` from (from, src) to a new slot of `to`, by `deadline` (its caller's) or,
+  // for a caller without one, within the transfer bound (max(room_wait, 1 s)): a store that
+  // never answers must not hold a bounce buffer and a slot for ever, nor queue every later
+  // staged copy behind it. The deadline only bounds the start and the backends
+  // (deadline_bounds_start): a ticket's deadline is kept by the cache (ExpireTicket), so the
+  // engine never reports a copy that may still be running, and a source is unpinned by the time
+  // its callback runs. (A copy between two inline tiers has finished when this returns.)
   absl::StatusOr<std::shared_ptr<Move>> StartMove(const BlockKey& key, Tier from, SlotId src,
-                                                  Tier to, bool pin, Deferred& d)
+                                                  Tier to, bool pin, Deferred& d,
+                                                  absl::Time deadline = absl::InfiniteFuture())
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Registers the callbacks of moves started so far (they must exist before anyone waits on
   // them), dropping and retaking the lock. True if it did (state may have changed meanwhile).

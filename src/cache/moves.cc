@@ -8,16 +8,25 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "cache/kv_cache_impl.h"
 #include "internal/mutex.h"
 #include "internal/status_macros.h"
 
 namespace kvtier {
+namespace {
+
+// A transfer whose caller set no deadline gets max(room_wait, this) (StartMove).
+constexpr absl::Duration kMinTransferBound = absl::Seconds(1);
+
+}  // namespace
 
 absl::StatusOr<std::shared_ptr<KvCache::Impl::Move>> KvCache::Impl::StartMove(const BlockKey& key,
                                                                               Tier from, SlotId src,
                                                                               Tier to, bool pin,
-                                                                              Deferred& d) {
+                                                                              Deferred& d,
+                                                                              absl::Time deadline) {
   auto m = meta.find(key);
   if (m == meta.end()) return absl::InternalError("a move of a block the cache does not know");
   if (const std::optional<BlockRecord> rec = index->Lookup(key);
@@ -26,6 +35,10 @@ absl::StatusOr<std::shared_ptr<KvCache::Impl::Move>> KvCache::Impl::StartMove(co
   }
   TransferOptions options;
   options.pin_destination = pin;
+  options.deadline = deadline != absl::InfiniteFuture()
+                         ? deadline
+                         : absl::Now() + std::max(room_wait, kMinTransferBound);
+  options.deadline_bounds_start = true;
   KVTIER_ASSIGN_OR_RETURN(Transfer transfer, engine->Copy(key, from, src, to, options));
   auto move = std::make_shared<Move>();
   move->key = key;

@@ -32,7 +32,9 @@
 //     a candidate (that child could never be hit without it). Candidates are ranked by the
 //     eviction policy (eviction_policy.h: lru or cost_aware). Blocks held by sequences, pinned by
 //     tickets or read by transfers are never candidates. An evicted block is demoted to the next
-//     tier that admits it and lacks it, or dropped (counted in evictions).
+//     tier that admits it and lacks it, or dropped (counted in evictions). A tier whose store
+//     just failed is no demotion target for a back-off (100 ms, doubling to 10 s while its
+//     stores keep failing, reset by one that lands): a dead store is bypassed, not re-tried.
 //   * Restore versus recompute: AttachPrefix restores the leading matched blocks the cost model
 //     (cost_model.h: restore = latency + bytes / bandwidth per tier, measured online; recompute
 //     = prefill FLOPs / FLOP rate) says are cheaper to restore, and the caller recomputes the rest.

@@ -12,6 +12,14 @@
 #include "cache/kv_cache_impl.h"
 
 namespace kvtier {
+namespace {
+
+// After a failed store a tier is no demotion target for a back-off, doubling from the first to
+// the last while its stores keep failing (NoteStore).
+constexpr absl::Duration kStoreBackoffMin = absl::Milliseconds(100);
+constexpr absl::Duration kStoreBackoffMax = absl::Seconds(10);
+
+}  // namespace
 
 BlockTraits KvCache::Impl::Traits(const BlockMeta& m) const {
   BlockTraits t;
@@ -105,11 +113,27 @@ bool KvCache::Impl::HasCopyBelow(const BlockRecord& rec, Tier t) const {
 
 std::optional<Tier> KvCache::Impl::DemotionTarget(const BlockMeta& m, Tier t) const {
   for (int i = TierIndex(t) + 1; i < kNumTiers; ++i) {
-    if (tiers[i] != nullptr && m.uses >= static_cast<uint32_t>(admit_after_uses[i])) {
+    const bool backing_off =
+        store_backoff_until[i] != absl::InfinitePast() && absl::Now() < store_backoff_until[i];
+    if (tiers[i] != nullptr && m.uses >= static_cast<uint32_t>(admit_after_uses[i]) &&
+        !backing_off) {
       return static_cast<Tier>(i);
     }
   }
   return std::nullopt;
+}
+
+void KvCache::Impl::NoteStore(Tier t, bool landed) {
+  const int i = TierIndex(t);
+  if (landed) {
+    store_backoff[i] = absl::ZeroDuration();
+    store_backoff_until[i] = absl::InfinitePast();
+    return;
+  }
+  store_backoff[i] = store_backoff[i] == absl::ZeroDuration()
+                         ? kStoreBackoffMin
+                         : std::min(2 * store_backoff[i], kStoreBackoffMax);
+  store_backoff_until[i] = absl::Now() + store_backoff[i];
 }
 
 bool KvCache::Impl::RoomBelowNow(Tier t, Deferred& d, int64_t window, bool may_wait,

@@ -229,9 +229,15 @@ struct KvCache::Impl {
   std::array<std::vector<SlotOwner>, kNumTiers> owner ABSL_GUARDED_BY(mu);
   std::deque<CacheEvent> events ABSL_GUARDED_BY(mu);
   uint64_t next_event ABSL_GUARDED_BY(mu) = 1;
-  // eviction_candidates.cc: the candidates per tier, and the demotions out of each tier.
+  // eviction_candidates.cc: the candidates per tier, the demotions out of each tier, and the
+  // tiers skipped as demotion targets after a failed store.
   Policies policy ABSL_GUARDED_BY(mu);
   std::array<int64_t, kNumTiers> evicting ABSL_GUARDED_BY(mu){};
+  // Per tier: skipped as a demotion target until then (wall clock) after a failed store, and
+  // the back-off the next failure doubles; a store that lands resets both (NoteStore).
+  std::array<absl::Time, kNumTiers> store_backoff_until ABSL_GUARDED_BY(mu) = {
+      absl::InfinitePast(), absl::InfinitePast(), absl::InfinitePast(), absl::InfinitePast()};
+  std::array<absl::Duration, kNumTiers> store_backoff ABSL_GUARDED_BY(mu){};
   // slot_refs.cc (and the ticket paths of residency.cc): references to HBM slots.
   std::vector<uint32_t> ticket_refs ABSL_GUARDED_BY(mu);  // per HBM slot
   // Per HBM slot: references sequences hold (= the allocator's, less transfer pins), so a
@@ -318,8 +324,14 @@ struct KvCache::Impl {
   // The first present tier below `t`, or nullopt.
   std::optional<Tier> NextLower(Tier t) const;
   bool HasCopyBelow(const BlockRecord& rec, Tier t) const;
-  // Where an evicted block of tier `t` would be demoted: the first lower tier that admits it.
-  std::optional<Tier> DemotionTarget(const BlockMeta& m, Tier t) const;
+  // Where an evicted block of tier `t` would be demoted: the first lower tier that admits it
+  // and whose stores are not backing off after a failure.
+  std::optional<Tier> DemotionTarget(const BlockMeta& m, Tier t) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // A store into lower tier `t` landed (`landed`) or failed: a failure makes `t` no demotion
+  // target for a back-off, doubling from 100 ms to 10 s while its stores keep failing (DESIGN
+  // section 10: a dead store is bypassed, not re-tried per block); a landed store ends it.
+  void NoteStore(Tier t, bool landed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Makes a slot of lower tier `t` free now if that needs no waiting: drops victims that need
   // no demotion; starts demotions of the others (which free later). True if a slot is free.
   // `window` bounds the demotions out of `t` in flight: each frees one slot when it lands, and

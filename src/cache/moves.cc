@@ -151,6 +151,7 @@ void KvCache::Impl::OnMoveDone(const std::shared_ptr<Move>& move, const absl::St
     }
     if (status.ok()) {
       MarkReady(key, move->to);
+      if (move->to != Tier::kHbm) NoteStore(move->to, /*landed=*/true);
       if (move->to == Tier::kHbm) {
         for (const Move::Waiter& w : move->waiters) {
           if (w.sequence.valid()) {
@@ -206,6 +207,7 @@ void KvCache::Impl::OnMoveDone(const std::shared_ptr<Move>& move, const absl::St
         }
       } else {
         ++counters.tiers[TierIndex(move->to)].failed_stores;
+        NoteStore(move->to, /*landed=*/false);
       }
     }
     if (move->evict_source) {

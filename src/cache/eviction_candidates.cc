@@ -1,7 +1,8 @@
 // Eviction candidates: which copies are registered with each tier's policy (BlockMeta::candidate),
-// which are being demoted away (evict_after, leaving_children, evicting), and making room in a
-// tier by evicting the policy's victims: dropped, or demoted to the first lower tier admitting
-// them.
+// which are being demoted away (evict_after, leaving_children, evicting, arriving), and making
+// room in a tier by evicting the policy's victims: dropped, or demoted to the first lower tier
+// admitting them that can take them (a tier backing off after a failed store does not:
+// store_backoff, store_backoff_until).
 #include <algorithm>
 #include <optional>
 
@@ -160,18 +161,26 @@ KvCache::Impl::EvictResult KvCache::Impl::EvictOne(Tier t, Deferred& d, int64_t 
   const std::optional<Tier> target = DemotionTarget(m->second, t);
   if (demote_on_evict && target.has_value() && !HasCopyBelow(*rec, t) &&
       (deadline == absl::InfiniteFuture() || absl::Now() < deadline)) {
-    if (RoomBelowNow(*target, d, std::max<int64_t>(window, 1), may_wait, deadline)) {
+    const BlockMeta victim_meta = m->second;  // RoomBelowNow may rehash `meta`
+    std::optional<Tier> to = target;
+    while (to.has_value() &&
+           !RoomBelowNow(*to, d, std::max<int64_t>(window, 1), may_wait, deadline)) {
+      // Full, and nothing under way there will free a slot: try the next admitting tier.
+      to = evicting[TierIndex(*to)] == 0 ? DemotionTarget(victim_meta, *to) : std::nullopt;
+    }
+    if (to.has_value()) {
       const SlotId src = rec->slots[TierIndex(t)];
-      auto move = StartMove(key, t, src, *target, /*pin=*/false, d, deadline);
+      auto move = StartMove(key, t, src, *to, /*pin=*/false, d, deadline);
       if (move.ok()) {
         (*move)->evict_source = true;
         SetLeaving(key, t, true);
         ++evicting[TierIndex(t)];
+        ++arriving[TierIndex(*to)];
         return EvictResult::kEvicted;
       }
     } else if (may_wait) {
       for (int below = TierIndex(*target); below < kNumTiers; ++below) {
-        if (evicting[below] > 0) return EvictResult::kWaitBelow;
+        if (evicting[below] > 0 || arriving[below] > 0) return EvictResult::kWaitBelow;
       }
     }
   }

@@ -229,10 +229,11 @@ struct KvCache::Impl {
   std::array<std::vector<SlotOwner>, kNumTiers> owner ABSL_GUARDED_BY(mu);
   std::deque<CacheEvent> events ABSL_GUARDED_BY(mu);
   uint64_t next_event ABSL_GUARDED_BY(mu) = 1;
-  // eviction_candidates.cc: the candidates per tier, the demotions out of each tier, and the
-  // tiers skipped as demotion targets after a failed store.
+  // eviction_candidates.cc: the candidates per tier, the demotions out of and into each tier,
+  // and the tiers skipped as demotion targets after a failed store.
   Policies policy ABSL_GUARDED_BY(mu);
-  std::array<int64_t, kNumTiers> evicting ABSL_GUARDED_BY(mu){};
+  std::array<int64_t, kNumTiers> evicting ABSL_GUARDED_BY(mu){};  // demotions out of a tier
+  std::array<int64_t, kNumTiers> arriving ABSL_GUARDED_BY(mu){};  // demotions into a tier
   // Per tier: skipped as a demotion target until then (wall clock) after a failed store, and
   // the back-off the next failure doubles; a store that lands resets both (NoteStore).
   std::array<absl::Time, kNumTiers> store_backoff_until ABSL_GUARDED_BY(mu) = {
@@ -345,6 +346,9 @@ struct KvCache::Impl {
   // victim for later (kWaitBelow) rather than drop a block a slot will soon be free for:
   // dropping would lose every block of a burst but the few the lower tier had room for. Other
   // callers (Pause's copy-down, write-through, Prefetch) never wait: the victim is dropped.
+  // A lower tier that is full with nothing under way to free a slot (say, full of blocks still
+  // arriving) is skipped for the next admitting one that has room now; blocks arriving in a tier
+  // are worth waiting for too, as they can be demoted further once they land.
   // A demotion started here must land by `deadline` (MakeHbmRoom's); once it has passed, no
   // demotion can help and the victim is dropped.
   EvictResult EvictOne(Tier t, Deferred& d, int64_t window = 1, bool may_wait = false,

@@ -212,6 +212,7 @@ void KvCache::Impl::OnMoveDone(const std::shared_ptr<Move>& move, const absl::St
     }
     if (move->evict_source) {
       --evicting[from];
+      --arriving[TierIndex(move->to)];
       auto m = meta.find(key);
       if (m != meta.end()) SetLeaving(key, move->from, false);
       const std::optional<BlockRecord> rec = index->Lookup(key);

@@ -302,7 +302,8 @@ class KvCache {
 
   // Appends tokens: fills the partial last block, takes HBM slots for the rest (evicting and
   // demoting droppable blocks as needed), seals every block that becomes full and keys it.
-  // All or nothing. May block up to room_wait while demotions free HBM.
+  // All or nothing. May block up to room_wait while demotions free HBM (or copies down, e.g.
+  // write-through, whose blocks are droppable once they land).
   // Errors: kNotFound / kFailedPrecondition for an unknown / released sequence; kInvalidArgument
   // for an empty span or bad extras; kResourceExhausted if HBM has no room (every slot locked or
   // held).

@@ -4,6 +4,7 @@
 // admitting them that can take them (a tier backing off after a failed store does not:
 // store_backoff, store_backoff_until).
 #include <algorithm>
+#include <memory>
 #include <optional>
 
 #include "absl/status/status.h"
@@ -212,7 +213,7 @@ absl::Status KvCache::Impl::MakeHbmRoom(int64_t need, absl::Time deadline, Defer
     const bool dropped_lock = DeferredRelease(d);
     if (FreeBlocks(Tier::kHbm) >= need) return absl::OkStatus();
     if (dropped_lock && !past_deadline) continue;
-    if ((evicting[0] == 0 && !waiting_below) || past_deadline) {
+    if ((evicting[0] == 0 && !waiting_below && !CopiesWillFreeHbm()) || past_deadline) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "HBM has ", FreeBlocks(Tier::kHbm), " free slots, ", need, " needed; ",
           evicting[0] > 0
@@ -221,6 +222,18 @@ absl::Status KvCache::Impl::MakeHbmRoom(int64_t need, absl::Time deadline, Defer
     }
     cv.WaitUntil(&mu, absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Milliseconds(50))));
   }
+}
+
+bool KvCache::Impl::CopiesWillFreeHbm() {
+  for (const auto& [key, moves] : offloading) {
+    for (const std::shared_ptr<Move>& m : moves) {
+      if (m->from == Tier::kHbm && !m->evict_source && ticket_refs[m->src.value()] == 0 &&
+          seq_refs[m->src.value()] <= m->pause_waiters.size()) {
+        return true;
+      }
+    }
+  }
+  return false;
 }
 
 }  // namespace kvtier

@@ -355,13 +355,19 @@ struct KvCache::Impl {
                        absl::Time deadline = absl::InfiniteFuture())
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Frees `need` HBM slots, waiting (lock released) up to `deadline` (wall clock, not the
-  // cache's clock: it bounds real transfers) for demotions to land; they are started with that
+  // cache's clock: it bounds real transfers) for demotions to land (or copies down whose
+  // source then becomes droppable: CopiesWillFreeHbm); demotions are started with that
   // deadline, so one stuck behind a hung transfer gives up by then. Victims wait for room below
   // until the deadline; at the deadline one last pass drops droppable blocks (it no longer
   // counts on demotions in flight, nor starts any). The caller must re-validate everything it
   // looked up before: the lock may have been dropped.
   absl::Status MakeHbmRoom(int64_t need, absl::Time deadline, Deferred& d)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // True if a copy in flight out of HBM (write-through, Pause's copy-down) reads a block that
+  // nobody but it and the paused sequences it moves holds: the block is droppable once it lands,
+  // so making room waits for it as for a demotion. Walks the copies in flight; only called
+  // where making room would otherwise give up.
+  bool CopiesWillFreeHbm() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // ---- moves.cc: transfers the cache starts, and the work deferred until the lock is dropped.
 

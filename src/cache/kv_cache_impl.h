@@ -21,7 +21,9 @@
 //     own readers per copy (BlockMeta::readers) so a copy being read is never a candidate.
 //   * The index (BlockIndex) lists the copies that are readable (kReady) or being written
 //     (kPending). A slot some sequence holds but the index does not list (a block computed twice,
-//     never written, or found corrupt) is private: freed when its last holder lets go.
+//     never written, or found corrupt) is private: freed when its last holder lets go. A block
+//     computed twice (a twin) is private only until settled (SettleTwins): its holders then take
+//     the indexed copy, or it becomes the indexed copy if that one failed.
 #ifndef KVTIER_CACHE_KV_CACHE_IMPL_H_
 #define KVTIER_CACHE_KV_CACHE_IMPL_H_
 
@@ -152,6 +154,15 @@ struct KvCache::Impl {
     uint64_t generation = 0;  // unique per CreateSequence/Fork, so a re-created id is told apart
   };
 
+  // A private HBM copy of a block some sequence reported written while the index already had
+  // an HBM copy of it (two requests computed it at once): settled by SettleTwins.
+  struct Twin {
+    SlotId slot;
+    BlockKey parent;
+    int64_t first_token = 0;
+    bool written = false;  // its own `ready` fired OK: its bytes are final
+  };
+
   // One transfer started by the cache.
   struct Move {
     BlockKey key;
@@ -246,8 +257,9 @@ struct KvCache::Impl {
   std::vector<uint32_t> seq_refs ABSL_GUARDED_BY(mu);
   int64_t locked ABSL_GUARDED_BY(mu) = 0;  // HBM slots with ticket_refs > 0
   absl::flat_hash_set<uint32_t> orphan_partials ABSL_GUARDED_BY(mu);
-  // sequence_table.cc: live sequences and recently released ids.
+  // sequence_table.cc: live sequences, their twins, and recently released ids.
   absl::flat_hash_map<SequenceId, std::unique_ptr<Sequence>> seqs ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<BlockKey, std::vector<Twin>> twins ABSL_GUARDED_BY(mu);  // not yet settled
   // Recently released ids (to tell "released" from "unknown"): id -> release serial, and the
   // order they were released in, oldest first, with the serial each entry stands for.
   absl::flat_hash_map<SequenceId, uint64_t> released_ids ABSL_GUARDED_BY(mu);
@@ -411,6 +423,17 @@ struct KvCache::Impl {
                                                         int64_t num_tokens, Deferred& d)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::Status ReleaseSequence(SequenceId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // One HBM copy per block key. Once the indexed HBM copy of `key` is no longer pending, each
+  // written twin's holders take it instead (RepointBlock; the twin is freed when no ticket pins
+  // it; no bytes move: same key, same bytes); with no HBM copy left, the first twin still held
+  // becomes the indexed copy. A twin not yet written waits for its own `ready` (TwinWritten).
+  // Called wherever the indexed HBM copy of `key` settles (written, failed, onboarded).
+  void SettleTwins(const BlockKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // The `ready` of HBM slot `slot`, published for `key`, fired with `status`. If that slot is a
+  // twin of `key` (not the indexed copy): marks it written (or, on an error, forgets it: it
+  // stays private), settles the twins of `key` and returns true; otherwise false.
+  bool TwinWritten(const BlockKey& key, SlotId slot, const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // ---- prefix_attach.cc: AttachPrefix's second half, once the prompt is hashed.
 

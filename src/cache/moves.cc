@@ -105,6 +105,7 @@ void KvCache::Impl::OnWritten(const std::vector<std::pair<BlockKey, SlotId>>& bl
   CacheScope scope(*this);
   Deferred& d = scope.deferred();
   for (const auto& [key, slot] : blocks) {
+    if (TwinWritten(key, slot, status)) continue;
     const std::optional<BlockRecord> rec = index->Lookup(key);
     if (!rec.has_value() || rec->state(Tier::kHbm) != CopyState::kPending ||
         rec->slots[0] != slot || onboarding.contains(key)) {
@@ -113,6 +114,7 @@ void KvCache::Impl::OnWritten(const std::vector<std::pair<BlockKey, SlotId>>& bl
     if (!status.ok()) {
       RemoveCopy(key, Tier::kHbm);
       SettleSlot(Tier::kHbm, slot);  // a released sequence's block: freed
+      SettleTwins(key);              // a twin, if written, is the block now
       continue;
     }
     tiers[0]->EndDeviceWrite(slot, key);
@@ -127,6 +129,7 @@ void KvCache::Impl::OnWritten(const std::vector<std::pair<BlockKey, SlotId>>& bl
         (void)StartMove(key, Tier::kHbm, slot, *lower, false, d);
       }
     }
+    SettleTwins(key);  // written twins' holders take this copy
   }
 }
 
@@ -210,6 +213,7 @@ void KvCache::Impl::OnMoveDone(const std::shared_ptr<Move>& move, const absl::St
         NoteStore(move->to, /*landed=*/false);
       }
     }
+    if (move->to == Tier::kHbm) SettleTwins(key);  // an onboard was the indexed HBM copy
     if (move->evict_source) {
       --evicting[from];
       --arriving[TierIndex(move->to)];

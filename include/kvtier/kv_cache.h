@@ -32,7 +32,9 @@
 //     a candidate (that child could never be hit without it). Candidates are ranked by the
 //     eviction policy (eviction_policy.h: lru or cost_aware). Blocks held by sequences, pinned by
 //     tickets or read by transfers are never candidates. An evicted block is demoted to the next
-//     tier that admits it and lacks it, or dropped (counted in evictions).
+//     tier that admits it and lacks it, or dropped (counted in evictions). A tier whose store
+//     just failed is no demotion target for a back-off (100 ms, doubling to 10 s while its
+//     stores keep failing, reset by one that lands): a dead store is bypassed, not re-tried.
 //   * Restore versus recompute: AttachPrefix restores the leading matched blocks the cost model
 //     (cost_model.h: restore = latency + bytes / bandwidth per tier, measured online; recompute
 //     = prefill FLOPs / FLOP rate) says are cheaper to restore, and the caller recomputes the rest.
@@ -119,7 +121,11 @@ struct KvCacheOptions {
   // sets the trace's clock. Must be monotonic and thread-safe.
   std::function<absl::Time()> clock;
   int64_t event_buffer = 65536;  // events kept for PollEvents, >= 1
-  // How long Append and onboarding wait for demotions to free HBM before kResourceExhausted.
+  // How long Append and onboarding wait for demotions to free HBM; at its end droppable blocks
+  // are dropped instead, and only HBM full of locked and held blocks is kResourceExhausted.
+  // Demotions started to make room must land within it. It also bounds (at least 1 s) every
+  // transfer the cache starts with no caller deadline (Resume, Prefetch, Pause, write-through,
+  // kAsync without a deadline): a store that never answers holds no staging buffer for ever.
   absl::Duration room_wait = absl::Seconds(10);
   int bounce_buffers = 4;  // the transfer engine's staging buffers, >= 1
 };
@@ -296,7 +302,8 @@ class KvCache {
 
   // Appends tokens: fills the partial last block, takes HBM slots for the rest (evicting and
   // demoting droppable blocks as needed), seals every block that becomes full and keys it.
-  // All or nothing. May block up to room_wait while demotions free HBM.
+  // All or nothing. May block up to room_wait while demotions free HBM (or copies down, e.g.
+  // write-through, whose blocks are droppable once they land).
   // Errors: kNotFound / kFailedPrecondition for an unknown / released sequence; kInvalidArgument
   // for an empty span or bad extras; kResourceExhausted if HBM has no room (every slot locked or
   // held).
@@ -351,7 +358,9 @@ class KvCache {
   // them until ReleaseTicket. Blocks not resident by the deadline (or failing to load) are
   // reported kNotResident with their cause (kDeadlineExceeded, the load's error) and slot -1,
   // never silently missing; an onboard still running at the deadline goes on, and its block
-  // lands for the sequence (a later call finds it resident) but is not pinned by this ticket.
+  // lands for the sequence (a later call finds it resident) but is not pinned by this ticket;
+  // one not yet started by then (waiting for a staging buffer) gives up. A store read waits at
+  // most until the deadline (room_wait's bound without one).
   // kWait blocks until done or the deadline; a kAsync ticket completes by its deadline. Errors:
   // kNotFound / kFailedPrecondition for the sequence; kInvalidArgument if begin_token > end_token
   // or begin_token < 0; kOutOfRange if end_token is past the sequence's tokens; kDeadlineExceeded

@@ -20,6 +20,8 @@
 //     destination): kInFlight -> kFree. A deadline that passes while the copy runs: the caller's
 //     Completion fires kDeadlineExceeded at once and the destination goes kQuarantined; when the
 //     copy is later known complete (or failed), it goes kFree. Nothing stays quarantined forever.
+//     With deadline_bounds_start, a deadline ends only a copy that has not started; one running
+//     is left to its backends, which have the same deadline (see TransferOptions).
 //
 // Counters per tier pair: bytes, blocks, operations, failures, and an exponentially weighted
 // moving average (weight 1/8) of per-transfer bandwidth, bytes / (end - start of data movement).
@@ -65,6 +67,14 @@ struct TransferOptions {
   // On success leave the destination kSealed with one reference for the caller (it must
   // Release it), instead of kCached, so it cannot be evicted before the caller adopts it.
   bool pin_destination = false;
+  // The deadline gives up a copy that has not started by then (kDeadlineExceeded; its slots
+  // untouched) but does not cut one that is running: its backends get the same deadline (a
+  // backend that would wait, e.g. on a store, gives up then) and the Completion fires when they
+  // are done, so the source is unpinned and the bounce buffer free by the time it fires. For a
+  // caller that keeps its own deadlines and must know when the source is settled (KvCache).
+  // (A copy between two inline tiers that starts at once has finished when Copy returns: no
+  // deadline applies to it either way.)
+  bool deadline_bounds_start = false;
 };
 
 struct Transfer {

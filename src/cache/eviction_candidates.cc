@@ -1,8 +1,10 @@
 // Eviction candidates: which copies are registered with each tier's policy (BlockEntry::candidate),
-// which are being demoted away (evict_after, leaving_children, evicting), and making room in a
-// tier by evicting the policy's victims: dropped, or demoted to the first lower tier admitting
-// them.
+// which are being demoted away (evict_after, leaving_children, evicting, arriving), and making
+// room in a tier by evicting the policy's victims: dropped, or demoted to the first lower tier
+// admitting them that can take them (a tier backing off after a failed store does not:
+// store_backoff, store_backoff_until).
 #include <algorithm>
+#include <memory>
 #include <optional>
 
 #include "absl/status/status.h"
@@ -12,6 +14,14 @@
 #include "cache/kv_cache_impl.h"
 
 namespace kvtier {
+namespace {
+
+// After a failed store a tier is no demotion target for a back-off, doubling from the first to
+// the last while its stores keep failing (NoteStore).
+constexpr absl::Duration kStoreBackoffMin = absl::Milliseconds(100);
+constexpr absl::Duration kStoreBackoffMax = absl::Seconds(10);
+
+}  // namespace
 
 BlockTraits KvCache::Impl::Traits(const BlockEntry& m, Tier tier) const {
   BlockTraits t;
@@ -116,24 +126,41 @@ bool KvCache::Impl::HasCopyBelow(const BlockRecord& rec, Tier t) const {
 
 std::optional<Tier> KvCache::Impl::DemotionTarget(const BlockEntry& m, Tier t) const {
   for (int i = TierIndex(t) + 1; i < kNumTiers; ++i) {
-    if (tiers[i] != nullptr && m.uses >= static_cast<uint32_t>(admit_after_uses[i])) {
+    const bool backing_off =
+        store_backoff_until[i] != absl::InfinitePast() && absl::Now() < store_backoff_until[i];
+    if (tiers[i] != nullptr && m.uses >= static_cast<uint32_t>(admit_after_uses[i]) &&
+        !backing_off) {
       return static_cast<Tier>(i);
     }
   }
   return std::nullopt;
 }
 
-bool KvCache::Impl::RoomBelowNow(Tier t, Deferred& d, int64_t window, bool may_wait) {
+void KvCache::Impl::NoteStore(Tier t, bool landed) {
+  const int i = TierIndex(t);
+  if (landed) {
+    store_backoff[i] = absl::ZeroDuration();
+    store_backoff_until[i] = absl::InfinitePast();
+    return;
+  }
+  store_backoff[i] = store_backoff[i] == absl::ZeroDuration()
+                         ? kStoreBackoffMin
+                         : std::min(2 * store_backoff[i], kStoreBackoffMax);
+  store_backoff_until[i] = absl::Now() + store_backoff[i];
+}
+
+bool KvCache::Impl::RoomBelowNow(Tier t, Deferred& d, int64_t window, bool may_wait,
+                                 absl::Time deadline) {
   for (int attempts = 0; attempts < 8; ++attempts) {
     if (FreeBlocks(t) > 0) return true;
     if (evicting[TierIndex(t)] >= window) return false;
-    if (EvictOne(t, d, window, may_wait) != EvictResult::kEvicted) return false;
+    if (EvictOne(t, d, window, may_wait, deadline) != EvictResult::kEvicted) return false;
   }
   return FreeBlocks(t) > 0;
 }
 
 KvCache::Impl::EvictResult KvCache::Impl::EvictOne(Tier t, Deferred& d, int64_t window,
-                                                   bool may_wait) {
+                                                   bool may_wait, absl::Time deadline) {
   const std::optional<BlockKey> victim = policy[TierIndex(t)]->Victim(Now());
   if (!victim.has_value()) return EvictResult::kNoCandidate;
   const BlockKey key = *victim;
@@ -144,19 +171,28 @@ KvCache::Impl::EvictResult KvCache::Impl::EvictOne(Tier t, Deferred& d, int64_t 
     return EvictResult::kEvicted;
   }
   const std::optional<Tier> target = DemotionTarget(m->second, t);
-  if (demote_on_evict && target.has_value() && !HasCopyBelow(*rec, t)) {
-    if (RoomBelowNow(*target, d, std::max<int64_t>(window, 1), may_wait)) {
+  if (demote_on_evict && target.has_value() && !HasCopyBelow(*rec, t) &&
+      (deadline == absl::InfiniteFuture() || absl::Now() < deadline)) {
+    const BlockEntry victim_meta = m->second;  // RoomBelowNow may rehash `blocks`
+    std::optional<Tier> to = target;
+    while (to.has_value() &&
+           !RoomBelowNow(*to, d, std::max<int64_t>(window, 1), may_wait, deadline)) {
+      // Full, and nothing under way there will free a slot: try the next admitting tier.
+      to = evicting[TierIndex(*to)] == 0 ? DemotionTarget(victim_meta, *to) : std::nullopt;
+    }
+    if (to.has_value()) {
       const SlotId src = rec->slots[TierIndex(t)];
-      auto move = StartMove(key, t, src, *target, /*pin=*/false, d);
+      auto move = StartMove(key, t, src, *to, /*pin=*/false, d, deadline);
       if (move.ok()) {
         (*move)->evict_source = true;
         SetLeaving(key, t, true);
         ++evicting[TierIndex(t)];
+        ++arriving[TierIndex(*to)];
         return EvictResult::kEvicted;
       }
     } else if (may_wait) {
       for (int below = TierIndex(*target); below < kNumTiers; ++below) {
-        if (evicting[below] > 0) return EvictResult::kWaitBelow;
+        if (evicting[below] > 0 || arriving[below] > 0) return EvictResult::kWaitBelow;
       }
     }
   }
@@ -171,10 +207,11 @@ absl::Status KvCache::Impl::MakeHbmRoom(int64_t need, absl::Time deadline, Defer
     // Demotions in flight free their sources when they land: count them, so no more is
     // evicted than needed. The nested window lets the tier below start as many demotions as
     // HBM still needs slots (more than needed when some victims already have a copy below).
+    // Past the deadline they no longer count: none can land in time.
     bool waiting_below = false;
-    while (FreeBlocks(Tier::kHbm) + evicting[0] < need) {
-      const EvictResult e = EvictOne(Tier::kHbm, d, need - FreeBlocks(Tier::kHbm) - evicting[0],
-                                     /*may_wait=*/!past_deadline);
+    while (FreeBlocks(Tier::kHbm) + (past_deadline ? 0 : evicting[0]) < need) {
+      const int64_t window = need - FreeBlocks(Tier::kHbm) - (past_deadline ? 0 : evicting[0]);
+      const EvictResult e = EvictOne(Tier::kHbm, d, window, /*may_wait=*/!past_deadline, deadline);
       waiting_below = e == EvictResult::kWaitBelow;
       if (e != EvictResult::kEvicted) break;
     }
@@ -186,7 +223,7 @@ absl::Status KvCache::Impl::MakeHbmRoom(int64_t need, absl::Time deadline, Defer
     const bool dropped_lock = DeferredRelease(d);
     if (FreeBlocks(Tier::kHbm) >= need) return absl::OkStatus();
     if (dropped_lock && !past_deadline) continue;
-    if ((evicting[0] == 0 && !waiting_below) || past_deadline) {
+    if ((evicting[0] == 0 && !waiting_below && !CopiesWillFreeHbm()) || past_deadline) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "HBM has ", FreeBlocks(Tier::kHbm), " free slots, ", need, " needed; ",
           evicting[0] > 0
@@ -195,6 +232,18 @@ absl::Status KvCache::Impl::MakeHbmRoom(int64_t need, absl::Time deadline, Defer
     }
     cv.WaitUntil(&mu, absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Milliseconds(50))));
   }
+}
+
+bool KvCache::Impl::CopiesWillFreeHbm() {
+  for (const auto& [key, moves] : offloading) {
+    for (const std::shared_ptr<Move>& m : moves) {
+      if (m->from == Tier::kHbm && !m->evict_source && ticket_refs[m->src.value()] == 0 &&
+          seq_refs[m->src.value()] <= m->pause_waiters.size()) {
+        return true;
+      }
+    }
+  }
+  return false;
 }
 
 }  // namespace kvtier

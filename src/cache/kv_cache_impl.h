@@ -22,7 +22,9 @@
 //   * A block's entry (`blocks`, BlockEntry::copies) lists the copies that are readable
 //     (kReady) or being written (kPending). A slot some sequence holds but no entry lists (a
 //     block computed twice, never written, or found corrupt) is private: freed when its last
-//     holder lets go.
+//     holder lets go. A block
+//     computed twice (a twin) is private only until settled (SettleTwins): its holders then take
+//     the indexed copy, or it becomes the indexed copy if that one failed.
 #ifndef KVTIER_CACHE_KV_CACHE_IMPL_H_
 #define KVTIER_CACHE_KV_CACHE_IMPL_H_
 
@@ -159,6 +161,15 @@ struct KvCache::Impl {
     uint64_t generation = 0;  // unique per CreateSequence/Fork, so a re-created id is told apart
   };
 
+  // A private HBM copy of a block some sequence reported written while the index already had
+  // an HBM copy of it (two requests computed it at once): settled by SettleTwins.
+  struct Twin {
+    SlotId slot;
+    BlockKey parent;
+    int64_t first_token = 0;
+    bool written = false;  // its own `ready` fired OK: its bytes are final
+  };
+
   // One transfer started by the cache.
   struct Move {
     BlockKey key;
@@ -236,9 +247,16 @@ struct KvCache::Impl {
   std::array<std::vector<SlotOwner>, kNumTiers> owner ABSL_GUARDED_BY(mu);
   std::deque<CacheEvent> events ABSL_GUARDED_BY(mu);
   uint64_t next_event ABSL_GUARDED_BY(mu) = 1;
-  // eviction_candidates.cc: the candidates per tier, and the demotions out of each tier.
+  // eviction_candidates.cc: the candidates per tier, the demotions out of and into each tier,
+  // and the tiers skipped as demotion targets after a failed store.
   Policies policy ABSL_GUARDED_BY(mu);
-  std::array<int64_t, kNumTiers> evicting ABSL_GUARDED_BY(mu){};
+  std::array<int64_t, kNumTiers> evicting ABSL_GUARDED_BY(mu){};  // demotions out of a tier
+  std::array<int64_t, kNumTiers> arriving ABSL_GUARDED_BY(mu){};  // demotions into a tier
+  // Per tier: skipped as a demotion target until then (wall clock) after a failed store, and
+  // the back-off the next failure doubles; a store that lands resets both (NoteStore).
+  std::array<absl::Time, kNumTiers> store_backoff_until ABSL_GUARDED_BY(mu) = {
+      absl::InfinitePast(), absl::InfinitePast(), absl::InfinitePast(), absl::InfinitePast()};
+  std::array<absl::Duration, kNumTiers> store_backoff ABSL_GUARDED_BY(mu){};
   // slot_refs.cc (and the ticket paths of residency.cc): references to HBM slots.
   std::vector<uint32_t> ticket_refs ABSL_GUARDED_BY(mu);  // per HBM slot
   // Per HBM slot: references sequences hold (= the allocator's, less transfer pins), so a
@@ -246,8 +264,9 @@ struct KvCache::Impl {
   std::vector<uint32_t> seq_refs ABSL_GUARDED_BY(mu);
   int64_t locked ABSL_GUARDED_BY(mu) = 0;  // HBM slots with ticket_refs > 0
   absl::flat_hash_set<uint32_t> orphan_partials ABSL_GUARDED_BY(mu);
-  // sequence_table.cc: live sequences and recently released ids.
+  // sequence_table.cc: live sequences, their twins, and recently released ids.
   absl::flat_hash_map<SequenceId, std::unique_ptr<Sequence>> seqs ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<BlockKey, std::vector<Twin>> twins ABSL_GUARDED_BY(mu);  // not yet settled
   // Recently released ids (to tell "released" from "unknown"): id -> release serial, and the
   // order they were released in, oldest first, with the serial each entry stands for.
   absl::flat_hash_map<SequenceId, uint64_t> released_ids ABSL_GUARDED_BY(mu);
@@ -366,37 +385,62 @@ struct KvCache::Impl {
   // The first present tier below `t`, or nullopt.
   std::optional<Tier> NextLower(Tier t) const;
   bool HasCopyBelow(const BlockRecord& rec, Tier t) const;
-  // Where an evicted block of tier `t` would be demoted: the first lower tier that admits it.
-  std::optional<Tier> DemotionTarget(const BlockEntry& m, Tier t) const;
+  // Where an evicted block of tier `t` would be demoted: the first lower tier that admits it
+  // and whose stores are not backing off after a failure.
+  std::optional<Tier> DemotionTarget(const BlockEntry& m, Tier t) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // A store into lower tier `t` landed (`landed`) or failed: a failure makes `t` no demotion
+  // target for a back-off, doubling from 100 ms to 10 s while its stores keep failing (DESIGN
+  // section 10: a dead store is bypassed, not re-tried per block); a landed store ends it.
+  void NoteStore(Tier t, bool landed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Makes a slot of lower tier `t` free now if that needs no waiting: drops victims that need
   // no demotion; starts demotions of the others (which free later). True if a slot is free.
   // `window` bounds the demotions out of `t` in flight: each frees one slot when it lands, and
   // starting more than the caller will use evicts blocks for nothing (1 for a single block).
-  // `may_wait` is passed to the victims' eviction (EvictOne).
-  bool RoomBelowNow(Tier t, Deferred& d, int64_t window = 1, bool may_wait = false)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // `may_wait` and `deadline` are passed to the victims' eviction (EvictOne).
+  bool RoomBelowNow(Tier t, Deferred& d, int64_t window = 1, bool may_wait = false,
+                    absl::Time deadline = absl::InfiniteFuture()) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Evicts the policy's victim in `t`: drops it if a lower tier has it (or none admits it),
   // else starts its demotion. When the lower tier is full and its own demotions are under way,
   // a caller that can wait for them (`may_wait`: MakeHbmRoom before its deadline) keeps the
   // victim for later (kWaitBelow) rather than drop a block a slot will soon be free for:
   // dropping would lose every block of a burst but the few the lower tier had room for. Other
   // callers (Pause's copy-down, write-through, Prefetch) never wait: the victim is dropped.
-  EvictResult EvictOne(Tier t, Deferred& d, int64_t window = 1, bool may_wait = false)
+  // A lower tier that is full with nothing under way to free a slot (say, full of blocks still
+  // arriving) is skipped for the next admitting one that has room now; blocks arriving in a tier
+  // are worth waiting for too, as they can be demoted further once they land.
+  // A demotion started here must land by `deadline` (MakeHbmRoom's); once it has passed, no
+  // demotion can help and the victim is dropped.
+  EvictResult EvictOne(Tier t, Deferred& d, int64_t window = 1, bool may_wait = false,
+                       absl::Time deadline = absl::InfiniteFuture())
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Frees `need` HBM slots, waiting (lock released) up to `deadline` (wall clock, not the
-  // cache's clock: it bounds real transfers) for demotions to land. Victims wait for room below
-  // until the deadline; at the deadline one last pass drops what cannot be demoted at once. The
-  // caller must re-validate everything it looked up before: the lock may have been dropped.
+  // cache's clock: it bounds real transfers) for demotions to land (or copies down whose
+  // source then becomes droppable: CopiesWillFreeHbm); demotions are started with that
+  // deadline, so one stuck behind a hung transfer gives up by then. Victims wait for room below
+  // until the deadline; at the deadline one last pass drops droppable blocks (it no longer
+  // counts on demotions in flight, nor starts any). The caller must re-validate everything it
+  // looked up before: the lock may have been dropped.
   absl::Status MakeHbmRoom(int64_t need, absl::Time deadline, Deferred& d)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // True if a copy in flight out of HBM (write-through, Pause's copy-down) reads a block that
+  // nobody but it and the paused sequences it moves holds: the block is droppable once it lands,
+  // so making room waits for it as for a demotion. Walks the copies in flight; only called
+  // where making room would otherwise give up.
+  bool CopiesWillFreeHbm() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // ---- moves.cc: transfers the cache starts, and the work deferred until the lock is dropped.
 
-  // Starts copying `key` from (from, src) to a new slot of `to`. The transfer has no deadline:
-  // a ticket's deadline is kept by the cache (ExpireTicket), so the engine never reports a copy
-  // that may still be running, and a source is unpinned by the time its callback runs.
+  // Starts copying `key` from (from, src) to a new slot of `to`, by `deadline` (its caller's) or,
+  // for a caller without one, within the transfer bound (max(room_wait, 1 s)): a store that
+  // never answers must not hold a bounce buffer and a slot for ever, nor queue every later
+  // staged copy behind it. The deadline only bounds the start and the backends
+  // (deadline_bounds_start): a ticket's deadline is kept by the cache (ExpireTicket), so the
+  // engine never reports a copy that may still be running, and a source is unpinned by the time
+  // its callback runs. (A copy between two inline tiers has finished when this returns.)
   absl::StatusOr<std::shared_ptr<Move>> StartMove(const BlockKey& key, Tier from, SlotId src,
-                                                  Tier to, bool pin, Deferred& d)
+                                                  Tier to, bool pin, Deferred& d,
+                                                  absl::Time deadline = absl::InfiniteFuture())
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Registers the callbacks of moves started so far (they must exist before anyone waits on
   // them), dropping and retaking the lock. True if it did (state may have changed meanwhile).
@@ -427,6 +471,17 @@ struct KvCache::Impl {
                                                         int64_t num_tokens, Deferred& d)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::Status ReleaseSequence(SequenceId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // One HBM copy per block key. Once the indexed HBM copy of `key` is no longer pending, each
+  // written twin's holders take it instead (RepointBlock; the twin is freed when no ticket pins
+  // it; no bytes move: same key, same bytes); with no HBM copy left, the first twin still held
+  // becomes the indexed copy. A twin not yet written waits for its own `ready` (TwinWritten).
+  // Called wherever the indexed HBM copy of `key` settles (written, failed, onboarded).
+  void SettleTwins(const BlockKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // The `ready` of HBM slot `slot`, published for `key`, fired with `status`. If that slot is a
+  // twin of `key` (not the indexed copy): marks it written (or, on an error, forgets it: it
+  // stays private), settles the twins of `key` and returns true; otherwise false.
+  bool TwinWritten(const BlockKey& key, SlotId slot, const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // ---- prefix_attach.cc: AttachPrefix's second half, once the prompt is hashed.
 

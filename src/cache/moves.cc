@@ -8,16 +8,25 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "cache/kv_cache_impl.h"
 #include "internal/mutex.h"
 #include "internal/status_macros.h"
 
 namespace kvtier {
+namespace {
+
+// A transfer whose caller set no deadline gets max(room_wait, this) (StartMove).
+constexpr absl::Duration kMinTransferBound = absl::Seconds(1);
+
+}  // namespace
 
 absl::StatusOr<std::shared_ptr<KvCache::Impl::Move>> KvCache::Impl::StartMove(const BlockKey& key,
                                                                               Tier from, SlotId src,
                                                                               Tier to, bool pin,
-                                                                              Deferred& d) {
+                                                                              Deferred& d,
+                                                                              absl::Time deadline) {
   auto m = blocks.find(key);
   if (m == blocks.end()) return absl::InternalError("a move of a block the cache does not know");
   if (const std::optional<BlockRecord> rec = IndexedCopies(key);
@@ -26,6 +35,10 @@ absl::StatusOr<std::shared_ptr<KvCache::Impl::Move>> KvCache::Impl::StartMove(co
   }
   TransferOptions options;
   options.pin_destination = pin;
+  options.deadline = deadline != absl::InfiniteFuture()
+                         ? deadline
+                         : absl::Now() + std::max(room_wait, kMinTransferBound);
+  options.deadline_bounds_start = true;
   KVTIER_ASSIGN_OR_RETURN(Transfer transfer, engine->Copy(key, from, src, to, options));
   auto move = std::make_shared<Move>();
   move->key = key;
@@ -92,6 +105,7 @@ void KvCache::Impl::OnWritten(const std::vector<std::pair<BlockKey, SlotId>>& wr
   CacheScope scope(*this);
   Deferred& d = scope.deferred();
   for (const auto& [key, slot] : written) {
+    if (TwinWritten(key, slot, status)) continue;
     const std::optional<BlockRecord> rec = IndexedCopies(key);
     if (!rec.has_value() || rec->state(Tier::kHbm) != CopyState::kPending ||
         rec->slots[0] != slot || onboarding.contains(key)) {
@@ -100,6 +114,7 @@ void KvCache::Impl::OnWritten(const std::vector<std::pair<BlockKey, SlotId>>& wr
     if (!status.ok()) {
       RemoveCopy(key, Tier::kHbm);
       SettleSlot(Tier::kHbm, slot);  // a released sequence's block: freed
+      SettleTwins(key);              // a twin, if written, is the block now
       continue;
     }
     tiers[0]->EndDeviceWrite(slot, key);
@@ -114,6 +129,7 @@ void KvCache::Impl::OnWritten(const std::vector<std::pair<BlockKey, SlotId>>& wr
         (void)StartMove(key, Tier::kHbm, slot, *lower, false, d);
       }
     }
+    SettleTwins(key);  // written twins' holders take this copy
   }
 }
 
@@ -138,6 +154,7 @@ void KvCache::Impl::OnMoveDone(const std::shared_ptr<Move>& move, const absl::St
     }
     if (status.ok()) {
       MarkReady(key, move->to);
+      if (move->to != Tier::kHbm) NoteStore(move->to, /*landed=*/true);
       if (move->to == Tier::kHbm) {
         for (const Move::Waiter& w : move->waiters) {
           if (w.sequence.valid()) {
@@ -193,10 +210,13 @@ void KvCache::Impl::OnMoveDone(const std::shared_ptr<Move>& move, const absl::St
         }
       } else {
         ++counters.tiers[TierIndex(move->to)].failed_stores;
+        NoteStore(move->to, /*landed=*/false);
       }
     }
+    if (move->to == Tier::kHbm) SettleTwins(key);  // an onboard was the indexed HBM copy
     if (move->evict_source) {
       --evicting[from];
+      --arriving[TierIndex(move->to)];
       auto m = blocks.find(key);
       if (m != blocks.end()) SetLeaving(key, move->from, false);
       const std::optional<BlockRecord> rec = IndexedCopies(key);

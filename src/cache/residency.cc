@@ -167,7 +167,7 @@ void KvCache::Impl::Onboard(Sequence& seq, int64_t i,
                        absl::UnavailableError("another sequence is still writing this block"), d);
     return;
   }
-  auto move = StartMove(key, b.tier, b.slot, Tier::kHbm, /*pin=*/true, d);
+  auto move = StartMove(key, b.tier, b.slot, Tier::kHbm, /*pin=*/true, d, t->deadline);
   if (!move.ok()) {
     ResolveTicketBlock(t, ti, std::nullopt, move.status(), d);
     return;
@@ -206,6 +206,7 @@ absl::Status KvCache::Impl::IssueTicket(SequenceId id, int64_t begin_token, int6
   t->id = next_ticket++;
   t->owner = this;
   t->sequence = id;
+  t->deadline = options.deadline;
   t->begin = begin_token;
   t->end = end_token;
   t->table.first_block = static_cast<int32_t>(first);

@@ -1,5 +1,6 @@
 // The sequence table: live sequences (seqs, next_generation) by id, their blocks as they are
-// created, grown (Append), written (ReportWritten), forked and released, and the memory of recently
+// created, grown (Append), written (ReportWritten), forked and released, the twins (blocks two
+// sequences computed at once) until they are settled into one HBM copy, and the memory of recently
 // released ids (released_ids, released_order, next_release) so that a call on one says "released"
 // rather than "unknown".
 #include <algorithm>
@@ -154,8 +155,19 @@ absl::Status KvCache::Impl::PublishWritten(SequenceId id, int64_t num_tokens, Co
     const BlockKey key = seq->keys[static_cast<size_t>(j)];
     if (b.tier != Tier::kHbm) continue;
     const std::optional<BlockRecord> rec = IndexedCopies(key);
-    if (rec.has_value() && rec->state(Tier::kHbm) != CopyState::kAbsent) continue;  // a twin
     const BlockKey parent = j == 0 ? kRootBlockKey : seq->keys[static_cast<size_t>(j - 1)];
+    if (rec.has_value() && rec->state(Tier::kHbm) != CopyState::kAbsent) {
+      // A twin: settled once `ready` fires (TwinWritten). A slot already listed (a fork sharing
+      // it reported first) is settled by that report's `ready`.
+      std::vector<Twin>& list = twins[key];
+      if (rec->slots[0] != b.slot &&
+          std::none_of(list.begin(), list.end(), [&](const Twin& x) { return x.slot == b.slot; })) {
+        list.push_back(Twin{b.slot, parent, j * b_tokens});
+        publish.emplace_back(key, b.slot);
+      }
+      if (list.empty()) twins.erase(key);
+      continue;
+    }
     if (AddCopy(key, Tier::kHbm, b.slot, CopyState::kPending, parent, j * b_tokens).ok()) {
       publish.emplace_back(key, b.slot);
     }
@@ -163,6 +175,55 @@ absl::Status KvCache::Impl::PublishWritten(SequenceId id, int64_t num_tokens, Co
   seq->written = num_tokens;
   if (!publish.empty()) d.publish.emplace_back(std::move(ready), std::move(publish));
   return absl::OkStatus();
+}
+
+bool KvCache::Impl::TwinWritten(const BlockKey& key, SlotId slot, const absl::Status& status) {
+  auto it = twins.find(key);
+  if (it == twins.end()) return false;
+  if (const std::optional<BlockRecord> rec = IndexedCopies(key);
+      rec.has_value() && rec->state(Tier::kHbm) != CopyState::kAbsent && rec->slots[0] == slot) {
+    return false;  // the indexed copy itself
+  }
+  auto t = std::find_if(it->second.begin(), it->second.end(),
+                        [&](const Twin& x) { return x.slot == slot && !x.written; });
+  if (t == it->second.end()) return false;
+  if (status.ok()) {
+    t->written = true;  // its bytes are final
+  } else {
+    it->second.erase(t);  // not the block's bytes: it stays private
+  }
+  SettleTwins(key);
+  return true;
+}
+
+void KvCache::Impl::SettleTwins(const BlockKey& key) {
+  auto it = twins.find(key);
+  if (it == twins.end()) return;
+  std::vector<Twin> list = std::move(it->second);
+  twins.erase(it);
+  for (const Twin& tw : list) {
+    const std::optional<BlockRecord> rec = IndexedCopies(key);
+    if (!tw.written || (rec.has_value() && rec->state(Tier::kHbm) == CopyState::kPending)) {
+      twins[key].push_back(tw);  // settled when it (or the indexed copy) is written
+      continue;
+    }
+    const size_t j = static_cast<size_t>(tw.first_token / block_tokens);
+    const bool indexed = rec.has_value() && rec->state(Tier::kHbm) == CopyState::kReady;
+    for (auto& [id, seq] : seqs) {
+      if (j >= seq->keys.size() || seq->keys[j] != key || seq->blocks[j].tier != Tier::kHbm ||
+          seq->blocks[j].slot != tw.slot) {
+        continue;
+      }
+      if (!indexed) {  // the first copy failed or is gone: this one is the block now
+        if (AddCopy(key, Tier::kHbm, tw.slot, CopyState::kReady, tw.parent, tw.first_token).ok()) {
+          tiers[0]->EndDeviceWrite(tw.slot, key);
+          ++blocks[key].uses;
+        }
+        break;
+      }
+      (void)RepointBlock(*seq, static_cast<int64_t>(j), Tier::kHbm, rec->slots[0]);
+    }
+  }
 }
 
 absl::StatusOr<std::optional<BlockCopy>> KvCache::Impl::ForkSequence(SequenceId parent,

@@ -7,6 +7,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "internal/mutex.h"
 #include "kvtier/completion.h"
 #include "kvtier/device_block_table.h"
@@ -31,6 +32,8 @@ struct TicketState {
   // A ticket made by Resume: it pins nothing and is never handed out.
   bool pins = true;
   int64_t pending = 0;  // blocks still onboarding
+  // The caller's deadline (EnsureResident's); the onboards it starts give up by then.
+  absl::Time deadline = absl::InfiniteFuture();
 
   Mutex mu;
   std::vector<BlockResidency> status ABSL_GUARDED_BY(mu);

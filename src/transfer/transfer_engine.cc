@@ -193,6 +193,8 @@ struct TransferEngine::Impl : std::enable_shared_from_this<TransferEngine::Impl>
       if (!op->running) {
         std::erase(waiting, id);
         fire = FinishLocked(*op, late);  // never started: the destination is simply freed
+      } else if (op->options.deadline_bounds_start) {
+        return;  // its backends have the deadline: Finish fires once they are done
       } else {
         // It may still land: quarantine the destination until the backend says it is done.
         op->timed_out = true;

@@ -316,7 +316,7 @@ struct KvCache::Impl {
   // reference is let go (or its partial block orphaned to a ticket), and (*after)[i] is the
   // slot's state then, or nullopt where there is nothing to settle. The caller settles each
   // (SettleSlot with that state) to finish what DropRef would have done.
-  void ReleaseRefs(absl::Span<const SeqBlock> blocks, std::vector<std::optional<SlotState>>* after)
+  void ReleaseRefs(absl::Span<const SeqBlock> refs, std::vector<std::optional<SlotState>>* after)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::Status AcquireRef(Tier t, SlotId slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void PinTicket(SlotId slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);

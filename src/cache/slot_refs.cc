@@ -66,18 +66,18 @@ void KvCache::Impl::DropRef(const SeqBlock& b) {
   SettleSlot(b.tier, b.slot, after);
 }
 
-void KvCache::Impl::ReleaseRefs(absl::Span<const SeqBlock> blocks,
+void KvCache::Impl::ReleaseRefs(absl::Span<const SeqBlock> refs,
                                 std::vector<std::optional<SlotState>>* after) {
-  after->assign(blocks.size(), std::nullopt);
-  for (const SeqBlock& b : blocks) {
+  after->assign(refs.size(), std::nullopt);
+  for (const SeqBlock& b : refs) {
     if (b.tier == Tier::kHbm) --seq_refs[b.slot.value()];
   }
   // The lambda runs under mu (held here); the analysis cannot see that through the call.
   const std::vector<uint32_t>* pinned = &ticket_refs;
   absl::flat_hash_set<uint32_t>* orphans = &orphan_partials;
   (void)engine->WithAllocators([&](const std::array<BlockAllocator*, kNumTiers>& a) {
-    for (size_t i = 0; i < blocks.size(); ++i) {
-      const SeqBlock& b = blocks[i];
+    for (size_t i = 0; i < refs.size(); ++i) {
+      const SeqBlock& b = refs[i];
       BlockAllocator& alloc = *a[TierIndex(b.tier)];
       if (b.tier == Tier::kHbm && (*pinned)[b.slot.value()] != 0 &&
           alloc.state_or_free(b.slot) == SlotState::kWritable) {

@@ -1,4 +1,5 @@
-// Eviction candidates: which copies are registered with each tier's policy (BlockEntry::candidate),
+// Eviction candidates: which copies are registered with each tier's policy (BlockEntry::candidate,
+// kept in line with the shipped leaf-first rule and traits of kvtier/eviction_candidacy.h),
 // which are being demoted away (evict_after, leaving_children, evicting, arriving), and making
 // room in a tier by evicting the policy's victims: dropped, or demoted to the first lower tier
 // admitting them that can take them (a tier backing off after a failed store does not:
@@ -12,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "cache/kv_cache_impl.h"
+#include "kvtier/eviction_candidacy.h"
 
 namespace kvtier {
 namespace {
@@ -21,40 +23,49 @@ namespace {
 constexpr absl::Duration kStoreBackoffMin = absl::Milliseconds(100);
 constexpr absl::Duration kStoreBackoffMax = absl::Seconds(10);
 
-}  // namespace
-
-BlockTraits KvCache::Impl::Traits(const BlockEntry& m, Tier tier) const {
-  BlockTraits t;
-  t.expected_reuse = std::max<double>(1.0, m.uses);
-  // recompute_seconds stays 0: no policy weighs it (eviction_policy.h).
-  t.bytes = block_bytes;
-  t.retention_priority = m.retention_priority;
-  t.priority_until = m.priority_until;
-  t.parent = m.parent;
-  if (!policy[TierIndex(tier)]->reads_run_blocks()) return t;
-  // cost_aware's class: how many blocks before it share its use count (the turn that wrote it
-  // added about that many), a walk of at most 31 parents.
-  for (BlockKey p = m.parent; p != kRootBlockKey && t.run_blocks < 32;) {
-    auto it = blocks.find(p);
-    if (it == blocks.end() || it->second.uses != m.uses) break;
-    ++t.run_blocks;
-    p = it->second.parent;
-  }
-  return t;
+// What ranks the block of entry `m` (eviction_candidacy.h). Templates, so the cache's private
+// BlockEntry need not be named here.
+template <typename Entry>
+CandidateFacts FactsOf(const Entry& m) {
+  return CandidateFacts{.uses = m.uses,
+                        .retention_priority = m.retention_priority,
+                        .priority_until = m.priority_until,
+                        .parent = m.parent,
+                        .last_use = m.last_use};
 }
 
-bool KvCache::Impl::WantCandidate(const BlockKey& key, const BlockEntry& m, Tier t,
+// The facts of the block of `key` in `blocks`, or nullopt if it has no entry.
+template <typename Map>
+std::optional<CandidateFacts> FactsAt(const Map& blocks, const BlockKey& key) {
+  auto it = blocks.find(key);
+  if (it == blocks.end()) return std::nullopt;
+  return FactsOf(it->second);
+}
+
+}  // namespace
+
+BlockTraits KvCache::Impl::Traits(const BlockEntry& m, Tier t) const {
+  const auto* map = &blocks;  // the walk runs under mu (held here), unseen through the lambda
+  return CandidateTraits(*policy[TierIndex(t)], FactsOf(m), block_bytes,
+                         [map](const BlockKey& key) { return FactsAt(*map, key); });
+}
+
+// `m` is the entry of the key (every caller's), so its copies are the indexed ones.
+bool KvCache::Impl::WantCandidate(const BlockKey& /*key*/, const BlockEntry& m, Tier t,
                                   std::optional<SlotState> slot_state) {
   const int ti = TierIndex(t);
-  if (m.readers[ti] != 0 || m.child_copies[ti] != m.leaving_children[ti] ||
-      (m.evict_after >> ti) & 1) {
-    return false;
-  }
-  const std::optional<BlockRecord> rec = IndexedCopies(key);
-  if (!rec.has_value() || rec->state(t) != CopyState::kReady) return false;
-  const SlotId slot = rec->slots[ti];
-  if (t == Tier::kHbm && ticket_refs[slot.value()] != 0) return false;
-  return (slot_state.has_value() ? *slot_state : StateOf(t, slot)) == SlotState::kCached;
+  const CopyFacts copy{.ready = m.copies.state(t) == CopyState::kReady,
+                       .leaving = ((m.evict_after >> ti) & 1) != 0,
+                       .child_copies = m.child_copies[ti],
+                       .leaving_children = m.leaving_children[ti]};
+  const SlotId slot = m.copies.slots[ti];
+  const uint32_t* pins = ticket_refs.data();  // read under mu (held here)
+  // Held: read by a transfer, pinned by a ticket, or held by a sequence (the slot's state, read
+  // under the engine's lock unless the caller just did; asked only when all else allows).
+  return IsEvictionCandidate(copy, [&] {
+    return m.readers[ti] != 0 || (t == Tier::kHbm && pins[slot.value()] != 0) ||
+           (slot_state.has_value() ? *slot_state : StateOf(t, slot)) != SlotState::kCached;
+  });
 }
 
 void KvCache::Impl::UpdateCandidate(const BlockKey& key, Tier t,
@@ -63,13 +74,14 @@ void KvCache::Impl::UpdateCandidate(const BlockKey& key, Tier t,
   if (it == blocks.end() || !Present(t)) return;
   BlockEntry& m = it->second;
   const uint8_t bit = static_cast<uint8_t>(1u << TierIndex(t));
-  const bool want = WantCandidate(key, m, t, slot_state);
-  if (want && !(m.candidate & bit)) {
-    if (policy[TierIndex(t)]->Add(key, Traits(m, t), m.last_use).ok()) m.candidate |= bit;
-  } else if (!want && (m.candidate & bit)) {
-    (void)policy[TierIndex(t)]->Remove(key);
-    m.candidate &= static_cast<uint8_t>(~bit);
-  }
+  bool registered = (m.candidate & bit) != 0;
+  const auto* map = &blocks;  // as in Traits
+  // An Add the policy refuses leaves the copy unregistered; a Remove always unregisters it.
+  (void)SyncCandidacy(
+      *policy[TierIndex(t)], key, WantCandidate(key, m, t, slot_state), FactsOf(m), block_bytes,
+      [map](const BlockKey& k) { return FactsAt(*map, k); }, &registered);
+  m.candidate = registered ? static_cast<uint8_t>(m.candidate | bit)
+                           : static_cast<uint8_t>(m.candidate & ~bit);
 }
 
 void KvCache::Impl::DropCandidacy(const BlockKey& key, Tier t) {

@@ -362,15 +362,17 @@ struct KvCache::Impl {
 
   // ---- eviction_candidates.cc: candidacy with each tier's policy, and making room.
 
-  // What tier t's policy is told of the block. run_blocks (a walk of up to 31 parents) only for
-  // a policy that reads it.
+  // What tier t's policy is told of the block (CandidateTraits, kvtier/eviction_candidacy.h).
+  // run_blocks (a walk of up to 31 parents) only for a policy that reads it.
   BlockTraits Traits(const BlockEntry& m, Tier t) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  // `slot_state`: the copy's slot state when the caller knows it (read under the engine's lock
-  // just before), so it is not read again.
+  // Whether the copy in `t` of `key` (whose entry is `m`) is a candidate by the leaf-first rule
+  // (IsEvictionCandidate). `slot_state`: the copy's slot state when the caller knows it (read
+  // under the engine's lock just before), so it is not read again.
   bool WantCandidate(const BlockKey& key, const BlockEntry& m, Tier t,
                      std::optional<SlotState> slot_state = std::nullopt)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  // Registers or unregisters (key, t) with the tier's policy to match WantCandidate.
+  // Registers or unregisters (key, t) with the tier's policy to match WantCandidate
+  // (SyncCandidacy).
   void UpdateCandidate(const BlockKey& key, Tier t,
                        std::optional<SlotState> slot_state = std::nullopt)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);

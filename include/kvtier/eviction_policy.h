@@ -1,8 +1,9 @@
 // Which released block of a tier to evict next. A policy ranks candidates only: the caller
-// (KvCache) decides what a candidate is. DESIGN.md section 7: only released blocks (no running
-// request holds them) and only leaves (no cached child in the same tier, since a child without
-// its parent can never be hit) are candidates; the caller Adds a block when it becomes one and
-// Removes it when it stops being one (pinned again, a child cached, evicted).
+// (KvCache, the policy simulator) decides what a candidate is, by the rule of
+// eviction_candidacy.h. DESIGN.md section 7: only released blocks (no running request holds
+// them) and only leaves (no cached child in the same tier, since a child without its parent can
+// never be hit) are candidates; the caller Adds a block when it becomes one and Removes it when
+// it stops being one (pinned again, a child cached, evicted).
 //
 // Two policies behind one interface:
 //   lru         the block touched longest ago (what vLLM, SGLang and LMCache ship); a retention
@@ -29,8 +30,9 @@
 //     - rank = hit density / bytes x (1 + retention_priority while it lasts). Victim ranks
 //       sample_size candidates drawn at random (all of them when fewer), as LHD does, and
 //       returns the lowest; equal ranks (a cold start, before any outcome) go least recently
-//       used. recompute_seconds is not weighed: on the Mooncake trace it favoured deep blocks
-//       and cost hit ratio at every capacity (bench/replay/offline/policy_sim.h measures it).
+//       used. recompute_seconds is not weighed (KvCache and the policy simulator pass 0): tried
+//       in the policy simulator on the Mooncake trace, it favoured deep blocks and cost hit ratio
+//       at every capacity.
 //
 // Times are absl::Time (the caller's clock, so a replay can run on trace time). Thread-safety:
 // not thread-safe; the caller serializes (KvCache holds its lock). Keys must be unique. A policy
@@ -53,7 +55,8 @@ namespace kvtier {
 // reads expected_reuse, bytes, the priority, parent and run_blocks.
 struct BlockTraits {
   double expected_reuse = 1.0;    // expected future hits, > 0
-  double recompute_seconds = 0;   // prefill time its presence saves (cost_model.h), >= 0
+  double recompute_seconds = 0;   // prefill time its presence saves (cost_model.h), >= 0;
+                                  // no policy reads it (CandidateTraits gives 0)
   int64_t bytes = 1;              // its size in this tier, > 0
   double retention_priority = 0;  // >= 0: value x (1 + priority) ...
   absl::Time priority_until = absl::InfinitePast();  // ... until then

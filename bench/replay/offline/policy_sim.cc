@@ -18,6 +18,7 @@
 #include "bench/replay/offline/block_chains.h"
 #include "kvtier/block_key.h"
 #include "kvtier/cost_model.h"
+#include "kvtier/eviction_candidacy.h"
 #include "kvtier/kv_geometry.h"
 
 namespace kvtier::replay {
@@ -33,41 +34,37 @@ const KnownModel& DefaultModel() {
   std::abort();  // the library's table lost its Llama-3.1-70B: a build of a broken table
 }
 
-// Per dense key: the state the model needs. Parent and depth are fixed by the trace.
+// Per dense key: the state the model needs (its storage; the candidacy rule and the traits are
+// the shipped ones, eviction_candidacy.h). The parent is fixed by the trace.
 struct SimBlock {
   uint32_t parent = kNoParent;
-  uint32_t depth = 0;
   uint32_t cached_children = 0;
   uint32_t uses = 0;
   absl::Time last_use = absl::InfinitePast();
   bool cached = false;
   bool pinned = false;
-  bool candidate = false;
+  bool registered = false;  // a candidate with the policy
 };
 
 class Simulator {
  public:
-  Simulator(EvictionPolicy& policy, const PrefillCostModel& cost, const PolicySimOptions& options,
-            uint32_t num_keys)
-      : policy_(policy), cost_(cost), options_(options), blocks_(num_keys) {}
+  Simulator(EvictionPolicy& policy, const PolicySimOptions& options, uint32_t num_keys)
+      : policy_(policy), options_(options), blocks_(num_keys) {}
 
   // Runs request r (its chain is chain[0, n)) at `now`; returns its hit blocks.
   absl::StatusOr<int64_t> Request(size_t r, const uint32_t* chain, int64_t n, absl::Time now) {
-    for (int64_t j = 0; j < n; ++j) {
+    for (int64_t j = 1; j < n; ++j) {
       SimBlock& b = blocks_[chain[j]];
-      if (j > 0 && b.parent == kNoParent) b.parent = chain[j - 1];
-      b.depth = static_cast<uint32_t>(j);
+      if (b.parent == kNoParent) b.parent = chain[j - 1];
     }
     int64_t hits = 0;
     while (hits < n && blocks_[chain[hits]].cached) ++hits;
     for (int64_t j = 0; j < hits; ++j) {
       SimBlock& b = blocks_[chain[j]];
-      if (b.candidate) {
-        if (absl::Status s = RemoveCandidate(chain[j]); !s.ok()) return Failed(r, s);
-      }
       ++b.uses;
       b.last_use = now;
       b.pinned = true;
+      if (absl::Status s = Update(chain[j]); !s.ok()) return Failed(r, s);
     }
     const int64_t keep = std::min(n, options_.capacity_blocks);
     for (int64_t j = hits; j < keep; ++j) {
@@ -80,13 +77,14 @@ class Simulator {
       b.uses = 1;
       b.last_use = now;
       ++size_;
-      if (b.parent != kNoParent) ++blocks_[b.parent].cached_children;
+      if (b.parent != kNoParent) {
+        ++blocks_[b.parent].cached_children;
+        if (absl::Status s = Update(b.parent); !s.ok()) return Failed(r, s);
+      }
     }
     for (int64_t j = 0; j < keep; ++j) blocks_[chain[j]].pinned = false;
     for (int64_t j = 0; j < keep; ++j) {
-      if (blocks_[chain[j]].cached_children == 0) {
-        if (absl::Status s = AddCandidate(chain[j]); !s.ok()) return Failed(r, s);
-      }
+      if (absl::Status s = Update(chain[j]); !s.ok()) return Failed(r, s);
     }
     return hits;
   }
@@ -96,66 +94,52 @@ class Simulator {
     return absl::InternalError(absl::StrCat("policy sim: request ", r, ": ", s.message()));
   }
 
-  BlockTraits Traits(const SimBlock& b) const {
-    const int64_t tpb = options_.tokens_per_block;
-    const int64_t first = static_cast<int64_t>(b.depth) * tpb;
-    BlockTraits t;
-    t.expected_reuse = std::max<double>(1.0, b.uses);
-    t.recompute_seconds = absl::ToDoubleSeconds(cost_.RecomputeTime(first, first + tpb));
-    t.bytes = options_.bytes_per_token * tpb;
-    if (b.parent != kNoParent) t.parent = SimBlockKey(b.parent);
-    for (uint32_t p = b.parent; p != kNoParent && t.run_blocks < 32 && blocks_[p].uses == b.uses;
-         p = blocks_[p].parent) {
-      ++t.run_blocks;
-    }
-    return t;
+  // What KvCache knows of a block, as the model has it: no retention priority.
+  static CandidateFacts FactsOf(const SimBlock& b) {
+    return CandidateFacts{.uses = b.uses,
+                          .parent = b.parent == kNoParent ? kRootBlockKey : SimBlockKey(b.parent),
+                          .last_use = b.last_use};
   }
 
-  absl::Status AddCandidate(uint32_t key) {
+  // A fact of `key` changed: its candidacy follows the shipped rule. The model's one tier has no
+  // demotions (nothing leaves) and a cached block is ready; a pinned one is held.
+  absl::Status Update(uint32_t key) {
     SimBlock& b = blocks_[key];
-    if (absl::Status s = policy_.Add(SimBlockKey(key), Traits(b), b.last_use); !s.ok()) return s;
-    b.candidate = true;
-    return absl::OkStatus();
-  }
-
-  absl::Status RemoveCandidate(uint32_t key) {
-    if (absl::Status s = policy_.Remove(SimBlockKey(key)); !s.ok()) return s;
-    blocks_[key].candidate = false;
-    return absl::OkStatus();
+    const CopyFacts copy{.ready = b.cached, .child_copies = b.cached_children};
+    const bool candidate = IsEvictionCandidate(copy, [&b] { return b.pinned; });
+    return SyncCandidacy(
+        policy_, SimBlockKey(key), candidate, FactsOf(b),
+        options_.bytes_per_token * options_.tokens_per_block,
+        [this](const BlockKey& k) -> std::optional<CandidateFacts> {
+          return FactsOf(blocks_[static_cast<uint32_t>(k.hi)]);
+        },
+        &b.registered);
   }
 
   absl::Status EvictOne(absl::Time now) {
     const std::optional<BlockKey> victim = policy_.Victim(now);
     if (!victim.has_value()) return absl::InternalError("no victim in a full cache");
     if (victim->hi >= blocks_.size() || *victim != SimBlockKey(static_cast<uint32_t>(victim->hi)) ||
-        !blocks_[victim->hi].candidate) {
+        !blocks_[victim->hi].registered) {
       return absl::InternalError(absl::StrCat("victim ", victim->ToHex(), " is not a candidate"));
     }
     const uint32_t key = static_cast<uint32_t>(victim->hi);
-    if (absl::Status s = RemoveCandidate(key); !s.ok()) return s;
     SimBlock& b = blocks_[key];
     b.cached = false;
     --size_;
+    if (absl::Status s = Update(key); !s.ok()) return s;
     if (b.parent == kNoParent) return absl::OkStatus();
-    SimBlock& parent = blocks_[b.parent];
-    if (--parent.cached_children == 0 && !parent.pinned) return AddCandidate(b.parent);
-    return absl::OkStatus();
+    --blocks_[b.parent].cached_children;
+    return Update(b.parent);
   }
 
   EvictionPolicy& policy_;
-  const PrefillCostModel& cost_;
   const PolicySimOptions& options_;
   std::vector<SimBlock> blocks_;
   int64_t size_ = 0;
 };
 
 }  // namespace
-
-PrefillCostOptions DefaultSimCost() {
-  PrefillCostOptions cost = DefaultModel().cost;
-  cost.flops_per_second = 400e12;
-  return cost;
-}
 
 int64_t DefaultSimBytesPerToken() {
   absl::StatusOr<KvGeometry> g = KvGeometry::Create(DefaultModel().geometry);
@@ -176,8 +160,10 @@ absl::StatusOr<BoundResult> SimulatePolicy(const Trace& trace, EvictionPolicy& p
     return absl::InvalidArgumentError(
         absl::StrCat("capacity_blocks ", options.capacity_blocks, " is negative"));
   }
-  absl::StatusOr<PrefillCostModel> cost = PrefillCostModel::Create(options.cost);
-  if (!cost.ok()) return std::move(cost).status();
+  if (options.bytes_per_token <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bytes_per_token ", options.bytes_per_token, " is not positive"));
+  }
   absl::StatusOr<BlockChains> chains = BuildBlockChains(trace, options.tokens_per_block);
   if (!chains.ok()) return std::move(chains).status();
 
@@ -188,7 +174,7 @@ absl::StatusOr<BoundResult> SimulatePolicy(const Trace& trace, EvictionPolicy& p
   result.requests = static_cast<int64_t>(trace.requests.size());
   result.hit_tokens_per_request.assign(trace.requests.size(), 0);
 
-  Simulator sim(policy, *cost, options, chains->num_keys);
+  Simulator sim(policy, options, chains->num_keys);
   for (size_t r = 0; r < trace.requests.size(); ++r) {
     result.prompt_tokens += trace.requests[r].input_tokens;
     const int64_t first = chains->offset[r];

@@ -12,18 +12,22 @@
 //      while the cache holds capacity_blocks blocks, the policy's Victim(now) is Removed and
 //      evicted;
 //   3. release: the chain's blocks are unpinned at the same time now.
-// Candidates are what KvCache makes them (DESIGN.md section 7): cached, not pinned, and with no
-// cached child. A block becomes one (Add, touched at its last use) when it is released without a
-// cached child or when its last cached child is evicted while it is not pinned, and stops being
-// one (Remove) when it is hit or evicted. A non-candidate is never evicted, and a full cache
-// always has a candidate outside the current chain (any unpinned cached block has an unpinned
-// leaf below it), so the policy only chooses among valid victims.
+// Candidates are what KvCache makes them, decided by the same code (kvtier/eviction_candidacy.h:
+// IsEvictionCandidate, SyncCandidacy): the leaf-first rule over the model's one tier, where a
+// cached block is ready, a pinned one is held and nothing is ever leaving, so a candidate is a
+// cached, unpinned block with no cached child. The rule is asked again for each block whose facts
+// change (hit, inserted, a child inserted, released, evicted, a child evicted), so a block becomes
+// a candidate (Add, touched at its last use) when it is released without a cached child or when
+// its last cached child is evicted while it is not pinned, and stops being one (Remove) when it is
+// hit or evicted. A non-candidate is never evicted, and a full cache always has a candidate
+// outside the current chain (any unpinned cached block has an unpinned leaf below it), so the
+// policy only chooses among valid victims.
 //
-// Traits are the ones KvCache's Traits() gives: expected_reuse = uses, recompute_seconds of the
-// block's tokens after its prefix of depth x tokens_per_block from PrefillCostModel, bytes =
-// bytes_per_token x tokens_per_block, parent = the block before it, run_blocks = it and the
-// parents before it with its use count (at most 32), no retention priority. Block keys handed to
-// the policy are SimBlockKey(dense key).
+// Traits are KvCache's (CandidateTraits): expected_reuse = max(1, uses), bytes = bytes_per_token
+// x tokens_per_block, parent = the block before it, run_blocks = it and the parents before it with
+// its use count (at most 32; only for a policy that reads_run_blocks()), no retention priority,
+// recompute_seconds 0 (no policy weighs it). Block keys handed to the policy are
+// SimBlockKey(dense key).
 //
 // Thread safety: SimulatePolicy uses only its arguments; the policy must not be used by another
 // thread during the call.
@@ -36,7 +40,6 @@
 #include "bench/replay/offline/bounds.h"
 #include "bench/replay/trace/trace.h"
 #include "kvtier/block_key.h"
-#include "kvtier/cost_model.h"
 #include "kvtier/eviction_policy.h"
 
 namespace kvtier::replay {
@@ -45,26 +48,23 @@ namespace kvtier::replay {
 // it (splitmix64's), since hash tables of BlockKeys hash `lo` only.
 BlockKey SimBlockKey(uint32_t key);
 
-// The simulator's default model, Llama-3.1-70B from the library's table (cost_model.h
-// KnownModels): its prefill cost shape at 400 TFLOP/s sustained, and its KV bytes per token in
-// bf16 (327,680).
-PrefillCostOptions DefaultSimCost();
+// The simulator's default block size: the KV bytes per token of Llama-3.1-70B from the library's
+// table (cost_model.h KnownModels) in bf16, 327,680.
 int64_t DefaultSimBytesPerToken();
 
 struct PolicySimOptions {
   int tokens_per_block = 512;   // cache granularity; divides the trace's block_tokens
   int64_t capacity_blocks = 0;  // >= 0
-  PrefillCostOptions cost = DefaultSimCost();  // for recompute_seconds
-  int64_t bytes_per_token = DefaultSimBytesPerToken();
+  int64_t bytes_per_token = DefaultSimBytesPerToken();  // > 0: BlockTraits::bytes per token
 };
 
 // The hits of `policy` (which should start empty) over `trace`, as a BoundResult named after the
 // policy, with capacity_blocks set. The policy ends holding the candidates left at the end.
 //
 // Errors: those of BuildBlockChains (kInvalidArgument, kResourceExhausted); kInvalidArgument for
-// capacity_blocks < 0 or cost options PrefillCostModel rejects; kInternal naming the request when
-// the policy misbehaves (fails an Add or Remove the model makes, returns no victim while the
-// cache is full, or a victim that is not a candidate).
+// capacity_blocks < 0 or bytes_per_token <= 0; kInternal naming the request when the policy
+// misbehaves (fails an Add or Remove the model makes, returns no victim while the cache is full, or
+// a victim that is not a candidate).
 absl::StatusOr<BoundResult> SimulatePolicy(const Trace& trace, EvictionPolicy& policy,
                                            const PolicySimOptions& options);
 

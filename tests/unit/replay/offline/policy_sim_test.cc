@@ -26,6 +26,7 @@
 #include "gtest/gtest.h"
 #include "kvtier/cost_model.h"
 #include "kvtier/eviction_policy.h"
+#include "kvtier/kv_geometry.h"
 #include "tests/testing/shared_dir.h"
 #include "tests/testing/status_matchers.h"
 
@@ -133,7 +134,7 @@ TEST(PolicySimTest, HandComputedLru) {
   EXPECT_EQ(policy.traits_of_last_add.parent, SimBlockKey(1));
   EXPECT_EQ(policy.traits_of_last_add.run_blocks, 1) << "its parent (id 2) has 4 uses";
   EXPECT_EQ(policy.traits_of_last_add.bytes, 4 * 327680);
-  EXPECT_GT(policy.traits_of_last_add.recompute_seconds, 0);
+  EXPECT_EQ(policy.traits_of_last_add.recompute_seconds, 0) << "KvCache's: no policy weighs it";
   EXPECT_EQ(policy.size(), 1);
 
   // The same trace under the optimal bound: LRU's choices were optimal here.
@@ -156,11 +157,17 @@ TEST(PolicySimTest, SplitsTraceBlocks) {
 
 TEST(PolicySimTest, DefaultsAreLlama70bFromTheLibrarysTable) {
   const PolicySimOptions options;
-  EXPECT_EQ(options.cost.params, KnownModelCost("Llama-3.1-70B")->params);
-  EXPECT_EQ(options.cost.num_layers, 80);
-  EXPECT_EQ(options.cost.d_model, 8192);
-  EXPECT_EQ(options.cost.flops_per_second, 400e12);
+  EXPECT_EQ(options.tokens_per_block, 512);
+  EXPECT_EQ(options.capacity_blocks, 0);
   EXPECT_EQ(options.bytes_per_token, 327680);  // 80 layers x 8 KV heads x 128 x 2 (K, V) x 2
+  int found = 0;
+  for (const KnownModel& m : KnownModels()) {
+    if (m.name != "Llama-3.1-70B") continue;
+    ++found;
+    KVTIER_ASSERT_OK_AND_ASSIGN(const KvGeometry g, KvGeometry::Create(m.geometry));
+    EXPECT_EQ(options.bytes_per_token, g.bytes_per_token());
+  }
+  EXPECT_EQ(found, 1);
 }
 
 TEST(PolicySimTest, Errors) {
@@ -170,9 +177,10 @@ TEST(PolicySimTest, Errors) {
               IsError(StatusCode::kInvalidArgument, "capacity_blocks"));
   EXPECT_THAT(SimulatePolicy(trace, *lru, Capacity(3, 3)),
               IsError(StatusCode::kInvalidArgument, "tokens_per_block"));
-  PolicySimOptions no_flops = Capacity(3);
-  no_flops.cost.flops_per_second = 0;
-  EXPECT_THAT(SimulatePolicy(trace, *lru, no_flops), IsError(StatusCode::kInvalidArgument, ""));
+  PolicySimOptions no_bytes = Capacity(3);
+  no_bytes.bytes_per_token = 0;
+  EXPECT_THAT(SimulatePolicy(trace, *lru, no_bytes),
+              IsError(StatusCode::kInvalidArgument, "bytes_per_token 0"));
 
   // A policy that names a block that is not a candidate is caught, with the request.
   class Liar final : public EvictionPolicy {

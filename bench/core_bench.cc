@@ -37,7 +37,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "bench/bench_report.h"
-#include "bench/common/tier_stack.h"
 #include "benchmark/benchmark.h"
 #include "kvtier/block_allocator.h"
 #include "kvtier/block_index.h"
@@ -48,6 +47,7 @@
 #include "kvtier/kv_geometry.h"
 #include "kvtier/metadata_tier.h"
 #include "kvtier/prefix_hasher.h"
+#include "kvtier/tier_stack.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>

@@ -16,10 +16,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "bench/bench_report.h"
-#include "bench/common/tier_stack.h"
 #include "bench/tier_copy_loop.h"
 #include "benchmark/benchmark.h"
 #include "kvtier/hbm_layout.h"
+#include "kvtier/tier_stack.h"
 #include "kvtier/transfer_engine.h"
 
 namespace kvtier {

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "bench/bench_report.h"
-#include "bench/common/tier_stack.h"
 #include "benchmark/benchmark.h"
+#include "kvtier/tier_stack.h"
 #include "kvtier/transfer_engine.h"
 
 namespace kvtier::bench {

@@ -1,5 +1,6 @@
 // kvtier quickstart: two requests of one conversation on Llama-3.1-8B, served by a KvCache over
-// an emulated HBM and a DRAM tier, using only the public API.
+// an emulated HBM and a DRAM tier (built by BuildTierStack, kvtier/tier_stack.h), using only the
+// public API.
 //
 // Request 1 finds nothing cached: it prefills its prompt, decodes an answer and is released; its
 // full blocks stay cached. Request 2 sends the conversation again plus a new question:
@@ -17,10 +18,9 @@
 
 #include "absl/types/span.h"
 #include "kvtier/cache_namespace.h"
-#include "kvtier/dram_tier.h"
-#include "kvtier/emulated_hbm.h"
 #include "kvtier/kv_cache.h"
 #include "kvtier/kv_geometry.h"
+#include "kvtier/tier_stack.h"
 
 namespace {
 
@@ -93,12 +93,13 @@ int main() {
   const CacheNamespace ns = OrDie(CacheNamespace::Create(
       geometry, {.model_id = "meta-llama/Llama-3.1-8B-Instruct", .weights_fingerprint = "demo"}));
 
-  // 64 blocks (1024 tokens, 128 MiB) of HBM emulated in host memory, and 128 MiB of DRAM below.
+  // 64 blocks (1024 tokens, 128 MiB) of HBM emulated in host memory, and 64 blocks (128 MiB) of
+  // DRAM below. The tiers left out (NVMe, remote) are absent.
+  TierStackOptions stack;
+  stack.tiers[TierIndex(Tier::kHbm)].capacity_blocks = 64;
+  stack.tiers[TierIndex(Tier::kDram)].capacity_blocks = 64;
   KvCacheOptions options;
-  options.tiers[TierIndex(Tier::kHbm)] =
-      OrDie(EmulatedHbm::Create(geometry, {.capacity_blocks = 64}));
-  options.tiers[TierIndex(Tier::kDram)] =
-      OrDie(DramTier::Create(geometry, {.capacity_bytes = 64 * geometry.bytes_per_block()}));
+  options.tiers = OrDie(BuildTierStack(ns, stack));
   std::unique_ptr<KvCache> cache = OrDie(KvCache::Create(ns, std::move(options)));
   std::printf("model: %s, %lld bytes per %d-token block\n", geometry.ToString().c_str(),
               static_cast<long long>(geometry.bytes_per_block()), geometry.tokens_per_block());

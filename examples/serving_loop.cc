@@ -1,5 +1,6 @@
-// kvtier serving loop: one request's life on KvCache over HBM, DRAM and NVMe, with a toy model
-// whose KV bytes are checked end to end, using only the public API.
+// kvtier serving loop: one request's life on KvCache over HBM, DRAM and NVMe (built by
+// BuildTierStack, kvtier/tier_stack.h), with a toy model whose KV bytes are checked end to end,
+// using only the public API.
 //
 // A CPU "kernel" writes each token's K and V (deterministic bf16 values) into the emulated HBM
 // pool through the ticket's device block table, and a CPU paged attention reads them back the
@@ -26,11 +27,10 @@
 #include <vector>
 
 #include "kvtier/cache_namespace.h"
-#include "kvtier/dram_tier.h"
-#include "kvtier/emulated_hbm.h"
+#include "kvtier/hbm_layout.h"
 #include "kvtier/kv_cache.h"
 #include "kvtier/kv_geometry.h"
-#include "kvtier/nvme_tier.h"
+#include "kvtier/tier_stack.h"
 
 namespace {
 
@@ -255,17 +255,19 @@ int main() {
   g_temp_dir = dir;
   std::atexit(RemoveTempDir);
 
-  // HBM 64 blocks, DRAM 16 (small, so demoted blocks go on to NVMe), NVMe 256.
+  // HBM 64 blocks (emulated in host memory, layer-first as a paged-attention kernel reads it),
+  // DRAM 16 (small, so demoted blocks go on to NVMe), NVMe 256 slots in a file. No remote tier.
+  TierStackOptions stack;
+  stack.tiers[TierIndex(Tier::kHbm)].capacity_blocks = 64;
+  stack.hbm.layout = HbmLayout::kLayerFirst;
+  stack.tiers[TierIndex(Tier::kDram)].capacity_blocks = 16;
+  stack.tiers[TierIndex(Tier::kNvme)].capacity_blocks = 256;
+  stack.nvme.path = g_temp_dir + "/kv.nvme";
   KvCacheOptions options;
-  options.tiers[TierIndex(Tier::kHbm)] =
-      OrDie(EmulatedHbm::Create(g, {.layout = HbmLayout::kLayerFirst, .capacity_blocks = 64}));
-  options.tiers[TierIndex(Tier::kDram)] =
-      OrDie(DramTier::Create(g, {.capacity_bytes = 16 * g.bytes_per_block()}));
-  auto nvme = OrDie(NvmeTier::Create(
-      g, {.path = g_temp_dir + "/kv.nvme", .capacity_bytes = 256 * NvmeTier::SlotBytes(g)}));
+  options.tiers = OrDie(BuildTierStack(ns, stack));
   std::printf("model: %s, %lld bytes per block\n  NVMe tier in %s (%s)\n", g.ToString().c_str(),
-              static_cast<long long>(g.bytes_per_block()), dir, nvme->engine_name());
-  options.tiers[TierIndex(Tier::kNvme)] = std::move(nvme);
+              static_cast<long long>(g.bytes_per_block()), dir,
+              options.tiers[TierIndex(Tier::kNvme)]->info().name.c_str());
   std::unique_ptr<KvCache> cache = OrDie(KvCache::Create(ns, std::move(options)));
 
   // Turn 1: prefill a 100-token prompt (nothing cached yet), then decode 20 tokens greedily.

@@ -1,6 +1,7 @@
 // Links against the installed kvtier and checks a real value: Llama-3.1-8B's 128 KiB per token
-// and a two-block prefix match. Then builds a KvCache over one backend of each layer that has
-// them (tiers, remote, cuda), so every installed layer library is linked, in the package's order.
+// and a two-block prefix match. Then builds a KvCache over tiers built by the tier stack builder
+// (layer stack: emulated HBM and DRAM from tiers, a remote tier from remote) and probes the CUDA
+// tier, so every installed layer library is linked, in the package's order.
 #include <cstdio>
 #include <memory>
 #include <utility>
@@ -9,13 +10,11 @@
 #include "kvtier/block_index.h"
 #include "kvtier/cache_namespace.h"
 #include "kvtier/cuda_hbm.h"
-#include "kvtier/dram_tier.h"
-#include "kvtier/emulated_hbm.h"
 #include "kvtier/in_process_transport.h"
 #include "kvtier/kv_cache.h"
 #include "kvtier/kv_geometry.h"
 #include "kvtier/prefix_hasher.h"
-#include "kvtier/remote_tier.h"
+#include "kvtier/tier_stack.h"
 
 int main() {
   auto geometry = kvtier::KvGeometry::Create(
@@ -44,17 +43,17 @@ int main() {
 
   // Without a GPU (or CUDA) this is an error, with one a tier: either way the symbol links.
   const bool cuda_tier = kvtier::CudaHbm::Create(*geometry, {.capacity_blocks = 4}).ok();
+  kvtier::TierStackOptions stack;
+  for (kvtier::Tier t : {kvtier::Tier::kHbm, kvtier::Tier::kDram, kvtier::Tier::kRemote}) {
+    stack.tiers[kvtier::TierIndex(t)].capacity_blocks = 8;
+  }
+  stack.dram.try_huge_pages = false;
+  stack.dram.prefault = false;
+  stack.remote.transport = std::make_shared<kvtier::InProcessTransport>();
+  auto tiers = kvtier::BuildTierStack(*ns, stack);
+  if (!tiers.ok()) return 8;
   kvtier::KvCacheOptions options;
-  auto hbm = kvtier::EmulatedHbm::Create(*geometry, {.capacity_blocks = 8});
-  auto dram = kvtier::DramTier::Create(
-      *geometry, {.capacity_bytes = 8 * geometry->bytes_per_block(), .try_huge_pages = false,
-                  .prefault = false});
-  auto remote = kvtier::RemoteTier::Create(
-      *ns, {.transport = std::make_shared<kvtier::InProcessTransport>(), .capacity_blocks = 8});
-  if (!hbm.ok() || !dram.ok() || !remote.ok()) return 8;
-  options.tiers[kvtier::TierIndex(kvtier::Tier::kHbm)] = std::move(*hbm);
-  options.tiers[kvtier::TierIndex(kvtier::Tier::kDram)] = std::move(*dram);
-  options.tiers[kvtier::TierIndex(kvtier::Tier::kRemote)] = std::move(*remote);
+  options.tiers = std::move(*tiers);
   auto cache = kvtier::KvCache::Create(*ns, std::move(options));
   if (!cache.ok()) return 9;
   if (!(*cache)->CreateSequence(kvtier::SequenceId(1)).ok()) return 10;

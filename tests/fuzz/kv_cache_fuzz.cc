@@ -22,7 +22,7 @@
 // Geometry: 2 layers x 1 KV head x head_dim 8, bf16, 4-token blocks (256-byte blocks). Tiers:
 // emulated HBM of 6..13 blocks, DRAM of 8 blocks, an NVMe file of 16 slots and an in-process
 // remote store of 16 blocks, each optional below HBM and each behind a FaultInjectingTier, built
-// by the tier stack builder (bench/common/tier_stack.h) as the tests and the replay build theirs.
+// by the tier stack builder (kvtier/tier_stack.h) as the tests and the replay build theirs.
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -52,7 +52,6 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "bench/common/tier_stack.h"
 #include "kvtier/cache_namespace.h"
 #include "kvtier/completion.h"
 #include "kvtier/device_block_table.h"
@@ -66,6 +65,7 @@
 #include "kvtier/nvme_tier.h"
 #include "kvtier/prefix_hasher.h"
 #include "kvtier/tier_backend.h"
+#include "kvtier/tier_stack.h"
 #include "tests/testing/fault_injecting_tier.h"
 
 namespace kvtier {

@@ -28,7 +28,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "bench/common/tier_stack.h"
 #include "gtest/gtest.h"
 #include "kvtier/cache_namespace.h"
 #include "kvtier/device_block_table.h"
@@ -36,6 +35,7 @@
 #include "kvtier/kv_cache.h"
 #include "kvtier/kv_cache_stats.h"
 #include "kvtier/kv_geometry.h"
+#include "kvtier/tier_stack.h"
 #include "tests/testing/fault_injecting_tier.h"
 #include "tests/testing/temp_dir.h"
 

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "bench/common/tier_stack.h"
 #include "gtest/gtest.h"
+#include "kvtier/tier_stack.h"
 #include "kvtier/transfer_engine.h"
 #include "tests/testing/fault_injecting_tier.h"
 #include "tests/testing/random_bytes.h"

@@ -20,9 +20,9 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "bench/common/tier_stack.h"
 #include "kvtier/cache_namespace.h"
 #include "kvtier/kv_cache.h"
+#include "kvtier/tier_stack.h"
 
 namespace kvtier::replay {
 namespace {

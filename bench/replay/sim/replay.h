@@ -92,7 +92,8 @@ struct ReplayOptions {
   // kScaled: directory for the NVMe file and the remote directory store; empty: a fresh temporary
   // directory, removed afterwards.
   std::string work_dir;
-  // kScaled remote store: empty for a directory under work_dir, else "redis://host:port" or
+  // kScaled remote store: empty for a directory under work_dir, else a URL RemoteTransportFromUrl
+  // takes (kvtier/tier_stack.h): "redis://[[user]:password@]host:port[/db]" or
   // "redis-cluster://host:port[,host:port...]".
   std::string remote_url;
   int64_t max_requests = -1;  // replay only the first n requests; < 0: all

@@ -261,8 +261,8 @@ int Main(int argc, char** argv) {
   app.add_option("--nvme-path", f.nvme_path,
                  "directory for the NVMe file and remote directory store (payload scaled)");
   app.add_option("--remote", f.remote,
-                 "remote store: redis://host:port or redis-cluster://h:p,... (payload scaled; "
-                 "default a directory)");
+                 "remote store: redis://[[user]:password@]host:port[/db] or "
+                 "redis-cluster://h:p,... (payload scaled; default a directory)");
   app.add_option("--policy", f.policy, "eviction policy: lru or cost_aware");
   app.add_flag("--compare", f.compare,
                "run lru and cost_aware, the unlimited and optimal bounds, and recompute_all");

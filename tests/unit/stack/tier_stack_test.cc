@@ -1,6 +1,6 @@
-// The tier stack builder (bench/common/tier_stack.h): which backend each spec gives, with what
+// The tier stack builder (kvtier/tier_stack.h): which backend each spec gives, with what
 // capacity, where the remote tier's store comes from, the wrap hook, and its errors.
-#include "bench/common/tier_stack.h"
+#include "kvtier/tier_stack.h"
 
 #include <memory>
 #include <string>
@@ -15,6 +15,7 @@
 #include "kvtier/kv_geometry.h"
 #include "kvtier/metadata_tier.h"
 #include "kvtier/tier_backend.h"
+#include "kvtier/transport.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
@@ -54,6 +55,7 @@ TEST(TierStackTest, NativeTiersGetTheirBlocks) {
   o.remote.transport = std::make_shared<InProcessTransport>();
   o.remote.key_prefix = "stack-test:";
   KVTIER_ASSERT_OK_AND_ASSIGN(TierBackends tiers, BuildTierStack(Namespace(), o));
+  EXPECT_EQ(o.remote.transport.use_count(), 2);  // shared with the remote tier, not copied
   const KvGeometry g = Geometry();
   ASSERT_NE(tiers[kHbm], nullptr);
   EXPECT_EQ(tiers[kHbm]->info().name, "emulated_hbm(block_first)");
@@ -111,6 +113,15 @@ TEST(TierStackTest, RemoteStoreIsATransportADirectoryOrAUrl) {
   KVTIER_ASSERT_OK_AND_ASSIGN(TierBackends tiers, BuildTierStack(Namespace(), o));
   ASSERT_NE(tiers[kRemote], nullptr);
   EXPECT_THAT(tiers[kRemote]->info().name, ::testing::StartsWith("remote(directory"));
+  EXPECT_EQ(tiers[kRemote]->info().capacity_blocks, 4);
+
+  // A URL's transport connects lazily, so a store that is not there builds.
+  TierStackOptions url;
+  url.tiers[kRemote].capacity_blocks = 4;
+  url.remote_url = "redis://127.0.0.1:1";
+  KVTIER_ASSERT_OK_AND_ASSIGN(TierBackends redis, BuildTierStack(Namespace(), url));
+  ASSERT_NE(redis[kRemote], nullptr);
+  EXPECT_THAT(redis[kRemote]->info().name, ::testing::StartsWith("remote(redis(127.0.0.1:1)"));
 
   TierStackOptions none;
   none.tiers[kRemote].capacity_blocks = 4;
@@ -120,6 +131,15 @@ TEST(TierStackTest, RemoteStoreIsATransportADirectoryOrAUrl) {
   two.remote_url = "redis://127.0.0.1:1";
   EXPECT_THAT(BuildTierStack(Namespace(), two).status(),
               IsError(StatusCode::kInvalidArgument, "2 given"));
+  TierStackOptions three = two;
+  three.remote.transport = std::make_shared<InProcessTransport>();
+  EXPECT_THAT(BuildTierStack(Namespace(), three).status(),
+              IsError(StatusCode::kInvalidArgument, "3 given"));
+  // A metadata remote tier needs no store at all.
+  TierStackOptions metadata = none;
+  metadata.tiers[kRemote].kind = TierBackendKind::kMetadata;
+  KVTIER_ASSERT_OK_AND_ASSIGN(TierBackends stand_in, BuildTierStack(Namespace(), metadata));
+  EXPECT_EQ(stand_in[kRemote]->info().name, "metadata(remote)");
   TierStackOptions bad_url = none;
   bad_url.remote_url = "memcached://x:1";
   EXPECT_THAT(BuildTierStack(Namespace(), bad_url).status(),
@@ -152,6 +172,35 @@ TEST(TierStackTest, WrapSeesEveryPresentTierInOrderAndItsResultIsKept) {
   EXPECT_EQ(tiers[kNvme]->info().capacity_blocks, 5);
 }
 
+TEST(TierStackTest, WrapMustReturnABackend) {
+  TierStackOptions o;
+  o.tiers[kHbm].capacity_blocks = 2;
+  o.tiers[kDram].capacity_blocks = 2;
+  o.dram.pin_for_cuda = false;
+  int calls = 0;
+  o.wrap = [&](Tier t, std::unique_ptr<TierBackend> b) -> std::unique_ptr<TierBackend> {
+    ++calls;
+    if (t == Tier::kDram) return nullptr;
+    return b;
+  };
+  EXPECT_THAT(BuildTierStack(Geometry(), o).status(),
+              IsError(StatusCode::kInvalidArgument, "wrap returned no backend for the dram tier"));
+  EXPECT_EQ(calls, 2);
+}
+
+TEST(TierStackTest, WrapIsNotCalledWhenABackendFails) {
+  TierStackOptions o;
+  o.tiers[kHbm].capacity_blocks = 2;
+  o.tiers[kNvme].capacity_blocks = 2;  // no path: NvmeTier::Create fails after HBM is built
+  int calls = 0;
+  o.wrap = [&](Tier, std::unique_ptr<TierBackend> b) {
+    ++calls;
+    return b;
+  };
+  EXPECT_THAT(BuildTierStack(Geometry(), o).status(), IsError(StatusCode::kInvalidArgument, ""));
+  EXPECT_EQ(calls, 0);
+}
+
 TEST(TierStackTest, Errors) {
   TierStackOptions negative;
   negative.tiers[kDram].capacity_blocks = -1;
@@ -173,15 +222,30 @@ TEST(TierStackTest, Errors) {
               IsError(StatusCode::kInvalidArgument, ""));
 }
 
+TEST(RemoteTransportFromUrlTest, BuildsTheTransportTheUrlNames) {
+  // Nothing listens on these ports: the transports connect lazily.
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::shared_ptr<Transport> one,
+                              RemoteTransportFromUrl("redis://127.0.0.1:1"));
+  EXPECT_EQ(one->name(), "redis(127.0.0.1:1)");
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::shared_ptr<Transport> with_auth,
+                              RemoteTransportFromUrl("redis://alice:pw@127.0.0.1:1/3"));
+  EXPECT_EQ(with_auth->name(), "redis(127.0.0.1:1)");
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::shared_ptr<Transport> cluster,
+                              RemoteTransportFromUrl("redis-cluster://127.0.0.1:1,127.0.0.1:2"));
+  EXPECT_EQ(cluster->name(), "redis-cluster(127.0.0.1:1,127.0.0.1:2)");
+}
+
 TEST(RemoteTransportFromUrlTest, RejectsWhatIsNotARedisUrl) {
   EXPECT_THAT(RemoteTransportFromUrl("").status(),
               IsError(StatusCode::kInvalidArgument, "expected redis://"));
   EXPECT_THAT(RemoteTransportFromUrl("/tmp/store").status(),
               IsError(StatusCode::kInvalidArgument, "expected redis://"));
   EXPECT_THAT(RemoteTransportFromUrl("redis://a:1,b:2").status(),
-              IsError(StatusCode::kInvalidArgument, "bad endpoints"));
+              IsError(StatusCode::kInvalidArgument, "one host:port"));
   EXPECT_THAT(RemoteTransportFromUrl("redis-cluster://").status(),
-              IsError(StatusCode::kInvalidArgument, "bad endpoints"));
+              IsError(StatusCode::kInvalidArgument, "host:port"));
+  EXPECT_THAT(RemoteTransportFromUrl("redis-cluster://a:1/2").status(),
+              IsError(StatusCode::kInvalidArgument, "database"));
 }
 
 }  // namespace

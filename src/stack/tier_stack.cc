@@ -1,16 +1,14 @@
-// The tier-stack builder (tier_stack.h): the backends of each tier built from one options struct.
-#include "bench/common/tier_stack.h"
+// The tier stack builder (kvtier/tier_stack.h): the backends of each tier built from one options
+// struct.
+#include "kvtier/tier_stack.h"
 
 #include <limits>
 #include <memory>
 #include <string>
 #include <utility>
-#include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "kvtier/directory_transport.h"
 #include "kvtier/metadata_tier.h"
 #include "kvtier/redis_transport.h"
@@ -122,7 +120,13 @@ absl::StatusOr<TierBackends> Build(const KvGeometry& g, const CacheNamespace* ns
   if (o.wrap) {
     for (int t = 0; t < kNumTiers; ++t) {
       std::unique_ptr<TierBackend>& backend = tiers[static_cast<size_t>(t)];
-      if (backend != nullptr) backend = o.wrap(static_cast<Tier>(t), std::move(backend));
+      if (backend == nullptr) continue;
+      const Tier tier = static_cast<Tier>(t);
+      backend = o.wrap(tier, std::move(backend));
+      if (backend == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tier stack: wrap returned no backend for the ", std::string(TierName(tier)), " tier"));
+      }
     }
   }
   return tiers;
@@ -141,22 +145,9 @@ absl::StatusOr<TierBackends> BuildTierStack(const KvGeometry& geometry,
 }
 
 absl::StatusOr<std::shared_ptr<Transport>> RemoteTransportFromUrl(const std::string& url) {
-  RedisTransportOptions r;
-  std::string rest;
-  if (absl::StartsWith(url, "redis://")) {
-    rest = url.substr(8);
-  } else if (absl::StartsWith(url, "redis-cluster://")) {
-    rest = url.substr(16);
-    r.cluster = true;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "remote URL \"", url, "\": expected redis://host:port or redis-cluster://host:port,..."));
-  }
-  r.endpoints = absl::StrSplit(rest, ',', absl::SkipEmpty());
-  if (r.endpoints.empty() || (!r.cluster && r.endpoints.size() != 1)) {
-    return absl::InvalidArgumentError(absl::StrCat("remote URL \"", url, "\": bad endpoints"));
-  }
-  auto t = RedisTransport::Create(r);
+  absl::StatusOr<RedisTransportOptions> options = RedisTransportOptionsFromUrl(url);
+  if (!options.ok()) return options.status();
+  auto t = RedisTransport::Create(*options);
   if (!t.ok()) return t.status();
   return std::shared_ptr<Transport>(std::move(*t));
 }

@@ -20,17 +20,12 @@ set(KVTIER_LAYERS internal core platform tiers transfer remote cuda stack policy
 #   remote    RemoteTier, transports, value frames, codecs: a TierBackend over a store.
 #   cuda      CudaHbm, the device tier: a TierBackend, so it sits on tiers beside transfer and
 #             remote. Neither of those may see it (they work through TierBackend), nor it them.
-<<<<<<< HEAD
-#   policy    eviction ranking (lru, cost_aware), eviction candidacy (the leaf-first rule and a
-#             candidate's traits) and the restore-versus-recompute cost model; it owns no blocks.
-=======
 #   stack     the tier stack builder (BuildTierStack): the host backends of tiers and remote
 #             (and a remote tier's store from a directory or a Redis URL) from one options struct,
 #             for servers, the replay, tests, the fuzzer, benchmarks and examples. It builds no
 #             CudaHbm (the caller adds one), so it needs remote only; nothing below it sees it.
-#   policy    eviction ranking (lru, cost_aware) and the restore-versus-recompute cost model;
-#             it owns no blocks.
->>>>>>> tier-stack-lib
+#   policy    eviction ranking (lru, cost_aware), eviction candidacy (the leaf-first rule and a
+#             candidate's traits) and the restore-versus-recompute cost model; it owns no blocks.
 #   cache     the KvCache facade: asks the policy, moves blocks with the transfer engine, and
 #             holds its backends as TierBackends (the caller builds them, by hand or with stack;
 #             the two are siblings, neither includes the other).
@@ -59,12 +54,8 @@ set(KVTIER_LAYER_remote_HEADERS
   codec.h directory_transport.h in_process_transport.h redis_transport.h remote_tier.h
   transport.h value_frame.h)
 set(KVTIER_LAYER_cuda_HEADERS cuda_hbm.h)
-<<<<<<< HEAD
-set(KVTIER_LAYER_policy_HEADERS cost_model.h eviction_candidacy.h eviction_policy.h)
-=======
 set(KVTIER_LAYER_stack_HEADERS tier_stack.h)
-set(KVTIER_LAYER_policy_HEADERS cost_model.h eviction_policy.h)
->>>>>>> tier-stack-lib
+set(KVTIER_LAYER_policy_HEADERS cost_model.h eviction_candidacy.h eviction_policy.h)
 set(KVTIER_LAYER_cache_HEADERS kv_cache.h kv_cache_stats.h)
 
 # abseil is in the public headers, so every layer links it PUBLIC (the header check too).

@@ -71,9 +71,22 @@ bool KvCache::Impl::WantCandidate(const BlockKey& /*key*/, const BlockEntry& m, 
 void KvCache::Impl::UpdateCandidate(const BlockKey& key, Tier t,
                                     std::optional<SlotState> slot_state) {
   auto it = blocks.find(key);
-  if (it == blocks.end() || !Present(t)) return;
-  BlockEntry& m = it->second;
+  if (it == blocks.end()) return;
+  UpdateCandidate(*it, t, slot_state);
+}
+
+void KvCache::Impl::UpdateCandidate(BlockMap::value_type& entry, Tier t,
+                                    std::optional<SlotState> slot_state) {
+  if (!Present(t)) return;
+  const BlockKey& key = entry.first;
+  BlockEntry& m = entry.second;
   const uint8_t bit = static_cast<uint8_t>(1u << TierIndex(t));
+  // An interior copy (a child copy there is staying) that is not registered stays so: the
+  // common case when a sequence lets its chain go, answered without building the facts.
+  if ((m.candidate & bit) == 0 &&
+      m.child_copies[TierIndex(t)] != m.leaving_children[TierIndex(t)]) {
+    return;
+  }
   bool registered = (m.candidate & bit) != 0;
   const auto* map = &blocks;  // as in Traits
   // An Add the policy refuses leaves the copy unregistered; a Remove always unregisters it.
@@ -86,11 +99,7 @@ void KvCache::Impl::UpdateCandidate(const BlockKey& key, Tier t,
 
 void KvCache::Impl::DropCandidacy(const BlockKey& key, Tier t) {
   auto it = blocks.find(key);
-  if (it == blocks.end()) return;
-  const uint8_t bit = static_cast<uint8_t>(1u << TierIndex(t));
-  if ((it->second.candidate & bit) == 0) return;
-  (void)policy[TierIndex(t)]->Remove(key);
-  it->second.candidate &= static_cast<uint8_t>(~bit);
+  if (it != blocks.end()) DropCandidacy(*it, t);
 }
 
 void KvCache::Impl::SetLeaving(const BlockKey& key, Tier t, bool leaving) {
@@ -114,7 +123,7 @@ void KvCache::Impl::SetLeaving(const BlockKey& key, Tier t, bool leaving) {
   if (!leaving) MaybeEraseMeta(parent);
 }
 
-void KvCache::Impl::TouchCandidates(const BlockKey& key, const BlockEntry& m) {
+void KvCache::Impl::TouchRegistered(const BlockKey& key, const BlockEntry& m) {
   for (int t = 0; t < kNumTiers; ++t) {
     if ((m.candidate >> t) & 1) {
       (void)policy[t]->Touch(key, Traits(m, static_cast<Tier>(t)), m.last_use);

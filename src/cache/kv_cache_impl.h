@@ -125,24 +125,29 @@ struct KvCache::Impl {
   // policy state. The one per-block record (`blocks`): an entry exists while the block has a
   // copy in some tier (copies.has_copy()), or while a child, a reader or a demotion still counts
   // on it; an entry without a copy is "not indexed" (Match stops there, as at a missing key).
-  // Fields are ordered small-first to pack behind `copies`.
+  // Fields are ordered by how often an attach or a release reads them, so that with its key
+  // the fields every hit and release touches (copies, candidate, uses, last_use, child_copies,
+  // leaving_children) lie in the first 96 bytes, and small ones pack behind `copies`.
   struct BlockEntry {
-    BlockRecord copies;                         // per tier: slot, kPending/kReady (20 bytes)
-    uint8_t candidate = 0;                      // bit t: registered with policy[t]
-    uint8_t evict_after = 0;                    // bit t: drop the copy in t once its demotion lands
-    std::array<uint16_t, kNumTiers> readers{};  // this cache's transfers reading the copy
+    BlockRecord copies;     // per tier: slot, kPending/kReady (20 bytes)
+    uint8_t candidate = 0;  // bit t: registered with policy[t]
+    uint8_t evict_after = 0;  // bit t: drop the copy in t once its demotion lands
     uint32_t uses = 0;  // first write + attach hits (admission, cost_aware reuse)
+    absl::Time last_use = absl::InfinitePast();  // the policy's "last touched"
     // Copies of its children, per tier (uint32: a block may have more than 65535 children).
     std::array<uint32_t, kNumTiers> child_copies{};
     // Of those, copies being demoted away (evict_after set): a parent whose children are all
     // leaving is a leaf for eviction, so a chain is evicted from its tail on without waiting.
     std::array<uint32_t, kNumTiers> leaving_children{};
+    std::array<uint16_t, kNumTiers> readers{};  // this cache's transfers reading the copy
     BlockKey parent;           // kRootBlockKey for a sequence's first block
     int64_t first_token = -1;  // position of its first token; -1 while only a child refers to it
     double retention_priority = 0;
-    absl::Time last_use = absl::InfinitePast();  // the policy's "last touched"
     absl::Time priority_until = absl::InfinitePast();
   };
+  // The one map of block records; its elements (key and entry) are what the cache's parts hand
+  // each other when one has just found a block, so the next does not look it up again.
+  using BlockMap = absl::flat_hash_map<BlockKey, BlockEntry>;
 
   struct SeqBlock {
     Tier tier = Tier::kHbm;
@@ -242,7 +247,7 @@ struct KvCache::Impl {
   mutable internal::Mutex mu;
   mutable internal::CondVar cv;  // a move finished (moves.cc)
   // block_records.cc: the one record per block, and who each slot belongs to.
-  absl::flat_hash_map<BlockKey, BlockEntry> blocks ABSL_GUARDED_BY(mu);
+  BlockMap blocks ABSL_GUARDED_BY(mu);
   int64_t indexed_blocks ABSL_GUARDED_BY(mu) = 0;  // entries with copies.has_copy()
   std::array<std::vector<SlotOwner>, kNumTiers> owner ABSL_GUARDED_BY(mu);
   std::deque<CacheEvent> events ABSL_GUARDED_BY(mu);
@@ -308,8 +313,10 @@ struct KvCache::Impl {
   int64_t FreeBlocks(Tier t);
   // The HBM slot's last pin or holder may be gone: settle what it becomes. `state` is the slot's
   // state when the caller has just read it under the engine's lock (saves taking it again).
-  void SettleSlot(Tier t, SlotId slot, std::optional<SlotState> state = std::nullopt)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // `entry`, when given, is the map element of the block whose copy the slot may hold (the
+  // caller found it already): used, without a lookup, if that block is the slot's owner.
+  void SettleSlot(Tier t, SlotId slot, std::optional<SlotState> state = std::nullopt,
+                  BlockMap::value_type* entry = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Drops one reference a sequence held.
   void DropRef(const SeqBlock& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // DropRef's first half for many blocks under one acquisition of the engine's lock: each
@@ -346,6 +353,27 @@ struct KvCache::Impl {
         },
         locations);
   }
+  // MatchBlocks for a caller that goes on to change the matched blocks: also the map element
+  // of each matched block, in order ((*entries)[i] for keys[i], i < matched_blocks). The
+  // pointers are valid until `blocks` next gains an entry.
+  absl::StatusOr<PrefixMatch> MatchEntries(absl::Span<const BlockKey> keys, int64_t query_tokens,
+                                           std::vector<BlockLocation>* locations,
+                                           std::vector<BlockMap::value_type*>* entries)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    entries->clear();
+    auto* map = &blocks;  // as in MatchBlocks
+    absl::StatusOr<PrefixMatch> match = MatchPrefix(
+        keys, query_tokens, block_tokens,
+        [map, entries](const BlockKey& key) -> const BlockRecord* {
+          auto it = map->find(key);
+          if (it == map->end()) return nullptr;
+          entries->push_back(&*it);
+          return &it->second.copies;
+        },
+        locations);
+    if (match.ok()) entries->resize(static_cast<size_t>(match->matched_blocks));
+    return match;
+  }
   // Erases the entry of `key` once nothing keeps it: no copy, child, reader or leaving child.
   void MaybeEraseMeta(const BlockKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::Status AddCopy(const BlockKey& key, Tier t, SlotId slot, CopyState state,
@@ -376,14 +404,30 @@ struct KvCache::Impl {
   void UpdateCandidate(const BlockKey& key, Tier t,
                        std::optional<SlotState> slot_state = std::nullopt)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // The same for a block whose map element the caller holds.
+  void UpdateCandidate(BlockMap::value_type& entry, Tier t,
+                       std::optional<SlotState> slot_state = std::nullopt)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Unregisters (key, t) from the tier's policy, if registered: for a copy just taken out of
   // candidacy for sure (a holder acquired it), without re-deriving WantCandidate.
   void DropCandidacy(const BlockKey& key, Tier t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Inline: called for every block an attach pins, most of which are not registered.
+  void DropCandidacy(BlockMap::value_type& entry, Tier t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    const uint8_t bit = static_cast<uint8_t>(1u << TierIndex(t));
+    if ((entry.second.candidate & bit) == 0) return;
+    (void)policy[TierIndex(t)]->Remove(entry.first);
+    entry.second.candidate &= static_cast<uint8_t>(~bit);
+  }
   // Marks the copy of `key` in `t` as being demoted away (or no longer), and tells its parent.
   void SetLeaving(const BlockKey& key, Tier t, bool leaving) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // The block was used (a hit, or released by a sequence at `m.last_use`): its copies that are
   // candidates in other tiers are re-ranked with the new last use.
-  void TouchCandidates(const BlockKey& key, const BlockEntry& m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Inline: called for every block an attach or a release touches, most of them registered
+  // nowhere (interior, or held).
+  void TouchCandidates(const BlockKey& key, const BlockEntry& m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (m.candidate != 0) TouchRegistered(key, m);
+  }
+  void TouchRegistered(const BlockKey& key, const BlockEntry& m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // The first present tier below `t`, or nullopt.
   std::optional<Tier> NextLower(Tier t) const;
   bool HasCopyBelow(const BlockRecord& rec, Tier t) const;
@@ -490,8 +534,9 @@ struct KvCache::Impl {
   std::array<TierLinkCost, kNumTiers> CurrentLinks() const;
   // Attaches the cached prefix of `prompt` (block keys `keys`) to sequence `id`, which must
   // still be the sequence of `generation` and be empty.
+  // `keys` (the prompt's block keys) is taken: the attached ones become the sequence's.
   absl::StatusOr<AttachResult> AttachKeys(SequenceId id, uint64_t generation,
-                                          const std::vector<BlockKey>& keys,
+                                          std::vector<BlockKey> keys,
                                           absl::Span<const int32_t> prompt)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 

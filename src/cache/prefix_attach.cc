@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -31,7 +32,7 @@ std::array<TierLinkCost, kNumTiers> KvCache::Impl::CurrentLinks() const {
 }
 
 absl::StatusOr<AttachResult> KvCache::Impl::AttachKeys(SequenceId id, uint64_t generation,
-                                                       const std::vector<BlockKey>& keys,
+                                                       std::vector<BlockKey> keys,
                                                        absl::Span<const int32_t> prompt) {
   AttachResult result;
   KVTIER_ASSIGN_OR_RETURN(Sequence * seq, FindSeq(id));
@@ -46,20 +47,23 @@ absl::StatusOr<AttachResult> KvCache::Impl::AttachKeys(SequenceId id, uint64_t g
         "AttachPrefix: ", SeqName(id), " already has ", seq->tokens.size(), " tokens"));
   }
   std::vector<BlockLocation> where;
-  KVTIER_ASSIGN_OR_RETURN(const PrefixMatch match,
-                          MatchBlocks(keys, static_cast<int64_t>(prompt.size()), &where));
+  std::vector<BlockMap::value_type*> entries;  // valid to the end: nothing below adds a block
+  KVTIER_ASSIGN_OR_RETURN(
+      const PrefixMatch match,
+      MatchEntries(keys, static_cast<int64_t>(prompt.size()), &where, &entries));
   // Phase 1: pin every matched block where it is.
   // One pass under the engine's lock; a block that was cached (no holder) may have been an
   // eviction candidate and stops being one.
   std::vector<SeqBlock> pinned;
-  std::vector<size_t> were_cached;
+  std::vector<uint8_t> was_cached;  // per pinned block: it had no holder before
   pinned.reserve(where.size());
+  was_cached.reserve(where.size());
   (void)engine->WithAllocators([&](const std::array<BlockAllocator*, kNumTiers>& a) {
     for (const BlockLocation& loc : where) {
       BlockAllocator* alloc = a[TierIndex(loc.tier)];
       const SlotState before = alloc->state_or_free(loc.slot);
       if (!alloc->Acquire(loc.slot).ok()) break;
-      if (before == SlotState::kCached) were_cached.push_back(pinned.size());
+      was_cached.push_back(before == SlotState::kCached ? 1 : 0);
       pinned.push_back(SeqBlock{loc.tier, loc.slot});
     }
     return absl::OkStatus();
@@ -68,7 +72,11 @@ absl::StatusOr<AttachResult> KvCache::Impl::AttachKeys(SequenceId id, uint64_t g
     if (b.tier == Tier::kHbm) ++seq_refs[b.slot.value()];
   }
   // Held now, so no longer candidates (what UpdateCandidate would conclude, without asking).
-  for (size_t i : were_cached) DropCandidacy(keys[i], pinned[i].tier);
+  // Before anything else reaches the policies (the restore plan's unpinned tail re-registers
+  // below): cost_aware learns from the order of its calls, so the order is kept as it was.
+  for (size_t i = 0; i < pinned.size(); ++i) {
+    if (was_cached[i]) DropCandidacy(*entries[i], pinned[i].tier);
+  }
   // Phase 2: plan, and keep the leading blocks worth restoring.
   std::vector<Tier> tiers_of;
   tiers_of.reserve(pinned.size());
@@ -96,15 +104,16 @@ absl::StatusOr<AttachResult> KvCache::Impl::AttachKeys(SequenceId id, uint64_t g
   pinned.resize(static_cast<size_t>(plan.restore_blocks));
   const absl::Time now = Now();
   for (size_t i = 0; i < pinned.size(); ++i) {
-    BlockEntry& m = blocks[keys[i]];
+    BlockEntry& m = entries[i]->second;
     ++m.uses;
     m.last_use = now;
-    TouchCandidates(keys[i], m);
+    TouchCandidates(entries[i]->first, m);
     ++result.attached_blocks_by_tier[TierIndex(pinned[i].tier)];
     ++counters.tiers[TierIndex(pinned[i].tier)].hits;
   }
   seq->tokens.assign(prompt.begin(), prompt.begin() + plan.restore_blocks * b_tokens);
-  seq->keys.assign(keys.begin(), keys.begin() + plan.restore_blocks);
+  keys.resize(static_cast<size_t>(plan.restore_blocks));
+  seq->keys = std::move(keys);
   seq->blocks = std::move(pinned);
   seq->written = plan.restore_blocks * b_tokens;
 

@@ -306,19 +306,27 @@ absl::Status KvCache::Impl::ReleaseSequence(SequenceId id) {
   // first, each block is touched and its slot settled, in DropRef's order.
   std::vector<std::optional<SlotState>> after;
   ReleaseRefs(seq->blocks, &after);
+  // Each block's entry found first, in one tight pass (the lookups' cache misses overlap),
+  // then used for the touch and the settle.
+  std::vector<BlockMap::value_type*> found(seq->keys.size(), nullptr);
+  for (size_t i = 0; i < found.size(); ++i) {
+    auto m = blocks.find(seq->keys[i]);
+    if (m != blocks.end()) found[i] = &*m;
+  }
   for (size_t i = seq->blocks.size(); i-- > 0;) {
-    if (i < seq->keys.size()) {
-      auto m = blocks.find(seq->keys[i]);
-      if (m != blocks.end()) {
-        m->second.last_use = now;  // in use until now
-        if (seq->options.retention_priority > 0) {
-          m->second.retention_priority = seq->options.retention_priority;
-          m->second.priority_until = until;
-        }
-        TouchCandidates(seq->keys[i], m->second);
+    BlockMap::value_type* entry = i < found.size() ? found[i] : nullptr;
+    if (entry != nullptr) {
+      BlockEntry& m = entry->second;
+      m.last_use = now;  // in use until now
+      if (seq->options.retention_priority > 0) {
+        m.retention_priority = seq->options.retention_priority;
+        m.priority_until = until;
       }
+      TouchCandidates(entry->first, m);
     }
-    if (after[i].has_value()) SettleSlot(seq->blocks[i].tier, seq->blocks[i].slot, *after[i]);
+    if (after[i].has_value()) {
+      SettleSlot(seq->blocks[i].tier, seq->blocks[i].slot, *after[i], entry);
+    }
   }
   seqs.erase(id);
   const uint64_t serial = next_release++;

@@ -32,7 +32,8 @@ int64_t KvCache::Impl::FreeBlocks(Tier t) {
   return n;
 }
 
-void KvCache::Impl::SettleSlot(Tier t, SlotId slot, std::optional<SlotState> known) {
+void KvCache::Impl::SettleSlot(Tier t, SlotId slot, std::optional<SlotState> known,
+                               BlockMap::value_type* entry) {
   if (t == Tier::kHbm && ticket_refs[slot.value()] != 0) return;
   const SlotState state = known.has_value() ? *known : StateOf(t, slot);
   if (state == SlotState::kWritable && t == Tier::kHbm && orphan_partials.erase(slot.value()) > 0) {
@@ -42,7 +43,11 @@ void KvCache::Impl::SettleSlot(Tier t, SlotId slot, std::optional<SlotState> kno
   if (state != SlotState::kCached) return;
   const SlotOwner& o = owner[TierIndex(t)][slot.value()];
   if (o.indexed) {
-    UpdateCandidate(o.key, t, state);
+    if (entry != nullptr && entry->first == o.key) {
+      UpdateCandidate(*entry, t, state);
+    } else {
+      UpdateCandidate(o.key, t, state);
+    }
   } else {
     // A private copy (computed twice, never written, or found corrupt): nothing to keep.
     (void)Alloc(t, [&](BlockAllocator& a) { return a.Evict(slot); });

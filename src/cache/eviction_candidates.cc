@@ -75,18 +75,12 @@ void KvCache::Impl::UpdateCandidate(const BlockKey& key, Tier t,
   UpdateCandidate(*it, t, slot_state);
 }
 
-void KvCache::Impl::UpdateCandidate(BlockMap::value_type& entry, Tier t,
-                                    std::optional<SlotState> slot_state) {
+void KvCache::Impl::SyncCandidate(BlockMap::value_type& entry, Tier t,
+                                  std::optional<SlotState> slot_state) {
   if (!Present(t)) return;
   const BlockKey& key = entry.first;
   BlockEntry& m = entry.second;
   const uint8_t bit = static_cast<uint8_t>(1u << TierIndex(t));
-  // An interior copy (a child copy there is staying) that is not registered stays so: the
-  // common case when a sequence lets its chain go, answered without building the facts.
-  if ((m.candidate & bit) == 0 &&
-      m.child_copies[TierIndex(t)] != m.leaving_children[TierIndex(t)]) {
-    return;
-  }
   bool registered = (m.candidate & bit) != 0;
   const auto* map = &blocks;  // as in Traits
   // An Add the policy refuses leaves the copy unregistered; a Remove always unregisters it.

@@ -404,9 +404,19 @@ struct KvCache::Impl {
   void UpdateCandidate(const BlockKey& key, Tier t,
                        std::optional<SlotState> slot_state = std::nullopt)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  // The same for a block whose map element the caller holds.
+  // The same for a block whose map element the caller holds. Inline: an interior copy (a child
+  // copy there is staying) that is not registered stays so, the common case when a sequence
+  // lets its chain go, answered without building the facts.
   void UpdateCandidate(BlockMap::value_type& entry, Tier t,
                        std::optional<SlotState> slot_state = std::nullopt)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    const BlockEntry& m = entry.second;
+    const int ti = TierIndex(t);
+    if (((m.candidate >> ti) & 1) == 0 && m.child_copies[ti] != m.leaving_children[ti]) return;
+    SyncCandidate(entry, t, slot_state);
+  }
+  // UpdateCandidate's general case.
+  void SyncCandidate(BlockMap::value_type& entry, Tier t, std::optional<SlotState> slot_state)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Unregisters (key, t) from the tier's policy, if registered: for a copy just taken out of
   // candidacy for sure (a holder acquired it), without re-deriving WantCandidate.

@@ -41,6 +41,12 @@ void KvCache::Impl::SettleSlot(Tier t, SlotId slot, std::optional<SlotState> kno
     return;
   }
   if (state != SlotState::kCached) return;
+  if (entry != nullptr && entry->second.copies.state(t) == CopyState::kReady &&
+      entry->second.copies.slots[TierIndex(t)] == slot) {
+    // A ready copy's slot names its block (CheckInvariants), so the owner need not be read.
+    UpdateCandidate(*entry, t, state);
+    return;
+  }
   const SlotOwner& o = owner[TierIndex(t)][slot.value()];
   if (o.indexed) {
     if (entry != nullptr && entry->first == o.key) {

@@ -184,7 +184,7 @@ absl::Status KvCache::Pause(SequenceId id, absl::Duration expected_idle) {
 
 absl::StatusOr<Completion> KvCache::Resume(SequenceId id) {
   Impl& I = *impl_;
-  auto t = std::make_shared<internal::TicketState>();
+  auto t = std::make_shared<internal::OnboardBatch>();
   {
     Impl::CacheScope scope(I);
     KVTIER_RETURN_IF_ERROR(I.ResumeSequence(id, t, scope.deferred()));

@@ -188,8 +188,8 @@ struct KvCache::Impl {
     struct Waiter {
       SequenceId sequence;  // invalid for a ticket-only waiter
       int64_t block = 0;
-      std::shared_ptr<internal::TicketState> ticket;
-      int64_t ticket_index = 0;
+      std::shared_ptr<internal::OnboardBatch> batch;
+      int64_t batch_index = 0;
     };
     std::vector<Waiter> waiters;                                // onboards: who adopts dst
     std::vector<std::pair<SequenceId, int64_t>> pause_waiters;  // offloads: refs to move down
@@ -554,11 +554,11 @@ struct KvCache::Impl {
 
   // Resolves one still-pending block of a ticket (false if it was resolved already: a late
   // onboard after the ticket's deadline).
-  bool ResolveTicketBlock(const std::shared_ptr<internal::TicketState>& t, int64_t i,
+  bool ResolveOnboard(const std::shared_ptr<internal::OnboardBatch>& t, int64_t i,
                           std::optional<SlotId> slot, absl::Status error, Deferred& d)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  static bool TicketBlockPending(internal::TicketState& t, int64_t i);
-  static absl::Status TicketOutcome(internal::TicketState& t);
+  static bool OnboardPending(internal::OnboardBatch& t, int64_t i);
+  static absl::Status BatchOutcome(internal::OnboardBatch& t);
   // The ticket's deadline passed: every block still onboarding is reported not resident (the
   // onboard goes on and lands as a droppable block, or for the sequence), and the ticket's
   // completion fires.
@@ -572,7 +572,7 @@ struct KvCache::Impl {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Makes block `i` of `seq` resident for ticket `t` (index `ti` in it): adopts an HBM copy,
   // joins an onboard in flight, or starts one.
-  void Onboard(Sequence& seq, int64_t i, const std::shared_ptr<internal::TicketState>& t,
+  void Onboard(Sequence& seq, int64_t i, const std::shared_ptr<internal::OnboardBatch>& t,
                int64_t ti, Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // EnsureResident under the lock, arguments checked: fills and registers ticket `t`.
   absl::Status IssueTicket(SequenceId id, int64_t begin_token, int64_t end_token,
@@ -593,7 +593,7 @@ struct KvCache::Impl {
   std::shared_ptr<internal::TicketState> HandOut(std::shared_ptr<internal::TicketState> t);
   // The bodies of Pause, Resume and Prefetch (kv_cache.h), arguments checked.
   absl::Status PauseSequence(SequenceId id, Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  absl::Status ResumeSequence(SequenceId id, const std::shared_ptr<internal::TicketState>& t,
+  absl::Status ResumeSequence(SequenceId id, const std::shared_ptr<internal::OnboardBatch>& t,
                               Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::StatusOr<int64_t> PrefetchBlocks(const std::vector<BlockKey>& keys, int64_t num_tokens,
                                          Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);

@@ -165,9 +165,9 @@ void KvCache::Impl::OnMoveDone(const std::shared_ptr<Move>& move, const absl::St
               (void)RepointBlock(*s->second, w.block, Tier::kHbm, move->dst);
             }
           }
-          if (w.ticket != nullptr && TicketBlockPending(*w.ticket, w.ticket_index)) {
-            if (w.ticket->pins && !w.ticket->released) PinTicket(move->dst);
-            ResolveTicketBlock(w.ticket, w.ticket_index, move->dst, absl::OkStatus(), d);
+          if (w.batch != nullptr && OnboardPending(*w.batch, w.batch_index)) {
+            if (w.batch->ticket != nullptr && !w.batch->ticket->released) PinTicket(move->dst);
+            ResolveOnboard(w.batch, w.batch_index, move->dst, absl::OkStatus(), d);
           }
         }
         if (move->pin) {
@@ -205,8 +205,8 @@ void KvCache::Impl::OnMoveDone(const std::shared_ptr<Move>& move, const absl::St
           }
         }
         for (const Move::Waiter& w : move->waiters) {
-          if (w.ticket != nullptr)
-            ResolveTicketBlock(w.ticket, w.ticket_index, std::nullopt, status, d);
+          if (w.batch != nullptr)
+            ResolveOnboard(w.batch, w.batch_index, std::nullopt, status, d);
         }
       } else {
         ++counters.tiers[TierIndex(move->to)].failed_stores;

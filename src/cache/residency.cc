@@ -1,7 +1,7 @@
-// Residency: tickets (tickets, next_ticket, and each TicketState's per-block outcome), making a
-// sequence's blocks resident in HBM (adopting an HBM copy, joining an onboard, or starting one)
-// for EnsureResident, Resume and Prefetch, moving a paused sequence's references down (Pause),
-// and expiring a ticket at its deadline.
+// Residency: tickets (tickets, next_ticket), onboard batches (each block's outcome: a ticket's,
+// or Resume's batch, which is no ticket), making a sequence's blocks resident in HBM (adopting
+// an HBM copy, joining an onboard, or starting one) for EnsureResident, Resume and Prefetch,
+// moving a paused sequence's references down (Pause), and expiring a ticket at its deadline.
 #include <algorithm>
 #include <cstddef>
 #include <memory>
@@ -60,7 +60,7 @@ std::shared_ptr<internal::TicketState> KvCache::Impl::HandOut(
   return std::shared_ptr<internal::TicketState>(std::move(holder), raw);
 }
 
-bool KvCache::Impl::ResolveTicketBlock(const std::shared_ptr<internal::TicketState>& t, int64_t i,
+bool KvCache::Impl::ResolveOnboard(const std::shared_ptr<internal::OnboardBatch>& t, int64_t i,
                                        std::optional<SlotId> slot, absl::Status error,
                                        Deferred& d) {
   {
@@ -68,18 +68,20 @@ bool KvCache::Impl::ResolveTicketBlock(const std::shared_ptr<internal::TicketSta
     if (t->status[static_cast<size_t>(i)] != BlockResidency::kPending) return false;
     if (slot.has_value()) {
       t->status[static_cast<size_t>(i)] = BlockResidency::kResident;
-      t->table.slots[static_cast<size_t>(i)] = static_cast<int32_t>(slot->value());
     } else {
       t->status[static_cast<size_t>(i)] = BlockResidency::kNotResident;
-      t->table.slots[static_cast<size_t>(i)] = -1;
       t->errors[i] = std::move(error);
     }
+    if (t->ticket != nullptr) {
+      t->ticket->table.slots[static_cast<size_t>(i)] =
+          slot.has_value() ? static_cast<int32_t>(slot->value()) : -1;
+    }
   }
-  if (--t->pending == 0) d.fire.emplace_back(t->done, TicketOutcome(*t));
+  if (--t->pending == 0) d.fire.emplace_back(t->done, BatchOutcome(*t));
   return true;
 }
 
-bool KvCache::Impl::TicketBlockPending(internal::TicketState& t, int64_t i) {
+bool KvCache::Impl::OnboardPending(internal::OnboardBatch& t, int64_t i) {
   internal::MutexLock lock(&t.mu);
   return t.status[static_cast<size_t>(i)] == BlockResidency::kPending;
 }
@@ -95,7 +97,7 @@ void KvCache::Impl::ExpireTicket(const std::shared_ptr<internal::TicketState>& t
     }
   }
   for (int64_t i : late) {
-    ResolveTicketBlock(t, i, std::nullopt,
+    ResolveOnboard(t, i, std::nullopt,
                        absl::DeadlineExceededError("the block was not resident by the deadline"),
                        d);
   }
@@ -124,13 +126,13 @@ int64_t KvCache::Impl::MissingBlocks(const Sequence& seq, int64_t first, int64_t
   return missing;
 }
 
-absl::Status KvCache::Impl::TicketOutcome(internal::TicketState& t) {
+absl::Status KvCache::Impl::BatchOutcome(internal::OnboardBatch& t) {
   internal::MutexLock lock(&t.mu);
   for (size_t i = 0; i < t.status.size(); ++i) {
     if (t.status[i] != BlockResidency::kResident) {
       auto it = t.errors.find(static_cast<int64_t>(i));
       return absl::UnavailableError(absl::StrCat(
-          "block ", t.table.first_block + static_cast<int64_t>(i), " of ", SeqName(t.sequence),
+          "block ", t.first_block + static_cast<int64_t>(i), " of ", SeqName(t.sequence),
           " is not resident: ", it != t.errors.end() ? it->second.ToString() : "pending"));
     }
   }
@@ -138,12 +140,12 @@ absl::Status KvCache::Impl::TicketOutcome(internal::TicketState& t) {
 }
 
 void KvCache::Impl::Onboard(Sequence& seq, int64_t i,
-                            const std::shared_ptr<internal::TicketState>& t, int64_t ti,
+                            const std::shared_ptr<internal::OnboardBatch>& t, int64_t ti,
                             Deferred& d) {
   const SeqBlock b = seq.blocks[static_cast<size_t>(i)];
   if (b.tier == Tier::kHbm) {  // also the partial last block, which has no key
-    if (t->pins) PinTicket(b.slot);
-    ResolveTicketBlock(t, ti, b.slot, absl::OkStatus(), d);
+    if (t->ticket != nullptr) PinTicket(b.slot);
+    ResolveOnboard(t, ti, b.slot, absl::OkStatus(), d);
     return;
   }
   const BlockKey key = seq.keys[static_cast<size_t>(i)];
@@ -152,8 +154,8 @@ void KvCache::Impl::Onboard(Sequence& seq, int64_t i,
     const SlotId hbm = rec->slots[0];
     if (RepointBlock(seq, i, Tier::kHbm, hbm)) {  // an HBM copy exists: adopt it, no bytes move
       if (inclusion == TierInclusion::kExclusive) DropIfDroppable(key, b.tier);
-      if (t->pins) PinTicket(hbm);
-      ResolveTicketBlock(t, ti, hbm, absl::OkStatus(), d);
+      if (t->ticket != nullptr) PinTicket(hbm);
+      ResolveOnboard(t, ti, hbm, absl::OkStatus(), d);
       return;
     }
   }
@@ -163,13 +165,13 @@ void KvCache::Impl::Onboard(Sequence& seq, int64_t i,
     return;
   }
   if (rec.has_value() && rec->state(Tier::kHbm) == CopyState::kPending) {
-    ResolveTicketBlock(t, ti, std::nullopt,
+    ResolveOnboard(t, ti, std::nullopt,
                        absl::UnavailableError("another sequence is still writing this block"), d);
     return;
   }
   auto move = StartMove(key, b.tier, b.slot, Tier::kHbm, /*pin=*/true, d, t->deadline);
   if (!move.ok()) {
-    ResolveTicketBlock(t, ti, std::nullopt, move.status(), d);
+    ResolveOnboard(t, ti, std::nullopt, move.status(), d);
     return;
   }
   (*move)->waiters.push_back(Move::Waiter{seq.id, i, t, ti});
@@ -209,6 +211,7 @@ absl::Status KvCache::Impl::IssueTicket(SequenceId id, int64_t begin_token, int6
   t->deadline = options.deadline;
   t->begin = begin_token;
   t->end = end_token;
+  t->first_block = first;
   t->table.first_block = static_cast<int32_t>(first);
   t->table.tokens_per_block = b_tokens;
   t->table.tokens_in_last_block =
@@ -246,9 +249,9 @@ absl::Status KvCache::Impl::IssueTicket(SequenceId id, int64_t begin_token, int6
       const SeqBlock b = seq->blocks[static_cast<size_t>(block)];
       if (b.tier == Tier::kHbm) {
         PinTicket(b.slot);
-        ResolveTicketBlock(t, static_cast<int64_t>(i), b.slot, absl::OkStatus(), d);
+        ResolveOnboard(t, static_cast<int64_t>(i), b.slot, absl::OkStatus(), d);
       } else {
-        ResolveTicketBlock(t, static_cast<int64_t>(i), std::nullopt,
+        ResolveOnboard(t, static_cast<int64_t>(i), std::nullopt,
                            absl::UnavailableError(absl::StrCat("best effort: the block is in ",
                                                                ToAbsl(TierName(b.tier)))),
                            d);
@@ -258,7 +261,7 @@ absl::Status KvCache::Impl::IssueTicket(SequenceId id, int64_t begin_token, int6
     Onboard(*seq, block, t, static_cast<int64_t>(i), d);
   }
   if (--t->pending == 0) {
-    d.fire.emplace_back(t->done, all_resident ? absl::OkStatus() : TicketOutcome(*t));
+    d.fire.emplace_back(t->done, all_resident ? absl::OkStatus() : BatchOutcome(*t));
   }
   tickets[t->id] = t;
   return absl::OkStatus();
@@ -360,7 +363,7 @@ absl::Status KvCache::Impl::PauseSequence(SequenceId id, Deferred& d) {
 }
 
 absl::Status KvCache::Impl::ResumeSequence(SequenceId id,
-                                           const std::shared_ptr<internal::TicketState>& t,
+                                           const std::shared_ptr<internal::OnboardBatch>& t,
                                            Deferred& d) {
   Sequence* seq = nullptr;
   for (int round = 0;; ++round) {
@@ -377,20 +380,16 @@ absl::Status KvCache::Impl::ResumeSequence(SequenceId id,
     (void)MakeHbmRoom(missing, absl::Now() + room_wait, d);
   }
   seq->paused = false;
-  t->owner = this;
   t->sequence = id;
-  t->pins = false;
-  t->released = true;
+  t->first_block = 0;
   const int64_t full = static_cast<int64_t>(seq->keys.size());
-  t->table.slots.assign(static_cast<size_t>(full), -1);
-  t->table.tokens_per_block = block_tokens;
   {
     internal::MutexLock tl(&t->mu);
     t->status.assign(static_cast<size_t>(full), BlockResidency::kPending);
   }
   t->pending = full + 1;  // +1 released below, so an empty sequence completes too
   for (int64_t j = 0; j < full; ++j) Onboard(*seq, j, t, j, d);
-  if (--t->pending == 0) d.fire.emplace_back(t->done, TicketOutcome(*t));
+  if (--t->pending == 0) d.fire.emplace_back(t->done, BatchOutcome(*t));
   return absl::OkStatus();
 }
 

@@ -47,7 +47,7 @@ absl::StatusOr<AttachResult> KvCache::Impl::AttachKeys(SequenceId id, uint64_t g
         "AttachPrefix: ", SeqName(id), " already has ", seq->tokens.size(), " tokens"));
   }
   std::vector<BlockLocation> where;
-  std::vector<BlockMap::value_type*> entries;  // valid to the end: nothing below adds a block
+  std::vector<BlockMap::value_type*> entries;  // valid to the end: nothing below erases a block
   KVTIER_ASSIGN_OR_RETURN(
       const PrefixMatch match,
       MatchEntries(keys, static_cast<int64_t>(prompt.size()), &where, &entries));

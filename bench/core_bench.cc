@@ -310,6 +310,36 @@ BENCHMARK(BM_KvCache_EnsureResident_AllResident)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
+// What both AttachPrefix benchmarks attach to: a tiny cache (MakeTinyKvCache, room for the
+// prompt's blocks and 64 more) in which sequence 0 wrote the first num_tokens tokens of `prompt`
+// (num_tokens + 1 tokens) and was released, so every full block of them is cached in HBM.
+struct CachedPrompt {
+  std::unique_ptr<KvCache> cache;
+  std::vector<int32_t> prompt;
+};
+
+// Builds it, or reports on `state` why it could not (Skip) and returns nullopt.
+std::optional<CachedPrompt> MakeCachedPrompt(benchmark::State& state, int64_t num_tokens) {
+  absl::StatusOr<std::unique_ptr<KvCache>> cache =
+      MakeTinyKvCache(num_tokens / kTokensPerBlock + 64);
+  if (!cache.ok()) {
+    Skip(state, "MakeTinyKvCache", cache.status());
+    return std::nullopt;
+  }
+  CachedPrompt out{.cache = *std::move(cache), .prompt = MakeTokens(num_tokens + 1)};
+  const std::vector<int32_t> cached(out.prompt.begin(), out.prompt.end() - 1);
+  const SequenceId writer(0);
+  if (absl::Status s = AddWrittenSequence(*out.cache, writer, cached); !s.ok()) {
+    Skip(state, "setup", s);
+    return std::nullopt;
+  }
+  if (absl::Status s = out.cache->Release(writer); !s.ok()) {
+    Skip(state, "Release", s);
+    return std::nullopt;
+  }
+  return out;
+}
+
 // The next turn of a long conversation: a released sequence of state.range(0) written tokens is
 // cached in HBM; each iteration creates a sequence with a fresh id, attaches a prompt of those
 // tokens plus one (every block matches and is restored; the last token is left to compute), and
@@ -318,22 +348,17 @@ BENCHMARK(BM_KvCache_EnsureResident_AllResident)
 void BM_KvCache_AttachPrefix(benchmark::State& state) {
   const int64_t num_tokens = state.range(0);
   const int64_t num_blocks = num_tokens / kTokensPerBlock;
-  absl::StatusOr<std::unique_ptr<KvCache>> cache = MakeTinyKvCache(num_blocks + 64);
-  if (!cache.ok()) return Skip(state, "MakeTinyKvCache", cache.status());
-  const std::vector<int32_t> prompt = MakeTokens(num_tokens + 1);
-  const std::vector<int32_t> cached(prompt.begin(), prompt.end() - 1);
-  const SequenceId writer(0);
-  if (absl::Status s = AddWrittenSequence(**cache, writer, cached); !s.ok()) {
-    return Skip(state, "setup", s);
-  }
-  if (absl::Status s = (*cache)->Release(writer); !s.ok()) return Skip(state, "Release", s);
+  std::optional<CachedPrompt> setup = MakeCachedPrompt(state, num_tokens);
+  if (!setup.has_value()) return;
+  KvCache& cache = *setup->cache;
+  const std::vector<int32_t>& prompt = setup->prompt;
 
   uint64_t next_id = 1;
   auto attach_once = [&]() -> absl::StatusOr<AttachResult> {
     const SequenceId id(next_id++);
-    if (absl::Status s = (*cache)->CreateSequence(id); !s.ok()) return s;
-    absl::StatusOr<AttachResult> result = (*cache)->AttachPrefix(id, prompt);
-    if (absl::Status s = (*cache)->Release(id); !s.ok()) return s;
+    if (absl::Status s = cache.CreateSequence(id); !s.ok()) return s;
+    absl::StatusOr<AttachResult> result = cache.AttachPrefix(id, prompt);
+    if (absl::Status s = cache.Release(id); !s.ok()) return s;
     return result;
   };
   // Attaching less than the whole cached prefix would time a different (shorter) path.
@@ -363,23 +388,19 @@ BENCHMARK(BM_KvCache_AttachPrefix)->Arg(131072)->Unit(benchmark::kMicrosecond);
 void BM_KvCache_AttachPrefix_AttachOnly(benchmark::State& state) {
   const int64_t num_tokens = state.range(0);
   const int64_t num_blocks = num_tokens / kTokensPerBlock;
-  absl::StatusOr<std::unique_ptr<KvCache>> cache = MakeTinyKvCache(num_blocks + 64);
-  if (!cache.ok()) return Skip(state, "MakeTinyKvCache", cache.status());
-  const std::vector<int32_t> prompt = MakeTokens(num_tokens + 1);
-  const std::vector<int32_t> cached(prompt.begin(), prompt.end() - 1);
-  if (absl::Status s = AddWrittenSequence(**cache, SequenceId(0), cached); !s.ok()) {
-    return Skip(state, "setup", s);
-  }
-  if (absl::Status s = (*cache)->Release(SequenceId(0)); !s.ok()) return Skip(state, "Release", s);
+  std::optional<CachedPrompt> setup = MakeCachedPrompt(state, num_tokens);
+  if (!setup.has_value()) return;
+  KvCache& cache = *setup->cache;
+  const std::vector<int32_t>& prompt = setup->prompt;
   uint64_t next_id = 1;
   for (auto _ : state) {
     const SequenceId id(next_id++);
-    if (absl::Status s = (*cache)->CreateSequence(id); !s.ok()) {
+    if (absl::Status s = cache.CreateSequence(id); !s.ok()) {
       Skip(state, "CreateSequence", s);
       break;
     }
     const auto start = std::chrono::steady_clock::now();
-    absl::StatusOr<AttachResult> result = (*cache)->AttachPrefix(id, prompt);
+    absl::StatusOr<AttachResult> result = cache.AttachPrefix(id, prompt);
     const auto end = std::chrono::steady_clock::now();
     state.SetIterationTime(std::chrono::duration<double>(end - start).count());
     if (!result.ok() || result->attached_tokens != num_tokens) {
@@ -388,7 +409,7 @@ void BM_KvCache_AttachPrefix_AttachOnly(benchmark::State& state) {
                        : result.status());
       break;
     }
-    if (absl::Status s = (*cache)->Release(id); !s.ok()) {
+    if (absl::Status s = cache.Release(id); !s.ok()) {
       Skip(state, "Release", s);
       break;
     }

@@ -321,12 +321,12 @@ struct KvCache::Impl {
   // caller found it already): used, without a lookup, if that block is the slot's owner.
   void SettleSlot(Tier t, SlotId slot, std::optional<SlotState> state = std::nullopt,
                   BlockMap::value_type* entry = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  // Drops one reference a sequence held.
+  // Drops one reference a sequence held: ReleaseRefs of it, then its settle.
   void DropRef(const SeqBlock& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // DropRef's first half for many blocks under one acquisition of the engine's lock: each
   // reference is let go (or its partial block orphaned to a ticket), and (*after)[i] is the
   // slot's state then, or nullopt where there is nothing to settle. The caller settles each
-  // (SettleSlot with that state) to finish what DropRef would have done.
+  // (SettleSlot with that state) to finish what DropRef does.
   void ReleaseRefs(absl::Span<const SeqBlock> refs, std::vector<std::optional<SlotState>>* after)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::Status AcquireRef(Tier t, SlotId slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);

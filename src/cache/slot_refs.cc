@@ -61,20 +61,9 @@ void KvCache::Impl::SettleSlot(Tier t, SlotId slot, std::optional<SlotState> kno
 }
 
 void KvCache::Impl::DropRef(const SeqBlock& b) {
-  if (b.tier == Tier::kHbm) --seq_refs[b.slot.value()];
-  if (b.tier == Tier::kHbm && ticket_refs[b.slot.value()] != 0 &&
-      StateOf(b.tier, b.slot) == SlotState::kWritable) {
-    orphan_partials.insert(b.slot.value());  // freed when the last ticket lets go
-    return;
-  }
-  // Released and read back under one acquisition of the engine's lock.
-  SlotState after = SlotState::kFree;
-  (void)Alloc(b.tier, [&](BlockAllocator& a) {
-    (void)a.Release(b.slot);
-    after = a.state_or_free(b.slot);
-    return absl::OkStatus();
-  });
-  SettleSlot(b.tier, b.slot, after);
+  std::vector<std::optional<SlotState>> after;
+  ReleaseRefs(absl::MakeConstSpan(&b, 1), &after);
+  if (after[0].has_value()) SettleSlot(b.tier, b.slot, *after[0]);  // nullopt: orphaned
 }
 
 void KvCache::Impl::ReleaseRefs(absl::Span<const SeqBlock> refs,

@@ -6,7 +6,6 @@
 // kResourceExhausted after room_wait, and EnsureResident took longer still. Now a tier whose
 // store failed is skipped as a demotion target for a back-off (doubling while it keeps failing,
 // reset by a success), so such victims are dropped and counted, and the calls return at once.
-#include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -30,23 +29,12 @@ using ::testing::Each;
 constexpr int kB = KvCacheEnv::kTokensPerBlock;
 constexpr int kRemote = TierIndex(Tier::kRemote);
 
-class Regress_KC_2 : public ::testing::Test {
+class Regress_KC_2 : public testing::KvCacheFixture {
  protected:
   void SetUp() override {
-    env_ = std::make_unique<KvCacheEnv>(
-        testing::KvCacheTestConfig{.hbm_blocks = 3, .dram_blocks = 0, .remote_blocks = 8});
     // A long room wait: the calls below must not need it.
-    auto cache = env_->NewCache([](KvCacheOptions& o) { o.room_wait = absl::Seconds(10); });
-    ASSERT_TRUE(cache.ok()) << cache.status();
-    cache_ = std::move(*cache);
-  }
-  void TearDown() override {
-    if (cache_ != nullptr) {
-      KVTIER_EXPECT_OK(cache_->WaitIdle(absl::Now() + absl::Seconds(10)));
-      KVTIER_EXPECT_OK(cache_->CheckInvariants());
-      testing::ExpectTierAccounting(cache_->stats());
-    }
-    cache_.reset();
+    Build({.hbm_blocks = 3, .dram_blocks = 0, .remote_blocks = 8},
+          [](KvCacheOptions& o) { o.room_wait = absl::Seconds(10); });
   }
 
   absl::Status Compute(uint64_t id, const std::vector<int32_t>& tokens) {
@@ -54,9 +42,6 @@ class Regress_KC_2 : public ::testing::Test {
     if (auto a = cache_->Append(SequenceId(id), tokens); !a.ok()) return a.status();
     return cache_->ReportWritten(SequenceId(id), static_cast<int64_t>(tokens.size()));
   }
-
-  std::unique_ptr<KvCacheEnv> env_;
-  std::unique_ptr<KvCache> cache_;
 };
 
 TEST_F(Regress_KC_2, DeadRemoteStoreNeitherFailsCallsNorStorms) {

@@ -6,7 +6,6 @@
 // Now one block key has one HBM copy: once a duplicate's own write has completed, its holders
 // take the indexed copy (the duplicate is freed), and if the indexed copy was still being
 // written and then failed, the duplicate becomes the indexed copy.
-#include <memory>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -33,24 +32,8 @@ constexpr int kPrefixBlocks = kPrefixTokens / kB;
 constexpr int kHbm = TierIndex(Tier::kHbm);
 constexpr int kDram = TierIndex(Tier::kDram);
 
-class Regress_KC_5 : public ::testing::Test {
+class Regress_KC_5 : public testing::KvCacheFixture {
  protected:
-  void Build(int64_t hbm_blocks, int64_t dram_blocks) {
-    env_ = std::make_unique<KvCacheEnv>(
-        testing::KvCacheTestConfig{.hbm_blocks = hbm_blocks, .dram_blocks = dram_blocks});
-    auto cache = env_->NewCache();
-    ASSERT_TRUE(cache.ok()) << cache.status();
-    cache_ = std::move(*cache);
-  }
-  void TearDown() override {
-    if (cache_ != nullptr) {
-      KVTIER_EXPECT_OK(cache_->WaitIdle(absl::Now() + absl::Seconds(10)));
-      KVTIER_EXPECT_OK(cache_->CheckInvariants());
-      testing::ExpectTierAccounting(cache_->stats());
-    }
-    cache_.reset();
-  }
-
   // Sequence `id` misses the prefix: nothing of it is cached yet.
   void MissPrefix(uint64_t id) {
     const SequenceId seq(id);
@@ -92,32 +75,33 @@ class Regress_KC_5 : public ::testing::Test {
     KVTIER_EXPECT_OK(cache_->ReleaseTicket(t));
   }
 
+  // The first sequence goes; another request needs as many slots as the prefix has blocks
+  // (with no lower tier, an evicted block is lost). What sequence 2 holds stays findable.
+  void ExpectPrefixOutlivesFirstSequence() {
+    KVTIER_ASSERT_OK(cache_->Release(SequenceId(1)));
+    KVTIER_ASSERT_OK(cache_->CreateSequence(SequenceId(3)));
+    KVTIER_ASSERT_OK(cache_->Append(SequenceId(3), Iota(kPrefixTokens, 5000)).status());
+    KVTIER_ASSERT_OK_AND_ASSIGN(PrefixLookup where, cache_->Lookup(prefix_));
+    EXPECT_EQ(where.matched_tokens, kPrefixTokens) << StatsString(cache_->stats());
+  }
+
   const std::vector<int32_t> prefix_ = Iota(kPrefixTokens, 100);
-  std::unique_ptr<KvCacheEnv> env_;
-  std::unique_ptr<KvCache> cache_;
 };
 
 TEST_F(Regress_KC_5, SecondCopyIsDroppedAndThePrefixStaysFindable) {
-  Build(/*hbm_blocks=*/2 * kPrefixBlocks, /*dram_blocks=*/0);
+  Build({.hbm_blocks = 2 * kPrefixBlocks, .dram_blocks = 0});
   ComputeTwice();
   // One HBM copy per block, referenced by both sequences; the duplicates are free again.
   KvCacheStats s = cache_->stats();
   EXPECT_EQ(s.tiers[kHbm].held_blocks, kPrefixBlocks) << StatsString(s);
   EXPECT_EQ(s.tiers[kHbm].free_blocks, kPrefixBlocks) << StatsString(s);
   ExpectPrefixBytes(2);
-
-  // The first sequence goes; another request needs as many slots as the prefix has blocks
-  // (with no lower tier, an evicted block is lost). What sequence 2 holds stays findable.
-  KVTIER_ASSERT_OK(cache_->Release(SequenceId(1)));
-  KVTIER_ASSERT_OK(cache_->CreateSequence(SequenceId(3)));
-  KVTIER_ASSERT_OK(cache_->Append(SequenceId(3), Iota(kPrefixTokens, 5000)).status());
-  KVTIER_ASSERT_OK_AND_ASSIGN(PrefixLookup where, cache_->Lookup(prefix_));
-  EXPECT_EQ(where.matched_tokens, kPrefixTokens) << StatsString(cache_->stats());
+  ASSERT_NO_FATAL_FAILURE(ExpectPrefixOutlivesFirstSequence());
   ExpectPrefixBytes(2);
 }
 
 TEST_F(Regress_KC_5, PauseMovesTheSecondSequenceDown) {
-  Build(/*hbm_blocks=*/2 * kPrefixBlocks, /*dram_blocks=*/2 * kPrefixBlocks);
+  Build({.hbm_blocks = 2 * kPrefixBlocks, .dram_blocks = 2 * kPrefixBlocks});
   ComputeTwice();
   KVTIER_ASSERT_OK(cache_->Pause(SequenceId(2), absl::Minutes(1)));
   KVTIER_ASSERT_OK(cache_->WaitIdle(absl::Now() + absl::Seconds(10)));
@@ -129,7 +113,7 @@ TEST_F(Regress_KC_5, PauseMovesTheSecondSequenceDown) {
 }
 
 TEST_F(Regress_KC_5, DuplicateWrittenFirstTakesOverWhenTheFirstCopyFails) {
-  Build(/*hbm_blocks=*/2 * kPrefixBlocks, /*dram_blocks=*/0);
+  Build({.hbm_blocks = 2 * kPrefixBlocks, .dram_blocks = 0});
   // Sequence 1 reports first, but its kernel is still running; sequence 2's copy is complete.
   Completion first_kernel;
   ComputeTwice(first_kernel);
@@ -151,18 +135,14 @@ TEST_F(Regress_KC_5, DuplicateWrittenFirstTakesOverWhenTheFirstCopyFails) {
 }
 
 TEST_F(Regress_KC_5, DuplicateWrittenFirstJoinsTheFirstCopyWhenItLands) {
-  Build(/*hbm_blocks=*/2 * kPrefixBlocks, /*dram_blocks=*/0);
+  Build({.hbm_blocks = 2 * kPrefixBlocks, .dram_blocks = 0});
   Completion first_kernel;
   ComputeTwice(first_kernel);
   first_kernel.Complete(absl::OkStatus());
   const KvCacheStats s = cache_->stats();
   EXPECT_EQ(s.tiers[kHbm].held_blocks, kPrefixBlocks) << StatsString(s);
   ExpectPrefixBytes(2);
-  KVTIER_ASSERT_OK(cache_->Release(SequenceId(1)));
-  KVTIER_ASSERT_OK(cache_->CreateSequence(SequenceId(3)));
-  KVTIER_ASSERT_OK(cache_->Append(SequenceId(3), Iota(kPrefixTokens, 5000)).status());
-  KVTIER_ASSERT_OK_AND_ASSIGN(PrefixLookup where, cache_->Lookup(prefix_));
-  EXPECT_EQ(where.matched_tokens, kPrefixTokens) << StatsString(cache_->stats());
+  ASSERT_NO_FATAL_FAILURE(ExpectPrefixOutlivesFirstSequence());
 }
 
 }  // namespace

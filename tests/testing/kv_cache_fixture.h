@@ -4,7 +4,8 @@
 // optionally an NVMe file in a temporary directory and a remote tier over an in-process store),
 // each optionally behind a FaultInjectingTier. Plus the checks every KvCache test repeats: the
 // per-tier accounting of the stats, and KV bytes written and read back through the device pool
-// the way an attention kernel addresses them.
+// the way an attention kernel addresses them. And KvCacheFixture, a gtest fixture holding one
+// environment and its cache and checking the cache a test leaves.
 //
 // The namespace's model id is not one KnownModelCost knows, so a cache built here has no prefill
 // cost model unless a test sets one: AttachPrefix restores every matched block (but what the
@@ -37,6 +38,7 @@
 #include "kvtier/kv_geometry.h"
 #include "kvtier/tier_stack.h"
 #include "tests/testing/fault_injecting_tier.h"
+#include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kvtier::testing {
@@ -295,6 +297,39 @@ inline int64_t BlockPatternMismatches(const KvGeometry& g, const DeviceBlockTabl
   ForEachBlockByte(g, table, i, seed, [&](std::byte* p, std::byte want) { bad += *p != want; });
   return bad;
 }
+
+// A test of one cache: Build makes a fresh KvCacheEnv and its cache; the cache the test leaves is
+// checked when it is dropped (TearDown, or the next Build): idle within 10 s, every invariant,
+// the stats' accounting.
+class KvCacheFixture : public ::testing::Test {
+ protected:
+  void TearDown() override { DropCache(); }
+
+  void DropCache() {
+    if (cache_ != nullptr) {
+      KVTIER_EXPECT_OK(cache_->WaitIdle(absl::Now() + absl::Seconds(10)));
+      KVTIER_EXPECT_OK(cache_->CheckInvariants());
+      ExpectTierAccounting(cache_->stats());
+    }
+    cache_.reset();
+  }
+
+  // A new environment of `config` and its cache (KvCacheEnv::NewCache; `edit` changes the options
+  // before KvCache::Create). A fatal failure, leaving cache_ null, if Create fails.
+  void Build(const KvCacheTestConfig& config, absl::FunctionRef<void(KvCacheOptions&)> edit) {
+    DropCache();
+    env_ = std::make_unique<KvCacheEnv>(config);
+    absl::StatusOr<std::unique_ptr<KvCache>> cache = env_->NewCache(edit);
+    ASSERT_TRUE(cache.ok()) << cache.status();
+    cache_ = *std::move(cache);
+  }
+  void Build(const KvCacheTestConfig& config) {
+    Build(config, [](KvCacheOptions&) {});
+  }
+
+  std::unique_ptr<KvCacheEnv> env_;  // before cache_: the cache's NVMe files live in its dir
+  std::unique_ptr<KvCache> cache_;
+};
 
 }  // namespace kvtier::testing
 

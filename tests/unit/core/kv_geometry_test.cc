@@ -5,10 +5,10 @@
 #include <string>
 #include <vector>
 
+#include "bench/replay/trace/csv.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/fixtures.h"
-#include "tests/testing/csv.h"
 #include "tests/testing/shared_dir.h"
 #include "tests/testing/status_matchers.h"
 
@@ -124,7 +124,7 @@ TEST(KvGeometryTest, TensorParallelShardsThenReplicatesHeads) {
 
 // --- Every row of ../shared/models/kv_geometry.csv ---
 
-using ::kvtier::testing::SplitCsvLine;
+using ::kvtier::replay::SplitCsvLine;
 
 TEST(KvGeometryTest, MatchesEveryRowOfSharedModelTable) {
   const auto path = testing::SharedFile("models/kv_geometry.csv");

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "bench/replay/trace/csv.h"
 #include "gtest/gtest.h"
 #include "kvtier/kv_geometry.h"
-#include "tests/testing/csv.h"
 #include "tests/testing/shared_dir.h"
 #include "tests/testing/status_matchers.h"
 
@@ -193,7 +193,7 @@ TEST(KnownModelsTest, AreTheSharedModelTableWithItsShapes) {
   std::ifstream in(path);
   std::string line;
   ASSERT_TRUE(std::getline(in, line));
-  const std::vector<std::string> header = testing::SplitCsvLine(line);
+  const std::vector<std::string> header = replay::SplitCsvLine(line);
   std::map<std::string, size_t> col;
   for (size_t i = 0; i < header.size(); ++i) col[header[i]] = i;
   auto number = [](const std::string& field) { return field.empty() ? 0 : std::stoi(field); };
@@ -204,7 +204,7 @@ TEST(KnownModelsTest, AreTheSharedModelTableWithItsShapes) {
   size_t rows = 0;
   while (std::getline(in, line)) {
     if (line.empty()) continue;
-    const std::vector<std::string> f = testing::SplitCsvLine(line);
+    const std::vector<std::string> f = replay::SplitCsvLine(line);
     const std::string& model = f[col["model"]];
     ASSERT_TRUE(known.contains(model)) << model << " is not a known model";
     const KnownModel& m = *known[model];

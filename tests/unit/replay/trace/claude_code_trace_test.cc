@@ -11,10 +11,10 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "bench/replay/trace/csv.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "tests/testing/csv.h"
 #include "tests/testing/shared_dir.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
@@ -317,7 +317,7 @@ TEST(ClaudeCodeTraceTest, LoadsTheReleasedSessions) {
   std::ifstream csv(index);
   std::string line;
   std::getline(csv, line);
-  const std::vector<std::string> header = kvtier::testing::SplitCsvLine(line);
+  const std::vector<std::string> header = SplitCsvLine(line);
   ASSERT_GE(header.size(), 4u);
   ASSERT_EQ(header[1], "main_requests");
   ASSERT_EQ(header[3], "subagent_requests");
@@ -326,7 +326,7 @@ TEST(ClaudeCodeTraceTest, LoadsTheReleasedSessions) {
   int64_t subagent_requests = 0;
   while (std::getline(csv, line)) {
     if (line.empty()) continue;
-    const std::vector<std::string> row = kvtier::testing::SplitCsvLine(line);
+    const std::vector<std::string> row = SplitCsvLine(line);
     main_requests.push_back(std::stoll(row[1]));
     subagents += std::stoll(row[2]);
     subagent_requests += std::stoll(row[3]);

@@ -44,7 +44,7 @@ absl::Status KvCache::Impl::AddCopy(const BlockKey& key, Tier t, SlotId slot, Co
     m.last_use = Now();
   }
   owner[TierIndex(t)][slot.value()] = SlotOwner{key, true};
-  // Copied: inserting the parent below may rehash `blocks` and move `m`.
+  // Copied: read again after the parent is found or made below.
   const BlockKey parent_key = m.parent;
   if (parent_key != kRootBlockKey) {
     ++blocks[parent_key].child_copies[TierIndex(t)];

@@ -188,7 +188,7 @@ KvCache::Impl::EvictResult KvCache::Impl::EvictOne(Tier t, Deferred& d, int64_t 
   const std::optional<Tier> target = DemotionTarget(m->second, t);
   if (demote_on_evict && target.has_value() && !HasCopyBelow(*rec, t) &&
       (deadline == absl::InfiniteFuture() || absl::Now() < deadline)) {
-    const BlockEntry victim_meta = m->second;  // RoomBelowNow may rehash `blocks`
+    const BlockEntry victim_meta = m->second;  // as it is now, whatever RoomBelowNow changes
     std::optional<Tier> to = target;
     while (to.has_value() &&
            !RoomBelowNow(*to, d, std::max<int64_t>(window, 1), may_wait, deadline)) {

@@ -122,7 +122,7 @@ absl::StatusOr<AttachResult> KvCache::AttachPrefix(SequenceId id,
   // Hash outside the lock: it is the expensive part and needs nothing shared.
   KVTIER_ASSIGN_OR_RETURN(std::vector<BlockKey> keys, I.hasher.BlockKeys(prompt, extras));
   internal::MutexLock lock(&I.mu);
-  return I.AttachKeys(id, generation, std::move(keys), prompt);
+  return I.AttachKeys(id, generation, keys, prompt, &keys);
 }
 
 absl::StatusOr<AttachResult> KvCache::AttachHashedPrefix(SequenceId id,

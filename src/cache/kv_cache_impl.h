@@ -40,8 +40,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/node_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -130,8 +130,8 @@ struct KvCache::Impl {
   // the fields every hit and release touches (copies, candidate, uses, last_use, child_copies,
   // leaving_children) lie in the first 96 bytes, and small ones pack behind `copies`.
   struct BlockEntry {
-    BlockRecord copies;     // per tier: slot, kPending/kReady (20 bytes)
-    uint8_t candidate = 0;  // bit t: registered with policy[t]
+    BlockRecord copies;       // per tier: slot, kPending/kReady (20 bytes)
+    uint8_t candidate = 0;    // bit t: registered with policy[t]
     uint8_t evict_after = 0;  // bit t: drop the copy in t once its demotion lands
     uint32_t uses = 0;  // first write + attach hits (admission, cost_aware reuse)
     absl::Time last_use = absl::InfinitePast();  // the policy's "last touched"
@@ -190,7 +190,7 @@ struct KvCache::Impl {
     bool evict_source = false;  // a demotion: drop the source once this lands
     Completion completion;
     struct Waiter {
-      SequenceId sequence;  // invalid for a ticket-only waiter
+      SequenceId sequence;  // invalid for a batch-only waiter
       int64_t block = 0;
       std::shared_ptr<internal::OnboardBatch> batch;
       int64_t batch_index = 0;
@@ -324,10 +324,11 @@ struct KvCache::Impl {
   // Drops one reference a sequence held: ReleaseRefs of it, then its settle.
   void DropRef(const SeqBlock& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // DropRef's first half for many blocks under one acquisition of the engine's lock: each
-  // reference is let go (or its partial block orphaned to a ticket), and (*after)[i] is the
-  // slot's state then, or nullopt where there is nothing to settle. The caller settles each
+  // reference is let go (or its partial block orphaned to a ticket), and after[i] (sized
+  // refs.size() by the caller) is the slot's state then, or nullopt where there is nothing to
+  // settle. The caller settles each
   // (SettleSlot with that state) to finish what DropRef does.
-  void ReleaseRefs(absl::Span<const SeqBlock> refs, std::vector<std::optional<SlotState>>* after)
+  void ReleaseRefs(absl::Span<const SeqBlock> refs, absl::Span<std::optional<SlotState>> after)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::Status AcquireRef(Tier t, SlotId slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void PinTicket(SlotId slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
@@ -548,18 +549,21 @@ struct KvCache::Impl {
   std::array<TierLinkCost, kNumTiers> CurrentLinks() const;
   // Attaches the cached prefix of `prompt` (block keys `keys`) to sequence `id`, which must
   // still be the sequence of `generation` and be empty.
-  // `keys` (the prompt's block keys) is taken: the attached ones become the sequence's.
+  // `keys`: the prompt's block keys; the attached ones become the sequence's, moved out of
+  // `owned` (the vector `keys` views, which the call empties) when the caller gives it, else
+  // copied.
   absl::StatusOr<AttachResult> AttachKeys(SequenceId id, uint64_t generation,
-                                          std::vector<BlockKey> keys,
-                                          absl::Span<const int32_t> prompt)
+                                          absl::Span<const BlockKey> keys,
+                                          absl::Span<const int32_t> prompt,
+                                          std::vector<BlockKey>* owned = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // ---- residency.cc: tickets, onboarding into HBM, and the hints that move sequences.
 
-  // Resolves one still-pending block of a ticket (false if it was resolved already: a late
-  // onboard after the ticket's deadline).
+  // Resolves one still-pending block of a batch (false if it was resolved already: a late
+  // onboard after a ticket's deadline); a ticket's block table gets the slot, or -1.
   bool ResolveOnboard(const std::shared_ptr<internal::OnboardBatch>& t, int64_t i,
-                          std::optional<SlotId> slot, absl::Status error, Deferred& d)
+                      std::optional<SlotId> slot, absl::Status error, Deferred& d)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   static bool OnboardPending(internal::OnboardBatch& t, int64_t i);
   static absl::Status BatchOutcome(internal::OnboardBatch& t);
@@ -574,8 +578,8 @@ struct KvCache::Impl {
   // Blocks of [first, last) an onboard would have to bring: below HBM and not on the way.
   int64_t MissingBlocks(const Sequence& seq, int64_t first, int64_t last)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  // Makes block `i` of `seq` resident for ticket `t` (index `ti` in it): adopts an HBM copy,
-  // joins an onboard in flight, or starts one.
+  // Makes block `i` of `seq` resident for batch `t` (index `ti` in it; a ticket pins what
+  // lands): adopts an HBM copy, joins an onboard in flight, or starts one.
   void Onboard(Sequence& seq, int64_t i, const std::shared_ptr<internal::OnboardBatch>& t,
                int64_t ti, Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // EnsureResident under the lock, arguments checked: fills and registers ticket `t`.

@@ -205,8 +205,7 @@ void KvCache::Impl::OnMoveDone(const std::shared_ptr<Move>& move, const absl::St
           }
         }
         for (const Move::Waiter& w : move->waiters) {
-          if (w.batch != nullptr)
-            ResolveOnboard(w.batch, w.batch_index, std::nullopt, status, d);
+          if (w.batch != nullptr) ResolveOnboard(w.batch, w.batch_index, std::nullopt, status, d);
         }
       } else {
         ++counters.tiers[TierIndex(move->to)].failed_stores;

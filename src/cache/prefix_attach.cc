@@ -32,8 +32,9 @@ std::array<TierLinkCost, kNumTiers> KvCache::Impl::CurrentLinks() const {
 }
 
 absl::StatusOr<AttachResult> KvCache::Impl::AttachKeys(SequenceId id, uint64_t generation,
-                                                       std::vector<BlockKey> keys,
-                                                       absl::Span<const int32_t> prompt) {
+                                                       absl::Span<const BlockKey> keys,
+                                                       absl::Span<const int32_t> prompt,
+                                                       std::vector<BlockKey>* owned) {
   AttachResult result;
   KVTIER_ASSIGN_OR_RETURN(Sequence * seq, FindSeq(id));
   if (seq->generation != generation) {
@@ -112,8 +113,12 @@ absl::StatusOr<AttachResult> KvCache::Impl::AttachKeys(SequenceId id, uint64_t g
     ++counters.tiers[TierIndex(pinned[i].tier)].hits;
   }
   seq->tokens.assign(prompt.begin(), prompt.begin() + plan.restore_blocks * b_tokens);
-  keys.resize(static_cast<size_t>(plan.restore_blocks));
-  seq->keys = std::move(keys);
+  if (owned != nullptr) {
+    owned->resize(static_cast<size_t>(plan.restore_blocks));
+    seq->keys = std::move(*owned);
+  } else {
+    seq->keys.assign(keys.begin(), keys.begin() + plan.restore_blocks);
+  }
   seq->blocks = std::move(pinned);
   seq->written = plan.restore_blocks * b_tokens;
 

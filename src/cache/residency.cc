@@ -61,8 +61,7 @@ std::shared_ptr<internal::TicketState> KvCache::Impl::HandOut(
 }
 
 bool KvCache::Impl::ResolveOnboard(const std::shared_ptr<internal::OnboardBatch>& t, int64_t i,
-                                       std::optional<SlotId> slot, absl::Status error,
-                                       Deferred& d) {
+                                   std::optional<SlotId> slot, absl::Status error, Deferred& d) {
   {
     internal::MutexLock lock(&t->mu);
     if (t->status[static_cast<size_t>(i)] != BlockResidency::kPending) return false;
@@ -98,8 +97,7 @@ void KvCache::Impl::ExpireTicket(const std::shared_ptr<internal::TicketState>& t
   }
   for (int64_t i : late) {
     ResolveOnboard(t, i, std::nullopt,
-                       absl::DeadlineExceededError("the block was not resident by the deadline"),
-                       d);
+                   absl::DeadlineExceededError("the block was not resident by the deadline"), d);
   }
 }
 
@@ -166,7 +164,7 @@ void KvCache::Impl::Onboard(Sequence& seq, int64_t i,
   }
   if (rec.has_value() && rec->state(Tier::kHbm) == CopyState::kPending) {
     ResolveOnboard(t, ti, std::nullopt,
-                       absl::UnavailableError("another sequence is still writing this block"), d);
+                   absl::UnavailableError("another sequence is still writing this block"), d);
     return;
   }
   auto move = StartMove(key, b.tier, b.slot, Tier::kHbm, /*pin=*/true, d, t->deadline);
@@ -252,9 +250,9 @@ absl::Status KvCache::Impl::IssueTicket(SequenceId id, int64_t begin_token, int6
         ResolveOnboard(t, static_cast<int64_t>(i), b.slot, absl::OkStatus(), d);
       } else {
         ResolveOnboard(t, static_cast<int64_t>(i), std::nullopt,
-                           absl::UnavailableError(absl::StrCat("best effort: the block is in ",
-                                                               ToAbsl(TierName(b.tier)))),
-                           d);
+                       absl::UnavailableError(
+                           absl::StrCat("best effort: the block is in ", ToAbsl(TierName(b.tier)))),
+                       d);
       }
       continue;
     }

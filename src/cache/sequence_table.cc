@@ -304,8 +304,8 @@ absl::Status KvCache::Impl::ReleaseSequence(SequenceId id) {
                                : now + seq->options.retention;
   // Every reference is let go under one acquisition of the engine's lock; then, last block
   // first, each block is touched and its slot settled, in DropRef's order.
-  std::vector<std::optional<SlotState>> after;
-  ReleaseRefs(seq->blocks, &after);
+  std::vector<std::optional<SlotState>> after(seq->blocks.size());
+  ReleaseRefs(seq->blocks, absl::MakeSpan(after));
   // Each block's entry found first, in one tight pass (the lookups' cache misses overlap),
   // then used for the touch and the settle.
   std::vector<BlockMap::value_type*> found(seq->keys.size(), nullptr);

@@ -1,6 +1,7 @@
 // Slot references: the allocator queries the cache makes (under the engine's lock), and the
 // references sequences (seq_refs) and tickets (ticket_refs, locked, orphan_partials) hold on slots,
 // with what a slot becomes once the last of them lets go (SettleSlot).
+#include <algorithm>
 #include <array>
 #include <optional>
 #include <vector>
@@ -61,14 +62,14 @@ void KvCache::Impl::SettleSlot(Tier t, SlotId slot, std::optional<SlotState> kno
 }
 
 void KvCache::Impl::DropRef(const SeqBlock& b) {
-  std::vector<std::optional<SlotState>> after;
-  ReleaseRefs(absl::MakeConstSpan(&b, 1), &after);
-  if (after[0].has_value()) SettleSlot(b.tier, b.slot, *after[0]);  // nullopt: orphaned
+  std::optional<SlotState> after;
+  ReleaseRefs(absl::MakeConstSpan(&b, 1), absl::MakeSpan(&after, 1));
+  if (after.has_value()) SettleSlot(b.tier, b.slot, *after);  // nullopt: orphaned
 }
 
 void KvCache::Impl::ReleaseRefs(absl::Span<const SeqBlock> refs,
-                                std::vector<std::optional<SlotState>>* after) {
-  after->assign(refs.size(), std::nullopt);
+                                absl::Span<std::optional<SlotState>> after) {
+  std::fill(after.begin(), after.end(), std::nullopt);
   for (const SeqBlock& b : refs) {
     if (b.tier == Tier::kHbm) --seq_refs[b.slot.value()];
   }
@@ -85,7 +86,7 @@ void KvCache::Impl::ReleaseRefs(absl::Span<const SeqBlock> refs,
         continue;
       }
       (void)alloc.Release(b.slot);
-      (*after)[i] = alloc.state_or_free(b.slot);
+      after[i] = alloc.state_or_free(b.slot);
     }
     return absl::OkStatus();
   });

@@ -34,7 +34,8 @@ absl::Status KvCache::Impl::AddCopy(const BlockKey& key, Tier t, SlotId slot, Co
       (state != CopyState::kPending && state != CopyState::kReady)) {
     return BlockRecord().AddCopy(key, t, slot, state);
   }
-  BlockEntry& m = blocks[key];
+  BlockMap::value_type& element = *blocks.try_emplace(key).first;
+  BlockEntry& m = element.second;
   const bool had_copy = m.copies.has_copy();
   KVTIER_RETURN_IF_ERROR(m.copies.AddCopy(key, t, slot, state));
   if (!had_copy) {  // a new block, or one only its children knew (parent and position set now)
@@ -43,7 +44,7 @@ absl::Status KvCache::Impl::AddCopy(const BlockKey& key, Tier t, SlotId slot, Co
     m.first_token = first_token;
     m.last_use = Now();
   }
-  owner[TierIndex(t)][slot.value()] = SlotOwner{key, true};
+  owner[TierIndex(t)][slot.value()] = SlotOwner{key, &element};
   // Copied: read again after the parent is found or made below.
   const BlockKey parent_key = m.parent;
   if (parent_key != kRootBlockKey) {
@@ -78,7 +79,7 @@ void KvCache::Impl::RemoveCopy(const BlockKey& key, Tier t) {
   // The slot may already belong to another block: a failed transfer's destination is freed
   // (and can be reused) before its callback runs here.
   SlotOwner& o = owner[TierIndex(t)][rec->slots[TierIndex(t)].value()];
-  if (o.key == key) o.indexed = false;
+  if (o.key == key) o.entry = nullptr;
   auto it = blocks.find(key);
   if (it != blocks.end()) {
     const uint8_t bit = static_cast<uint8_t>(1u << TierIndex(t));

@@ -51,7 +51,7 @@ BlockTraits KvCache::Impl::Traits(const BlockEntry& m, Tier t) const {
 }
 
 // `m` is the entry of the key (every caller's), so its copies are the indexed ones.
-bool KvCache::Impl::WantCandidate(const BlockKey& /*key*/, const BlockEntry& m, Tier t,
+bool KvCache::Impl::WantCandidate(const BlockEntry& m, Tier t,
                                   std::optional<SlotState> slot_state) {
   const int ti = TierIndex(t);
   const CopyFacts copy{.ready = m.copies.state(t) == CopyState::kReady,
@@ -85,7 +85,7 @@ void KvCache::Impl::SyncCandidate(BlockMap::value_type& entry, Tier t,
   const auto* map = &blocks;  // as in Traits
   // An Add the policy refuses leaves the copy unregistered; a Remove always unregisters it.
   (void)SyncCandidacy(
-      *policy[TierIndex(t)], key, WantCandidate(key, m, t, slot_state), FactsOf(m), block_bytes,
+      *policy[TierIndex(t)], key, WantCandidate(m, t, slot_state), FactsOf(m), block_bytes,
       [map](const BlockKey& k) { return FactsAt(*map, k); }, &registered);
   m.candidate = registered ? static_cast<uint8_t>(m.candidate | bit)
                            : static_cast<uint8_t>(m.candidate & ~bit);

@@ -66,9 +66,13 @@ absl::Status KvCache::Impl::CheckInvariantsLocked() {
             const uint32_t want = it == refs[t].end() ? 0 : it->second;
             const SlotOwner& o = (*owners)[t][static_cast<size_t>(s)];
             uint32_t readers_here = 0;
-            if (o.indexed) {
+            if (o.indexed()) {
               auto m = metas->find(o.key);
-              if (m != metas->end()) readers_here = m->second.readers[t];
+              if (m == metas->end() || &*m != o.entry) {
+                return fail(ToAbsl(TierName(static_cast<Tier>(t))), " slot ", s,
+                            " names an entry that is not its block's");
+              }
+              readers_here = m->second.readers[t];
             }
             const bool ticketed = t == 0 && (*pinned)[static_cast<size_t>(s)] != 0;
             if (state == SlotState::kWritable) {
@@ -88,7 +92,7 @@ absl::Status KvCache::Impl::CheckInvariantsLocked() {
               return fail(ToAbsl(TierName(static_cast<Tier>(t))), " slot ", s, " is ",
                           ToAbsl(SlotStateName(state)), " but sequences hold ", want);
             }
-            if (state == SlotState::kCached && !o.indexed && !ticketed) {
+            if (state == SlotState::kCached && !o.indexed() && !ticketed) {
               return fail(ToAbsl(TierName(static_cast<Tier>(t))), " slot ", s,
                           " is cached but not indexed: leaked");
             }
@@ -139,14 +143,14 @@ absl::Status KvCache::Impl::CheckInvariantsLocked() {
       // cache's callback forgets the copy.
       if (rec->state(static_cast<Tier>(t)) == CopyState::kReady) {
         const SlotOwner& o = owner[t][rec->slots[t].value()];
-        if (!o.indexed || o.key != key) {
+        if (!o.indexed() || o.key != key || o.entry->first != key) {
           return fail("block ", key.ToHex(), "'s ", ToAbsl(TierName(static_cast<Tier>(t))),
                       " slot does not name it");
         }
       }
       if (!Present(static_cast<Tier>(t))) continue;
       const bool is = (m.candidate >> t) & 1;
-      if (is != WantCandidate(key, m, static_cast<Tier>(t))) {
+      if (is != WantCandidate(m, static_cast<Tier>(t))) {
         return fail("block ", key.ToHex(), " is ", is ? "" : "not ", "an eviction candidate in ",
                     ToAbsl(TierName(static_cast<Tier>(t))), " against the rules");
       }

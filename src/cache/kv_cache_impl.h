@@ -206,9 +206,14 @@ struct KvCache::Impl {
     std::vector<std::pair<Completion, std::vector<std::pair<BlockKey, SlotId>>>> publish;
   };
 
+  // Who a slot belongs to. While the entry of `key` lists this slot as the tier's copy, `entry`
+  // is that entry's map element (valid: an entry with a copy is never erased), so the paths
+  // that start from a slot (a release, a ticket's pin, a settle) reach the block without a
+  // lookup; otherwise (a private copy, or a slot since freed) it is null.
   struct SlotOwner {
     BlockKey key;
-    bool indexed = false;  // the entry of `key` lists this slot as the tier's copy
+    BlockMap::value_type* entry = nullptr;
+    bool indexed() const { return entry != nullptr; }
   };
 
   enum class EvictResult : uint8_t {
@@ -398,10 +403,10 @@ struct KvCache::Impl {
   // What tier t's policy is told of the block (CandidateTraits, kvtier/eviction_candidacy.h).
   // run_blocks (a walk of up to 31 parents) only for a policy that reads it.
   BlockTraits Traits(const BlockEntry& m, Tier t) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  // Whether the copy in `t` of `key` (whose entry is `m`) is a candidate by the leaf-first rule
+  // Whether the copy in `t` of the block whose entry is `m` is a candidate by the leaf-first rule
   // (IsEvictionCandidate). `slot_state`: the copy's slot state when the caller knows it (read
   // under the engine's lock just before), so it is not read again.
-  bool WantCandidate(const BlockKey& key, const BlockEntry& m, Tier t,
+  bool WantCandidate(const BlockEntry& m, Tier t,
                      std::optional<SlotState> slot_state = std::nullopt)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Registers or unregisters (key, t) with the tier's policy to match WantCandidate

@@ -221,7 +221,7 @@ void KvCache::Impl::OnMoveDone(const std::shared_ptr<Move>& move, const absl::St
       const std::optional<BlockRecord> rec = IndexedCopies(key);
       if (status.ok() && m != blocks.end() && rec.has_value() &&
           rec->state(move->from) == CopyState::kReady && rec->slots[from] == move->src &&
-          WantCandidate(key, m->second, move->from)) {
+          WantCandidate(m->second, move->from)) {
         DropCopy(key, move->from);
         ++counters.tiers[from].evictions;
         ++counters.tiers[from].demotions;

@@ -306,12 +306,18 @@ absl::Status KvCache::Impl::ReleaseSequence(SequenceId id) {
   // first, each block is touched and its slot settled, in DropRef's order.
   std::vector<std::optional<SlotState>> after(seq->blocks.size());
   ReleaseRefs(seq->blocks, absl::MakeSpan(after));
-  // Each block's entry found first, in one tight pass (the lookups' cache misses overlap),
-  // then used for the touch and the settle.
+  // Each block's entry found first, in one tight pass (the cache misses overlap), then used for
+  // the touch and the settle: from the slot's owner where the held copy is the indexed one
+  // (no lookup), else by key (a private copy).
   std::vector<BlockMap::value_type*> found(seq->keys.size(), nullptr);
   for (size_t i = 0; i < found.size(); ++i) {
-    auto m = blocks.find(seq->keys[i]);
-    if (m != blocks.end()) found[i] = &*m;
+    const SeqBlock& b = seq->blocks[i];
+    const SlotOwner& o = owner[TierIndex(b.tier)][b.slot.value()];
+    if (o.indexed() && o.key == seq->keys[i]) {
+      found[i] = o.entry;
+    } else if (auto m = blocks.find(seq->keys[i]); m != blocks.end()) {
+      found[i] = &*m;
+    }
   }
   for (size_t i = seq->blocks.size(); i-- > 0;) {
     BlockMap::value_type* entry = i < found.size() ? found[i] : nullptr;

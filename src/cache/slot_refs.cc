@@ -49,12 +49,8 @@ void KvCache::Impl::SettleSlot(Tier t, SlotId slot, std::optional<SlotState> kno
     return;
   }
   const SlotOwner& o = owner[TierIndex(t)][slot.value()];
-  if (o.indexed) {
-    if (entry != nullptr && entry->first == o.key) {
-      UpdateCandidate(*entry, t, state);
-    } else {
-      UpdateCandidate(o.key, t, state);
-    }
+  if (o.indexed()) {
+    UpdateCandidate(*o.entry, t, state);
   } else {
     // A private copy (computed twice, never written, or found corrupt): nothing to keep.
     (void)Alloc(t, [&](BlockAllocator& a) { return a.Evict(slot); });
@@ -96,7 +92,7 @@ absl::Status KvCache::Impl::AcquireRef(Tier t, SlotId slot) {
   KVTIER_RETURN_IF_ERROR(Alloc(t, [&](BlockAllocator& a) { return a.Acquire(slot); }));
   if (t == Tier::kHbm) ++seq_refs[slot.value()];
   const SlotOwner& o = owner[TierIndex(t)][slot.value()];
-  if (o.indexed) UpdateCandidate(o.key, t);
+  if (o.indexed()) UpdateCandidate(*o.entry, t);
   return absl::OkStatus();
 }
 
@@ -104,7 +100,7 @@ void KvCache::Impl::PinTicket(SlotId slot) {
   if (ticket_refs[slot.value()]++ == 0) {
     ++locked;
     const SlotOwner& o = owner[0][slot.value()];
-    if (o.indexed) UpdateCandidate(o.key, Tier::kHbm);
+    if (o.indexed()) UpdateCandidate(*o.entry, Tier::kHbm);
   }
 }
 

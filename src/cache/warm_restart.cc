@@ -19,7 +19,7 @@ void KvCache::Impl::AdoptRecoveredBlocks() {
     }
     for (size_t s = 0; s < owner[t].size(); ++s) {
       const SlotId slot(static_cast<uint32_t>(s));
-      if (!owner[t][s].indexed && StateOf(tier, slot) == SlotState::kCached) {
+      if (!owner[t][s].indexed() && StateOf(tier, slot) == SlotState::kCached) {
         (void)Alloc(tier, [&](BlockAllocator& a) { return a.Evict(slot); });
       }
     }

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -41,10 +42,21 @@ struct BlockRecord {
   uint8_t pending_tiers = 0;            // bit TierIndex(t): a kPending copy in tier t
   uint8_t ready_tiers = 0;              // bit TierIndex(t): a kReady copy in tier t
 
-  // kAbsent also for a tier value that does not exist.
-  CopyState state(Tier tier) const;
+  // kAbsent also for a tier value that does not exist. Inline, as the next: every match and
+  // every attach and release of a block reads them.
+  CopyState state(Tier tier) const {
+    const int t = TierIndex(tier);
+    if (t < 0 || t >= kNumTiers) return CopyState::kAbsent;
+    if ((ready_tiers >> t) & 1) return CopyState::kReady;
+    if ((pending_tiers >> t) & 1) return CopyState::kPending;
+    return CopyState::kAbsent;
+  }
   // The fastest tier (smallest Tier value) with a kReady copy, if any.
-  std::optional<Tier> fastest_ready_tier() const;
+  std::optional<Tier> fastest_ready_tier() const {
+    if (ready_tiers == 0) return std::nullopt;
+    // Lowest set bit = smallest Tier value = fastest tier.
+    return static_cast<Tier>(std::countr_zero(ready_tiers));
+  }
   // Whether some tier has a copy (pending or ready): a record without one is not indexed.
   bool has_copy() const { return (pending_tiers | ready_tiers) != 0; }
 

@@ -364,24 +364,32 @@ struct KvCache::Impl {
         locations);
   }
   // MatchBlocks for a caller that goes on to change the matched blocks: also the map element
-  // of each matched block, in order ((*entries)[i] for keys[i], i < matched_blocks). The
-  // pointers are valid until that entry is erased.
+  // of each matched block, in order ((*entries)[i] for keys[i], i < matched_blocks), and its
+  // candidacy bits then ((*candidate)[i] = BlockEntry::candidate), read while the walk has the
+  // entry at hand so a caller that only acts on registered copies need not load the others
+  // again. The pointers are valid until that entry is erased.
   absl::StatusOr<PrefixMatch> MatchEntries(absl::Span<const BlockKey> keys, int64_t query_tokens,
                                            std::vector<BlockLocation>* locations,
-                                           std::vector<BlockMap::value_type*>* entries)
+                                           std::vector<BlockMap::value_type*>* entries,
+                                           std::vector<uint8_t>* candidate)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     entries->clear();
+    candidate->clear();
     auto* map = &blocks;  // as in MatchBlocks
     absl::StatusOr<PrefixMatch> match = MatchPrefix(
         keys, query_tokens, block_tokens,
-        [map, entries](const BlockKey& key) -> const BlockRecord* {
+        [map, entries, candidate](const BlockKey& key) -> const BlockRecord* {
           auto it = map->find(key);
           if (it == map->end()) return nullptr;
           entries->push_back(&*it);
+          candidate->push_back(it->second.candidate);
           return &it->second.copies;
         },
         locations);
-    if (match.ok()) entries->resize(static_cast<size_t>(match->matched_blocks));
+    if (match.ok()) {
+      entries->resize(static_cast<size_t>(match->matched_blocks));
+      candidate->resize(static_cast<size_t>(match->matched_blocks));
+    }
     return match;
   }
   // Erases the entry of `key` once nothing keeps it: no copy, child, reader or leaving child.

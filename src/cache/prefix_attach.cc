@@ -49,9 +49,10 @@ absl::StatusOr<AttachResult> KvCache::Impl::AttachKeys(SequenceId id, uint64_t g
   }
   std::vector<BlockLocation> where;
   std::vector<BlockMap::value_type*> entries;  // valid to the end: nothing below erases a block
+  std::vector<uint8_t> candidate;              // their candidacy bits, unchanged until phase 2
   KVTIER_ASSIGN_OR_RETURN(
       const PrefixMatch match,
-      MatchEntries(keys, static_cast<int64_t>(prompt.size()), &where, &entries));
+      MatchEntries(keys, static_cast<int64_t>(prompt.size()), &where, &entries, &candidate));
   // Phase 1: pin every matched block where it is.
   // One pass under the engine's lock; a block that was cached (no holder) may have been an
   // eviction candidate and stops being one.
@@ -75,8 +76,12 @@ absl::StatusOr<AttachResult> KvCache::Impl::AttachKeys(SequenceId id, uint64_t g
   // Held now, so no longer candidates (what UpdateCandidate would conclude, without asking).
   // Before anything else reaches the policies (the restore plan's unpinned tail re-registers
   // below): cost_aware learns from the order of its calls, so the order is kept as it was.
+  // Only registered copies are visited (the match read their bits; nothing since has changed
+  // candidacy), so the unregistered majority's entries are not loaded again here.
   for (size_t i = 0; i < pinned.size(); ++i) {
-    if (was_cached[i]) DropCandidacy(*entries[i], pinned[i].tier);
+    if (was_cached[i] && ((candidate[i] >> TierIndex(pinned[i].tier)) & 1) != 0) {
+      DropCandidacy(*entries[i], pinned[i].tier);
+    }
   }
   // Phase 2: plan, and keep the leading blocks worth restoring.
   std::vector<Tier> tiers_of;

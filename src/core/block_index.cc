@@ -31,18 +31,6 @@ absl::Status NoCopy(const BlockKey& key, Tier tier) {
 
 }  // namespace
 
-CopyState BlockRecord::state(Tier tier) const {
-  if (ready_tiers & Bit(tier)) return CopyState::kReady;
-  if (pending_tiers & Bit(tier)) return CopyState::kPending;
-  return CopyState::kAbsent;
-}
-
-std::optional<Tier> BlockRecord::fastest_ready_tier() const {
-  if (ready_tiers == 0) return std::nullopt;
-  // Lowest set bit = smallest Tier value = fastest tier.
-  return static_cast<Tier>(std::countr_zero(ready_tiers));
-}
-
 absl::StatusOr<std::unique_ptr<BlockIndex>> BlockIndex::Create(int tokens_per_block) {
   if (tokens_per_block < 1 || tokens_per_block > 65536) {
     return absl::InvalidArgumentError(absl::StrCat("BlockIndex: tokens_per_block = ",

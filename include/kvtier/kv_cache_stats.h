@@ -41,6 +41,9 @@ struct KvTierStats {
   int64_t demotions = 0;  // evictions that first copied the block one tier down
   int64_t failed_loads = 0;   // copies out of this tier that failed (the block was a miss)
   int64_t corrupt_reads = 0;  // of those, reads that found wrong or damaged bytes (kDataLoss)
+  // Of those, reads of a copy the tier no longer had (kNotFound: a remote store evicted or
+  // expired it, or another worker deleted it). Like a corrupt read, it leaves the index at once.
+  int64_t missing_reads = 0;
   int64_t failed_stores = 0;  // copies into this tier that failed (the block stayed above)
 };
 

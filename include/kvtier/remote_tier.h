@@ -45,6 +45,11 @@ struct RemoteTierOptions {
   std::string hmac_secret;
   // Consecutive store failures that open the circuit breaker; 0 never opens it.
   int breaker_failures = 5;
+  // Delete the store's value of a block when the cache evicts it from this tier (DiscardBlock),
+  // so a store this worker alone writes holds at most about capacity_blocks of its blocks. Set
+  // false where the store's own policy owns its capacity (Redis maxmemory with allkeys-lru, a
+  // TTL) and other workers may still read a block this one let go.
+  bool delete_freed = true;
   absl::Duration breaker_backoff_min = absl::Milliseconds(100);
   absl::Duration breaker_backoff_max = absl::Seconds(10);
 };
@@ -80,6 +85,12 @@ class RemoteTier final : public TierBackend {
                                       const BlockIoOptions& options = {}) override;
   std::vector<Completion> ReadBlocks(absl::Span<const BlockRead> reads,
                                      const BlockIoOptions& options = {}) override;
+  // With delete_freed: deletes the block's store value (one Transport::Delete, not waited for,
+  // bounded by 1 s; skipped unless the breaker is closed; a failed delete is ignored: the value
+  // is then left to the store's own eviction). Only if `slot` holds `key` here.
+  void DiscardBlock(SlotId slot, const BlockKey& key) override;
+  // Store deletes DiscardBlock issued.
+  int64_t deleted_keys() const;
 
   // The store key of `key` in this tier's namespace.
   std::string StoreKey(const BlockKey& key) const;

@@ -139,6 +139,11 @@ class TierBackend {
   // For kCapPersistent tiers: the blocks found when the tier was opened (warm restart), whose
   // slots the allocator starts kCached. Empty on other tiers.
   virtual std::vector<RecoveredBlock> recovered_blocks() const { return {}; }
+  // The cache dropped its copy of `key` in `slot` (evicted; the slot is free now and will be
+  // reused): a tier that keeps blocks outside the process (a remote store) may delete it there,
+  // so the store does not keep blocks nobody indexes. Called under the cache's lock: it must not
+  // wait for the store (RemoteTier issues the delete and returns). No-op by default.
+  virtual void DiscardBlock(SlotId /*slot*/, const BlockKey& /*key*/) {}
 };
 
 }  // namespace kvtier

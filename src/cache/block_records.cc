@@ -107,6 +107,9 @@ void KvCache::Impl::DropCopy(const BlockKey& key, Tier t) {
   const SlotId slot = rec->slots[TierIndex(t)];
   if (!Alloc(t, [&](BlockAllocator& a) { return a.Evict(slot); }).ok()) return;
   RemoveCopy(key, t);
+  // The indexed copy is the tier's only one of the block: a store outside the process may let
+  // it go too.
+  if (t != Tier::kHbm) tiers[TierIndex(t)]->DiscardBlock(slot, key);
 }
 
 void KvCache::Impl::DropIfDroppable(const BlockKey& key, Tier t) {

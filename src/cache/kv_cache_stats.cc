@@ -50,6 +50,8 @@ constexpr TierField kTierFields[] = {
      &KvTierStats::failed_loads},
     {"corrupt_reads_total", "counter", "Reads that found wrong or damaged bytes.",
      &KvTierStats::corrupt_reads},
+    {"missing_reads_total", "counter", "Reads of a copy the tier no longer had.",
+     &KvTierStats::missing_reads},
     {"failed_stores_total", "counter", "Copies into the tier that failed.",
      &KvTierStats::failed_stores},
 };

@@ -193,10 +193,13 @@ void KvCache::Impl::OnMoveDone(const std::shared_ptr<Move>& move, const absl::St
       RemoveCopy(key, move->to);  // the engine freed or quarantined the destination
       if (move->to == Tier::kHbm) {
         ++counters.tiers[from].failed_loads;
-        if (status.code() == absl::StatusCode::kDataLoss) {
-          // The source is damaged: never match it again. Holders keep their (now private)
-          // reference, freed when they let go.
-          ++counters.tiers[from].corrupt_reads;
+        if (status.code() == absl::StatusCode::kDataLoss ||
+            status.code() == absl::StatusCode::kNotFound) {
+          // The source is damaged, or the tier no longer has it (a remote store evicted it):
+          // never match it again, or every later request would fail to load it again. Holders
+          // keep their (now private) reference, freed when they let go.
+          ++(status.code() == absl::StatusCode::kDataLoss ? counters.tiers[from].corrupt_reads
+                                                          : counters.tiers[from].missing_reads);
           RemoveCopy(key, move->from);
           // Another transfer may still read it; the last reader's callback settles it.
           auto mm = blocks.find(key);

@@ -32,6 +32,7 @@ struct RemoteTier::Impl {
   std::unique_ptr<BlockAllocator> allocator;
   std::unique_ptr<internal::SlotContents> contents;
   std::atomic<int64_t> corrupt_reads{0};
+  std::atomic<int64_t> deleted_keys{0};
   internal::CircuitBreaker breaker;
 
   std::string StoreKey(const BlockKey& key) const {
@@ -125,6 +126,23 @@ RemoteHealth RemoteTier::health() const {
   }
   return RemoteHealth::kHealthy;
 }
+int64_t RemoteTier::deleted_keys() const { return impl_->deleted_keys.load(); }
+
+void RemoteTier::DiscardBlock(SlotId slot, const BlockKey& key) {
+  if (!impl_->options.delete_freed || !slot.valid() ||
+      slot.value() >= static_cast<uint64_t>(impl_->info.capacity_blocks) ||
+      !impl_->contents->Check(slot, key, impl_->info).ok()) {
+    return;
+  }
+  impl_->contents->Invalidate(slot);
+  // A delete is housekeeping: it never opens or closes the breaker, and none is sent to a
+  // store the breaker does not trust.
+  if (impl_->breaker.state() != internal::CircuitBreaker::State::kClosed) return;
+  const std::string store_key = impl_->StoreKey(key);
+  (void)transport_->Delete({&store_key, 1}, absl::Now() + absl::Seconds(1));
+  impl_->deleted_keys.fetch_add(1);
+}
+
 int64_t RemoteTier::breaker_opened() const { return impl_->breaker.opened(); }
 int64_t RemoteTier::bypassed_requests() const { return impl_->breaker.bypassed(); }
 

@@ -57,6 +57,7 @@ class FaultInjectingTier final : public TierBackend {
   std::vector<RecoveredBlock> recovered_blocks() const override {
     return inner_->recovered_blocks();
   }
+  void DiscardBlock(SlotId slot, const BlockKey& key) override { inner_->DiscardBlock(slot, key); }
 
   Completion WriteBlock(SlotId slot, const BlockKey& key, absl::Span<const std::byte> src,
                         const BlockIoOptions& options = {}) override {

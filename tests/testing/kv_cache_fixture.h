@@ -209,10 +209,10 @@ inline std::string TierAccountingError(const KvCacheStats& s) {
     // Counters that count subsets of others (kv_cache_stats.h). A demotion used to be counted
     // when it started and its eviction when it landed, so a snapshot could show more demotions
     // than evictions (found by the fuzzer).
-    if (t.demotions > t.evictions || t.corrupt_reads > t.failed_loads) {
+    if (t.demotions > t.evictions || t.corrupt_reads + t.missing_reads > t.failed_loads) {
       return absl::StrCat(name, ": demotions ", t.demotions, " > evictions ", t.evictions,
-                          " or corrupt reads ", t.corrupt_reads, " > failed loads ",
-                          t.failed_loads);
+                          " or corrupt + missing reads ", t.corrupt_reads, " + ", t.missing_reads,
+                          " > failed loads ", t.failed_loads);
     }
     const int64_t sum = t.free_blocks + t.locked_blocks + t.held_blocks + t.droppable_blocks +
                         t.in_flight_blocks + t.quarantined_blocks;

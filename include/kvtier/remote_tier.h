@@ -50,6 +50,12 @@ struct RemoteTierOptions {
   // false where the store's own policy owns its capacity (Redis maxmemory with allkeys-lru, a
   // TTL) and other workers may still read a block this one let go.
   bool delete_freed = true;
+  // Write a block only if the store does not hold its key yet (TransportPut::if_absent: Redis
+  // `SET ... NX`): keys are content-addressed, so a value already there is this block, written
+  // by another worker or an earlier run; the write completes OK and is counted in
+  // writes_skipped(). A value there that is damaged reads as corrupt (a miss), and the block's
+  // next write replaces it. False: every write replaces.
+  bool write_if_absent = true;
   absl::Duration breaker_backoff_min = absl::Milliseconds(100);
   absl::Duration breaker_backoff_max = absl::Seconds(10);
 };
@@ -91,6 +97,9 @@ class RemoteTier final : public TierBackend {
   void DiscardBlock(SlotId slot, const BlockKey& key) override;
   // Store deletes DiscardBlock issued.
   int64_t deleted_keys() const;
+  // Frame bytes of writes the store took, and writes skipped because it had the block.
+  int64_t bytes_written() const;
+  int64_t writes_skipped() const;
 
   // The store key of `key` in this tier's namespace.
   std::string StoreKey(const BlockKey& key) const;

@@ -35,6 +35,11 @@ struct TransportPut {
   // Stored in front of `value`: the value is value_prefix then value. Lets a caller send a frame
   // header and an untouched block without first joining them into one buffer.
   absl::Span<const std::byte> value_prefix;
+  // Store only if the key holds no value (Redis `SET ... NX`; the directory transport skips the
+  // write when the file exists and links the new file into place only if none appeared
+  // meanwhile): two writers of one content-addressed block store it once. An item skipped
+  // because the key exists completes with kAlreadyExists (the stored value is left as it is).
+  bool if_absent = false;
 };
 
 // Receives a stored value in place, so a transport that can (Redis) moves it straight from the
@@ -68,9 +73,10 @@ class Transport {
   // e.g. "in_process", "directory(/mnt/kv)", "redis(127.0.0.1:6379)".
   virtual std::string name() const = 0;
 
-  // Stores each value under its key, replacing what was there. Readers never see a value
-  // half-written. Errors: kInvalidArgument for a key the store cannot hold; kUnavailable when
-  // the store does not answer; kResourceExhausted when it is full; kDeadlineExceeded.
+  // Stores each value under its key, replacing what was there (unless if_absent). Readers never
+  // see a value half-written. Errors: kAlreadyExists for an if_absent item whose key exists;
+  // kInvalidArgument for a key the store cannot hold; kUnavailable when the store does not answer;
+  // kResourceExhausted when it is full; kDeadlineExceeded.
   virtual std::vector<Completion> Put(absl::Span<const TransportPut> items,
                                       absl::Time deadline) = 0;
   // Reads each key. Errors: kNotFound for a missing key; kInvalidArgument for neither output nor

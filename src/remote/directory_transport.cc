@@ -117,6 +117,10 @@ std::vector<Completion> DirectoryTransport::Put(absl::Span<const TransportPut> i
       continue;
     }
     const std::string path = options_.root + "/" + *name;
+    if (p.if_absent && access(path.c_str(), F_OK) == 0) {  // stored already: skip the write
+      out.push_back(Completion::Done(absl::AlreadyExistsError("directory: " + path + " exists")));
+      continue;
+    }
     // Unique across hosts sharing the mount and transports (a random nonce per transport; pids
     // and addresses repeat between hosts) and calls (counter). O_EXCL catches the impossible.
     const std::string tmp =
@@ -141,9 +145,31 @@ std::vector<Completion> DirectoryTransport::Put(absl::Span<const TransportPut> i
       ok = false;
       err = errno;
     }
-    if (ok && rename(tmp.c_str(), path.c_str()) != 0) {
+    bool appeared = false;  // if_absent: another writer's file got there first
+    if (ok && p.if_absent) {
+      // link(2) never replaces: it fails with EEXIST if the name exists. A file system without
+      // hard links gets the rename (the check above made a second writer unlikely; a value
+      // replaced by an equal one is harmless for content-addressed blocks).
+      if (link(tmp.c_str(), path.c_str()) == 0) {
+        unlink(tmp.c_str());
+      } else if (errno == EPERM || errno == ENOTSUP || errno == ENOSYS) {
+        if (rename(tmp.c_str(), path.c_str()) != 0) {
+          ok = false;
+          err = errno;
+        }
+      } else {
+        ok = false;
+        err = errno;
+        appeared = err == EEXIST;
+        unlink(tmp.c_str());
+      }
+    } else if (ok && rename(tmp.c_str(), path.c_str()) != 0) {
       ok = false;
       err = errno;
+    }
+    if (appeared) {
+      out.push_back(Completion::Done(absl::AlreadyExistsError("directory: " + path + " exists")));
+      continue;
     }
     if (!ok) {
       unlink(tmp.c_str());

@@ -40,6 +40,9 @@ InProcessTransport::~InProcessTransport() = default;
 std::vector<Completion> InProcessTransport::Put(absl::Span<const TransportPut> items,
                                                 absl::Time deadline) {
   return impl_->Each(items, deadline, [this](const TransportPut& p) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (p.if_absent && impl_->values.contains(p.key)) {
+      return absl::AlreadyExistsError(absl::StrCat("in_process: ", p.key, " exists"));
+    }
     std::vector<std::byte>& stored = impl_->values[p.key];
     stored.assign(p.value_prefix.begin(), p.value_prefix.end());
     stored.insert(stored.end(), p.value.begin(), p.value.end());

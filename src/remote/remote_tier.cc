@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -33,6 +34,19 @@ struct RemoteTier::Impl {
   std::unique_ptr<internal::SlotContents> contents;
   std::atomic<int64_t> corrupt_reads{0};
   std::atomic<int64_t> deleted_keys{0};
+  std::atomic<int64_t> bytes_written{0};
+  // Blocks whose stored value read as corrupt: their next write replaces it (not if_absent).
+  internal::Mutex corrupt_mu;
+  absl::flat_hash_set<BlockKey> corrupt_keys ABSL_GUARDED_BY(corrupt_mu);
+  bool ReplaceNextWrite(const BlockKey& key) {
+    internal::MutexLock lock(&corrupt_mu);
+    return corrupt_keys.erase(key) > 0;
+  }
+  void NoteCorrupt(const BlockKey& key) {
+    internal::MutexLock lock(&corrupt_mu);
+    if (corrupt_keys.size() < 65536) corrupt_keys.insert(key);  // bounded: a hostile store
+  }
+  std::atomic<int64_t> writes_skipped{0};
   internal::CircuitBreaker breaker;
 
   std::string StoreKey(const BlockKey& key) const {
@@ -127,6 +141,8 @@ RemoteHealth RemoteTier::health() const {
   return RemoteHealth::kHealthy;
 }
 int64_t RemoteTier::deleted_keys() const { return impl_->deleted_keys.load(); }
+int64_t RemoteTier::bytes_written() const { return impl_->bytes_written.load(); }
+int64_t RemoteTier::writes_skipped() const { return impl_->writes_skipped.load(); }
 
 void RemoteTier::DiscardBlock(SlotId slot, const BlockKey& key) {
   if (!impl_->options.delete_freed || !slot.valid() ||
@@ -200,7 +216,7 @@ class BatchHealth {
 // is open), started with one transport call, and each block's completion fired after `on_block`
 // has recorded its outcome; the breaker hears once for the whole batch.
 // `start` returns one Completion per entry of `index`; `on_block(i)` returns what to run on the
-// outcome of block out[i].
+// outcome of block out[i]: it records it and returns the status out[i] completes with.
 template <typename Start, typename OnBlock>
 void RunBatch(internal::CircuitBreaker& breaker, std::shared_ptr<const void> keep,
               absl::Span<const size_t> index, std::vector<Completion>& out, Start start,
@@ -219,8 +235,7 @@ void RunBatch(internal::CircuitBreaker& breaker, std::shared_ptr<const void> kee
     out[i] = done;
     started[j].OnDone([health, record = on_block(i), done](const absl::Status& s) {
       health->Add(s);
-      record(s);
-      done.Complete(s);
+      done.Complete(record(s));
     });
   }
 }
@@ -287,6 +302,7 @@ std::vector<Completion> RemoteTier::WriteBlocks(absl::Span<const BlockWrite> wri
   auto frames = std::make_shared<std::vector<Frame>>(writes.size());
   std::vector<TransportPut> puts;
   std::vector<size_t> index;
+  std::vector<int64_t> put_bytes(writes.size());  // per write: its frame's bytes
   puts.reserve(writes.size());
   for (size_t i = 0; i < writes.size(); ++i) {
     const BlockWrite& w = writes[i];
@@ -305,16 +321,28 @@ std::vector<Completion> RemoteTier::WriteBlocks(absl::Span<const BlockWrite> wri
       continue;
     }
     impl_->contents->Invalidate(w.slot);
-    puts.push_back(
-        TransportPut{.key = impl_->StoreKey(w.key), .value = *payload, .value_prefix = f.header});
+    put_bytes[i] = static_cast<int64_t>(f.header.size() + payload->size());
+    puts.push_back(TransportPut{
+        .key = impl_->StoreKey(w.key),
+        .value = *payload,
+        .value_prefix = f.header,
+        .if_absent = impl_->options.write_if_absent && !impl_->ReplaceNextWrite(w.key)});
     index.push_back(i);
   }
   std::shared_ptr<Impl> impl = impl_;
   RunBatch(
       impl_->breaker, impl_, index, out, [&] { return transport_->Put(puts, options.deadline); },
       [&](size_t i) {
-        return [impl, frames, slot = writes[i].slot, key = writes[i].key](const absl::Status& s) {
-          if (s.ok()) impl->contents->Set(slot, key);
+        const int64_t bytes = put_bytes[i];
+        return [impl, frames, slot = writes[i].slot, key = writes[i].key,
+                bytes](const absl::Status& s) -> absl::Status {
+          // Skipped because the store has the block (if_absent): content-addressed, so that is
+          // the block, written by another worker or an earlier run.
+          const bool present = absl::IsAlreadyExists(s);
+          if (s.ok()) impl->bytes_written.fetch_add(bytes);
+          if (present) impl->writes_skipped.fetch_add(1);
+          if (s.ok() || present) impl->contents->Set(slot, key);
+          return present ? absl::OkStatus() : s;
         };
       });
   return out;
@@ -348,10 +376,14 @@ std::vector<Completion> RemoteTier::ReadBlocks(absl::Span<const BlockRead> reads
   RunBatch(
       impl_->breaker, impl_, index, out, [&] { return transport_->Get(gets, options.deadline); },
       [&](size_t i) {
-        return [impl, slot = reads[i].slot](const absl::Status& s) {
+        return [impl, slot = reads[i].slot, key = reads[i].key](const absl::Status& s) {
           // kDataLoss: an oversized value, or one that failed verification in the receiver.
-          if (absl::IsDataLoss(s)) impl->corrupt_reads.fetch_add(1);
+          if (absl::IsDataLoss(s)) {
+            impl->corrupt_reads.fetch_add(1);
+            impl->NoteCorrupt(key);
+          }
           if (absl::IsNotFound(s) || absl::IsDataLoss(s)) impl->contents->Invalidate(slot);
+          return s;
         };
       });
   return out;

@@ -46,6 +46,7 @@ struct Item {
   std::string key;
   absl::Span<const std::byte> value_prefix;     // kSet: stored before `value`
   absl::Span<const std::byte> value;            // kSet
+  bool if_absent = false;                       // kSet: SET ... NX
   std::vector<std::byte>* out = nullptr;        // kGet, unless `receiver`
   std::shared_ptr<TransportReceiver> receiver;  // kGet
   bool receiving = false;  // owned by the worker: its value is being received (Begin ran)
@@ -529,7 +530,13 @@ void RedisTransport::Impl::RunOnNode(int node, absl::Span<Item* const> items,
               {reinterpret_cast<const char*>(item->value_prefix.data()), item->value_prefix.size()},
               {reinterpret_cast<const char*>(item->value.data()), item->value.size()}};
           if (ttl_ms.empty()) {
-            (*conn)->Queue({{"SET"}, {key}, value});
+            if (item->if_absent) {
+              (*conn)->Queue({{"SET"}, {key}, value, {"NX"}});
+            } else {
+              (*conn)->Queue({{"SET"}, {key}, value});
+            }
+          } else if (item->if_absent) {
+            (*conn)->Queue({{"SET"}, {key}, value, {"NX"}, {"PX"}, {ttl_ms}});
           } else {
             (*conn)->Queue({{"SET"}, {key}, value, {"PX"}, {ttl_ms}});
           }
@@ -672,6 +679,8 @@ void RedisTransport::Impl::HandleReply(Item* item, const RedisConnection::Reply&
     case Op::kSet:
       if (reply.type == REDIS_REPLY_STATUS) {
         Finish(item, absl::OkStatus());
+      } else if (reply.type == REDIS_REPLY_NIL && item->if_absent) {  // NX: the key exists
+        Finish(item, absl::AlreadyExistsError(absl::StrCat("redis: ", item->key, " exists")));
       } else {
         Finish(item, absl::UnavailableError(absl::StrCat("redis: SET answered with ",
                                                          internal::DescribeReply(reply))));
@@ -860,6 +869,7 @@ std::vector<Completion> RedisTransport::Put(absl::Span<const TransportPut> items
     Item* item = AddItem(*batch, Op::kSet, p.key);
     item->value_prefix = p.value_prefix;
     item->value = p.value;
+    item->if_absent = p.if_absent;
   }
   return impl_->Submit(std::move(batch));
 }

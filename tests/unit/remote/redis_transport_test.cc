@@ -195,6 +195,27 @@ TEST_F(RedisStandaloneTest, PutGetExistsDeleteRoundTripBinaryValues) {
   EXPECT_EQ(*server_->Command({"STRLEN", "k:big"}), std::to_string(2 << 20));
 }
 
+// if_absent is SET ... NX: a second writer of a key leaves the first value and is told so.
+TEST_F(RedisStandaloneTest, IfAbsentPutIsSetNx) {
+  auto t = Make();
+  const std::vector<std::byte> v1 = testing::RandomBytes(1000, 8);
+  const std::vector<std::byte> v2 = testing::RandomBytes(1000, 9);
+  KVTIER_ASSERT_OK(
+      t->Put({{.key = "k:nx", .value = v1, .if_absent = true}}, In(absl::Seconds(10)))[0].Wait());
+  std::vector<Completion> again = t->Put({{.key = "k:nx", .value = v2, .if_absent = true},
+                                          {.key = "k:nx2", .value = v2, .if_absent = true}},
+                                         In(absl::Seconds(10)));
+  EXPECT_THAT(again[0].Wait(), IsError(StatusCode::kAlreadyExists, "k:nx"));
+  KVTIER_EXPECT_OK(again[1].Wait());
+  std::vector<std::byte> back;
+  KVTIER_ASSERT_OK(t->Get({{.key = "k:nx", .value = &back}}, In(absl::Seconds(10)))[0].Wait());
+  EXPECT_EQ(back, v1);
+  // A plain put still replaces.
+  KVTIER_ASSERT_OK(t->Put({{.key = "k:nx", .value = v2}}, In(absl::Seconds(10)))[0].Wait());
+  KVTIER_ASSERT_OK(t->Get({{.key = "k:nx", .value = &back}}, In(absl::Seconds(10)))[0].Wait());
+  EXPECT_EQ(back, v2);
+}
+
 TEST_F(RedisStandaloneTest, RejectsBadItemsWithoutSendingThem) {
   auto t = Make();
   std::vector<std::byte> out;

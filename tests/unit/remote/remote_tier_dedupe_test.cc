@@ -1,0 +1,139 @@
+// Writes that dedupe: with content-addressed store keys, a block another writer (another
+// worker, an earlier run) already stored is not stored again (TransportPut::if_absent), the
+// write completes OK and is counted; a stored value that reads as corrupt is replaced by the
+// block's next write. Over the in-process and the directory transport; Redis's SET NX is tested
+// in redis_transport_test.cc.
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kvtier/directory_transport.h"
+#include "kvtier/in_process_transport.h"
+#include "kvtier/remote_tier.h"
+#include "tests/testing/random_bytes.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
+
+namespace kvtier {
+namespace {
+
+const absl::Time kNoDeadline = absl::InfiniteFuture();
+
+KvGeometry Geometry() {
+  return *KvGeometry::Create(
+      {.num_layers = 2, .num_kv_heads = 2, .head_dim = 64, .tokens_per_block = 16});
+}
+
+std::unique_ptr<RemoteTier> Tier(std::shared_ptr<Transport> store, bool if_absent = true) {
+  auto ns = CacheNamespace::Create(Geometry(), {.model_id = "m", .weights_fingerprint = "w"});
+  EXPECT_TRUE(ns.ok());
+  auto tier = RemoteTier::Create(
+      *ns, {.transport = std::move(store), .capacity_blocks = 4, .write_if_absent = if_absent});
+  EXPECT_TRUE(tier.ok()) << tier.status();
+  return std::move(*tier);
+}
+
+struct Store {
+  std::string name;
+  std::function<std::shared_ptr<Transport>(testing::TempDir&)> make;
+};
+
+class RemoteTierDedupeTest : public ::testing::TestWithParam<Store> {};
+
+TEST_P(RemoteTierDedupeTest, SecondWriterOfABlockIsSkippedAndReadsTheFirstOnesBytes) {
+  testing::TempDir dir;
+  std::shared_ptr<Transport> store = GetParam().make(dir);
+  auto a = Tier(store);
+  auto b = Tier(store);  // another worker of the same namespace
+  const BlockKey key{11, 12};
+  const std::vector<std::byte> block = testing::RandomBytes(Geometry().bytes_per_block(), 1);
+  KVTIER_ASSERT_OK(a->WriteBlock(SlotId(0), key, block).Wait());
+  EXPECT_GT(a->bytes_written(), static_cast<int64_t>(block.size()) - 1);
+  EXPECT_EQ(a->writes_skipped(), 0);
+
+  // B computed the same block (same key, so the same bytes in practice; other bytes here, to
+  // show the stored value is left alone).
+  const std::vector<std::byte> other = testing::RandomBytes(block.size(), 2);
+  KVTIER_ASSERT_OK(b->WriteBlock(SlotId(3), key, other).Wait());
+  EXPECT_EQ(b->writes_skipped(), 1);
+  EXPECT_EQ(b->bytes_written(), 0);
+  std::vector<std::byte> out(block.size());
+  KVTIER_ASSERT_OK(b->ReadBlock(SlotId(3), key, absl::MakeSpan(out)).Wait());
+  EXPECT_TRUE(out == block);
+
+  // Without if_absent every write replaces.
+  auto c = Tier(store, /*if_absent=*/false);
+  KVTIER_ASSERT_OK(c->WriteBlock(SlotId(1), key, other).Wait());
+  EXPECT_EQ(c->writes_skipped(), 0);
+  KVTIER_ASSERT_OK(a->ReadBlock(SlotId(0), key, absl::MakeSpan(out)).Wait());
+  EXPECT_TRUE(out == other);
+}
+
+TEST_P(RemoteTierDedupeTest, CorruptStoredValueIsReplacedByTheNextWrite) {
+  testing::TempDir dir;
+  std::shared_ptr<Transport> store = GetParam().make(dir);
+  auto a = Tier(store);
+  const BlockKey key{21, 22};
+  const std::vector<std::byte> block = testing::RandomBytes(Geometry().bytes_per_block(), 3);
+  KVTIER_ASSERT_OK(a->WriteBlock(SlotId(0), key, block).Wait());
+  // Damage the stored value: a frame of the right length with one payload byte changed.
+  std::vector<std::byte> stored;
+  const std::string store_key = a->StoreKey(key);
+  KVTIER_ASSERT_OK(store->Get({{.key = store_key, .value = &stored}}, kNoDeadline)[0].Wait());
+  stored[stored.size() - 1] ^= std::byte{0x40};
+  KVTIER_ASSERT_OK(
+      store->Put({{.key = store_key, .value = stored}}, kNoDeadline)[0].Wait());  // replaces
+
+  auto b = Tier(store);
+  std::vector<std::byte> out(block.size());
+  KVTIER_ASSERT_OK(b->WriteBlock(SlotId(1), key, block).Wait());  // skipped: the key exists
+  EXPECT_EQ(b->writes_skipped(), 1);
+  EXPECT_TRUE(absl::IsDataLoss(b->ReadBlock(SlotId(1), key, absl::MakeSpan(out)).Wait()));
+  EXPECT_EQ(b->corrupt_reads(), 1);
+  // The next write of the block replaces the damaged value.
+  KVTIER_ASSERT_OK(b->WriteBlock(SlotId(1), key, block).Wait());
+  EXPECT_EQ(b->writes_skipped(), 1);
+  EXPECT_GT(b->bytes_written(), 0);
+  KVTIER_ASSERT_OK(b->ReadBlock(SlotId(1), key, absl::MakeSpan(out)).Wait());
+  EXPECT_TRUE(out == block);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Transports, RemoteTierDedupeTest,
+    ::testing::Values(Store{"in_process",
+                            [](testing::TempDir&) -> std::shared_ptr<Transport> {
+                              return std::make_shared<InProcessTransport>();
+                            }},
+                      Store{"directory",
+                            [](testing::TempDir& dir) -> std::shared_ptr<Transport> {
+                              auto t = DirectoryTransport::Create({.root = dir.File("store")});
+                              EXPECT_TRUE(t.ok()) << t.status();
+                              return std::shared_ptr<Transport>(std::move(*t));
+                            }}),
+    [](const ::testing::TestParamInfo<Store>& info) { return info.param.name; });
+
+TEST(TransportIfAbsentTest, DirectoryAndInProcessRefuseToReplace) {
+  testing::TempDir dir;
+  auto directory = DirectoryTransport::Create({.root = dir.File("store")});
+  ASSERT_TRUE(directory.ok()) << directory.status();
+  std::vector<std::shared_ptr<Transport>> stores = {
+      std::shared_ptr<Transport>(std::move(*directory)), std::make_shared<InProcessTransport>()};
+  for (const auto& t : stores) {
+    const std::vector<std::byte> v1 = testing::RandomBytes(100, 4);
+    const std::vector<std::byte> v2 = testing::RandomBytes(100, 5);
+    KVTIER_ASSERT_OK(
+        t->Put({{.key = "k:1", .value = v1, .if_absent = true}}, kNoDeadline)[0].Wait());
+    EXPECT_TRUE(absl::IsAlreadyExists(
+        t->Put({{.key = "k:1", .value = v2, .if_absent = true}}, kNoDeadline)[0].Wait()))
+        << t->name();
+    std::vector<std::byte> back;
+    KVTIER_ASSERT_OK(t->Get({{.key = "k:1", .value = &back}}, kNoDeadline)[0].Wait());
+    EXPECT_TRUE(back == v1) << t->name();
+  }
+}
+
+}  // namespace
+}  // namespace kvtier

@@ -1,7 +1,8 @@
 // CacheNamespace: everything besides tokens that decides what KV bytes a block holds, and its
 // 128-bit digest. Two processes with equal namespaces compute equal block keys for equal tokens;
 // any difference (model, weights, KV dtype, geometry, HBM layout, tensor-parallel rank or size,
-// key schema version) gives unrelated keys, so caches of different models never meet.
+// pipeline-parallel stage or the layers it holds, key schema version) gives unrelated keys, so
+// caches of different models, or of different slices of one model, never meet.
 // DESIGN section 4. The digest's byte layout is in docs/formats.md.
 //
 // Thread-safety: immutable after creation; safe to share and read from any thread.
@@ -19,8 +20,10 @@
 namespace kvtier {
 
 // Version of the block key and namespace digest byte layout. Bumping it is the only legitimate
-// way to change any key; the golden-vector tests pin every byte of schema 1.
-inline constexpr uint32_t kKeySchemaVersion = 1;
+// way to change any key; the golden-vector tests pin every byte of schema 2. Schema 2 added the
+// pipeline-parallel stage and first layer (docs/formats.md); no schema-1 key equals a schema-2
+// key, so blocks stored under schema 1 are never matched.
+inline constexpr uint32_t kKeySchemaVersion = 2;
 
 struct CacheNamespaceOptions {
   // Model identity, e.g. "meta-llama/Llama-3.1-8B-Instruct". Non-empty, at most 1024 bytes.
@@ -31,6 +34,16 @@ struct CacheNamespaceOptions {
   HbmLayout hbm_layout = HbmLayout::kLayerFirst;
   int tp_rank = 0;  // in [0, tp_size)
   int tp_size = 1;  // >= 1, at most 65536
+  // Pipeline-parallel stage of this process: in [0, pp_size). Two stages of one model can have
+  // equal per-rank geometry (same layer count, heads, dtype) yet hold other layers' KV, so the
+  // stage is part of the namespace. Default 0.
+  int pp_rank = 0;
+  // Number of pipeline-parallel stages: >= 1, at most 65536. Default 1 (no pipeline parallelism).
+  int pp_size = 1;
+  // Index, in the whole model, of the first layer this rank holds (a layer index, not a count);
+  // the rank holds layers [first_layer, first_layer + geometry.num_layers()). >= 0, and the end
+  // of that range must fit in int32. Default 0: the rank holds layers from the first one.
+  int first_layer = 0;
 };
 
 class CacheNamespace {
@@ -39,8 +52,9 @@ class CacheNamespace {
 
   // `geometry` is the per-rank geometry this process stores (see KvGeometry::
   // ShardedForTensorParallel). Errors: kInvalidArgument naming the field for an empty or too long
-  // model_id or weights_fingerprint, tp_size < 1 or > 65536, tp_rank outside [0, tp_size), or an
-  // unknown hbm_layout.
+  // model_id or weights_fingerprint, tp_size < 1 or > 65536, tp_rank outside [0, tp_size),
+  // pp_size < 1 or > 65536, pp_rank outside [0, pp_size), first_layer < 0 or first_layer +
+  // geometry.num_layers() above INT32_MAX, or an unknown hbm_layout.
   static absl::StatusOr<CacheNamespace> Create(const KvGeometry& geometry,
                                                const CacheNamespaceOptions& options);
 

@@ -2,7 +2,9 @@
 #include "kvtier/cache_namespace.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string_view>
 #include <vector>
 
@@ -25,6 +27,8 @@ enum NamespaceTag : uint8_t {
   kTagGeometry = 0x04,
   kTagHbmLayout = 0x05,
   kTagTensorParallel = 0x06,
+  kTagPipelineParallel = 0x07,  // schema 2
+  kTagFirstLayer = 0x08,        // schema 2
 };
 
 constexpr std::string_view kDomain = "kvtier-namespace";
@@ -64,6 +68,13 @@ std::vector<uint8_t> EncodeFields(const KvGeometry& g, const CacheNamespaceOptio
   w.U32(8);
   w.U32(static_cast<uint32_t>(o.tp_rank));
   w.U32(static_cast<uint32_t>(o.tp_size));
+  w.U8(kTagPipelineParallel);
+  w.U32(8);
+  w.U32(static_cast<uint32_t>(o.pp_rank));
+  w.U32(static_cast<uint32_t>(o.pp_size));
+  w.U8(kTagFirstLayer);
+  w.U32(4);
+  w.U32(static_cast<uint32_t>(o.first_layer));
   return buf;
 }
 
@@ -81,6 +92,21 @@ absl::StatusOr<CacheNamespace> CacheNamespace::Create(const KvGeometry& geometry
     return absl::InvalidArgumentError(absl::StrCat("CacheNamespace: tp_rank = ", options.tp_rank,
                                                    " is outside [0, tp_size = ", options.tp_size,
                                                    ")"));
+  }
+  if (options.pp_size < 1 || options.pp_size > 65536) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CacheNamespace: pp_size = ", options.pp_size, " is outside [1, 65536]"));
+  }
+  if (options.pp_rank < 0 || options.pp_rank >= options.pp_size) {
+    return absl::InvalidArgumentError(absl::StrCat("CacheNamespace: pp_rank = ", options.pp_rank,
+                                                   " is outside [0, pp_size = ", options.pp_size,
+                                                   ")"));
+  }
+  if (options.first_layer < 0 ||
+      int64_t{options.first_layer} + geometry.num_layers() > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CacheNamespace: first_layer = ", options.first_layer, " with ",
+                     geometry.num_layers(), " layers is outside [0, INT32_MAX - num_layers]"));
   }
   if (options.hbm_layout != HbmLayout::kLayerFirst && options.hbm_layout != HbmLayout::kBlockFirst) {
     return absl::InvalidArgumentError(absl::StrCat("CacheNamespace: unknown hbm_layout ",

@@ -1,5 +1,5 @@
 // ID-4: two processes (really two, not two objects) with equal namespace and tokens compute equal
-// keys; a different KV dtype, TP rank or weights fingerprint gives different keys.
+// keys; a different KV dtype, TP rank, pipeline stage or weights fingerprint gives different keys.
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -64,9 +64,26 @@ TEST(Regress_ID_4, DtypeTpRankOrWeightsChangeEveryKey) {
   }
 }
 
+// Two pipeline stages with equal geometry (32 layers each): another stage, or the same stage
+// numbering over other layers, changes every key; the same stage in two processes does not.
+TEST(Regress_ID_4, PipelineStageChangesEveryKey) {
+  const std::string stage1 = "pp_rank=1 pp_size=2 first_layer=32";
+  const std::vector<std::string> base = KeysOf(stage1);
+  EXPECT_EQ(KeysOf(stage1), base);
+  for (const char* variant :
+       {"pp_rank=0 pp_size=2 first_layer=32", "pp_rank=1 pp_size=2 first_layer=0", ""}) {
+    const std::vector<std::string> other = KeysOf(variant);
+    ASSERT_EQ(other.size(), base.size());
+    for (size_t i = 0; i < base.size(); ++i)
+      EXPECT_NE(other[i], base[i]) << variant << " line " << i;
+  }
+}
+
 TEST(Regress_ID_4, PrinterRejectsBadArguments) {
   EXPECT_EQ(RunPrinter("dtype=int3 2>/dev/null").exit_code, 2);
   EXPECT_EQ(RunPrinter("tp_rank=2 tp_size=2 2>/dev/null").exit_code, 2);
+  EXPECT_EQ(RunPrinter("pp_rank=2 pp_size=2 2>/dev/null").exit_code, 2);
+  EXPECT_EQ(RunPrinter("first_layer=-1 2>/dev/null").exit_code, 2);
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 // line, for the namespace described by its arguments. Case ID-4 runs it as separate processes.
 //
 // Usage: kvtier_key_printer [dtype=bf16] [tp_rank=0] [tp_size=1] [weights=w1]
-//                           [algorithm=xxh3_128|sha256]
+//                           [pp_rank=0] [pp_size=1] [first_layer=0] [algorithm=xxh3_128|sha256]
 // Exit codes: 0 on success, 2 for a bad argument or a library error (message on stderr).
 #include <cstdio>
 #include <cstdlib>
@@ -24,7 +24,7 @@ int Fail(const std::string& message) {
 
 int main(int argc, char** argv) {
   std::string dtype = "bf16", weights = "w1", algorithm = "xxh3_128";
-  int tp_rank = 0, tp_size = 1;
+  int tp_rank = 0, tp_size = 1, pp_rank = 0, pp_size = 1, first_layer = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const size_t eq = arg.find('=');
@@ -40,6 +40,12 @@ int main(int argc, char** argv) {
       tp_rank = std::atoi(value.c_str());
     } else if (key == "tp_size") {
       tp_size = std::atoi(value.c_str());
+    } else if (key == "pp_rank") {
+      pp_rank = std::atoi(value.c_str());
+    } else if (key == "pp_size") {
+      pp_size = std::atoi(value.c_str());
+    } else if (key == "first_layer") {
+      first_layer = std::atoi(value.c_str());
     } else {
       return Fail("unknown argument " + key);
     }
@@ -53,7 +59,10 @@ int main(int argc, char** argv) {
   auto ns = kvtier::CacheNamespace::Create(*geometry, {.model_id = "meta-llama/Llama-3.1-8B",
                                                        .weights_fingerprint = weights,
                                                        .tp_rank = tp_rank,
-                                                       .tp_size = tp_size});
+                                                       .tp_size = tp_size,
+                                                       .pp_rank = pp_rank,
+                                                       .pp_size = pp_size,
+                                                       .first_layer = first_layer});
   if (!ns.ok()) return Fail(std::string(ns.status().message()));
   auto hasher = kvtier::PrefixHasher::Create(
       *ns, algorithm == "sha256" ? kvtier::HashAlgorithm::kSha256

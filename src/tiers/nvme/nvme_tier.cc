@@ -28,7 +28,7 @@
 namespace kvtier {
 namespace {
 
-// Slot header, schema 1 (docs/formats.md, "NVMe slot"). All integers little-endian.
+// Slot header, format version 1 (docs/formats.md, "NVMe slot"). All integers little-endian.
 constexpr uint64_t kMagic = 0x31424c4254564b4bULL;  // "KKVTBLB1" read as little-endian bytes
 constexpr uint32_t kFormatVersion = 1;
 constexpr size_t kHeaderChecksummedBytes = 56;      // the header checksum covers bytes [0, 56)

@@ -35,27 +35,100 @@ BlockExtras FullExtras() {
   return e;
 }
 
-// --- Golden vectors: these pin every byte of key schema 1. If one changes, every stored key
+// --- Golden vectors: these pin every byte of key schema 2. If one changes, every stored key
 // changes with it: bump kKeySchemaVersion (and these values) deliberately, never by accident.
 TEST(PrefixHasherTest, GoldenXxh3) {
   auto keys = MakeHasher(16).BlockKeys(Iota(40));
   ASSERT_TRUE(keys.ok()) << keys.status();
-  EXPECT_THAT(Hex(*keys), ::testing::ElementsAre("6e49b8fa2047eb023fe4032dd03b5848",
-                                               "efda267be5164040cf7c5e2be45c8283"));
+  EXPECT_THAT(Hex(*keys), ::testing::ElementsAre("2a04166004540fed553852a4d81cfb73",
+                                                 "c258924fcbf7fa37d84018b2c09f3b0b"));
 }
 
 TEST(PrefixHasherTest, GoldenSha256) {
   auto keys = MakeHasher(16, HashAlgorithm::kSha256).BlockKeys(Iota(40));
   ASSERT_TRUE(keys.ok()) << keys.status();
-  EXPECT_THAT(Hex(*keys), ::testing::ElementsAre("87ad87b89cbf93e7c35b441efab26105",
-                                               "b23a058dcc42db60224a1f61603c077b"));
+  EXPECT_THAT(Hex(*keys), ::testing::ElementsAre("65caa0e4043449f486833745e3252f32",
+                                                 "7f0b94465ce491dc97db4707b86d8ca5"));
 }
 
 TEST(PrefixHasherTest, GoldenXxh3WithExtras) {
   auto keys = MakeHasher(16).BlockKeys(Iota(40), FullExtras());
   ASSERT_TRUE(keys.ok()) << keys.status();
-  EXPECT_THAT(Hex(*keys), ::testing::ElementsAre("81e9b8b268d22c60d84c75f1fe965180",
-                                               "f17510bd342434fe6f4d45fca12fd88c"));
+  EXPECT_THAT(Hex(*keys), ::testing::ElementsAre("94e1912bb16ca3dd09f71daf1713b37b",
+                                                 "99ad9ceba21be4b4c5c45c0f92a1f021"));
+}
+
+// The schema-1 golden keys of the three tests above, kept to show that schema 2 changed them all.
+// The block key layout itself did not change; the namespace digest it starts from did (schema 2
+// added the pipeline stage), so the schema-1 XXH3 keys are rebuilt here from the schema-1 digest
+// (CacheNamespaceTest.Schema1DigestDiffersFromSchema2) and every schema-2 key differs from its
+// schema-1 value. Blocks a schema-1 process stored are therefore never matched: misses, never
+// another namespace's bytes.
+TEST(PrefixHasherTest, Schema1KeysDifferFromSchema2) {
+  constexpr uint8_t kSchema1Digest[16] = {0x8b, 0xb3, 0x85, 0x39, 0x47, 0x2e, 0xaf, 0x4d,
+                                          0x8d, 0x32, 0x4b, 0x3f, 0x6d, 0x75, 0x42, 0xae};
+  const std::vector<std::string> schema1_xxh3 = {"6e49b8fa2047eb023fe4032dd03b5848",
+                                                 "efda267be5164040cf7c5e2be45c8283"};
+  const std::vector<std::string> schema1_sha256 = {"87ad87b89cbf93e7c35b441efab26105",
+                                                   "b23a058dcc42db60224a1f61603c077b"};
+  const std::vector<std::string> schema1_extras = {"81e9b8b268d22c60d84c75f1fe965180",
+                                                   "f17510bd342434fe6f4d45fca12fd88c"};
+  const std::vector<int32_t> tokens = Iota(40);
+  BlockKey parent = kRootBlockKey;
+  for (int block = 0; block < 2; ++block) {
+    std::vector<uint8_t> msg;
+    internal::ByteWriter w(&msg);
+    w.Bytes(kSchema1Digest, 16);
+    w.Bytes(parent.ToBytes().data(), 16);
+    w.U8(0x10);
+    w.U32(64);
+    for (int i = 0; i < 16; ++i) w.U32(static_cast<uint32_t>(tokens[block * 16 + i]));
+    const XXH128_hash_t h = XXH3_128bits(msg.data(), msg.size());
+    parent = BlockKey{.hi = h.high64, .lo = h.low64};
+    EXPECT_EQ(parent.ToHex(), schema1_xxh3[block]) << "block " << block;
+  }
+  auto xxh3 = MakeHasher(16).BlockKeys(tokens);
+  auto sha256 = MakeHasher(16, HashAlgorithm::kSha256).BlockKeys(tokens);
+  auto extras = MakeHasher(16).BlockKeys(tokens, FullExtras());
+  ASSERT_TRUE(xxh3.ok() && sha256.ok() && extras.ok());
+  for (int block = 0; block < 2; ++block) {
+    EXPECT_NE((*xxh3)[block].ToHex(), schema1_xxh3[block]) << "block " << block;
+    EXPECT_NE((*sha256)[block].ToHex(), schema1_sha256[block]) << "block " << block;
+    EXPECT_NE((*extras)[block].ToHex(), schema1_extras[block]) << "block " << block;
+  }
+}
+
+// Two pipeline stages with equal per-rank geometry (each holds 32 layers) get unrelated keys for
+// the same tokens, whether their namespaces differ in pp_rank or only in first_layer: one stage's
+// stored blocks can never be read as another's.
+TEST(PrefixHasherTest, PipelineStagesGetDifferentKeysForSameTokens) {
+  auto keys_of = [](const CacheNamespaceOptions& o) {
+    auto hasher = PrefixHasher::Create(testing::MakeNamespace(testing::Llama8B(), o),
+                                       HashAlgorithm::kXxh3_128);
+    EXPECT_TRUE(hasher.ok()) << hasher.status();
+    auto keys = hasher->BlockKeys(Iota(64));
+    EXPECT_TRUE(keys.ok()) << keys.status();
+    return *keys;
+  };
+  CacheNamespaceOptions stage0 = testing::LlamaNamespaceOptions();
+  stage0.pp_size = 2;
+  CacheNamespaceOptions stage1 = stage0;
+  stage1.pp_rank = 1;
+  CacheNamespaceOptions later_layers = stage0;
+  later_layers.first_layer = 32;
+  const std::vector<BlockKey> k0 = keys_of(stage0);
+  const std::vector<BlockKey> k1 = keys_of(stage1);
+  const std::vector<BlockKey> k_later = keys_of(later_layers);
+  ASSERT_EQ(k0.size(), 4u);
+  ASSERT_EQ(k1.size(), 4u);
+  ASSERT_EQ(k_later.size(), 4u);
+  for (size_t i = 0; i < k0.size(); ++i) {
+    EXPECT_NE(k0[i], k1[i]) << "block " << i;
+    EXPECT_NE(k0[i], k_later[i]) << "block " << i;
+    EXPECT_NE(k1[i], k_later[i]) << "block " << i;
+  }
+  // Same stage, same keys: the stage is a namespace input, not a per-process seed.
+  EXPECT_EQ(keys_of(stage1), k1);
 }
 
 // The documented layout (docs/formats.md, "Block key"), written out by hand here, hashes to the

@@ -34,12 +34,22 @@ struct DirectoryTransportOptions {
   // Create removes temporary files older than this, left by writers that crashed before the
   // rename (any process sharing the root may have left them); zero keeps them.
   absl::Duration stale_temporary_age = absl::Hours(1);
+  // A bound on the bytes of values in the root (0: none), so a shared directory does not grow
+  // without end. When a Put takes the values this transport has counted past it, the Put's
+  // thread sweeps: it lists the root and deletes the least recently used values (oldest
+  // modification time; a read refreshes it) until they fill at most sweep_to_fraction of the
+  // bound. Every process sharing the root may sweep; the count is re-read from the directory at
+  // each sweep, so values other processes wrote are counted then. A swept value is a miss for its
+  // readers, never an error.
+  int64_t max_bytes = 0;
+  double sweep_to_fraction = 0.9;  // in (0, 1]
 };
 
 class DirectoryTransport final : public Transport {
  public:
-  // Errors: kInvalidArgument for an empty root; kUnavailable if it cannot be created or used.
-  // Also sweeps stale temporary files (options.stale_temporary_age).
+  // Errors: kInvalidArgument for an empty root, a negative max_bytes or sweep_to_fraction
+  // outside (0, 1]; kUnavailable if it cannot be created or used. Also sweeps stale temporary
+  // files (options.stale_temporary_age) and counts the values already there (max_bytes).
   static absl::StatusOr<std::unique_ptr<DirectoryTransport>> Create(
       const DirectoryTransportOptions& options);
 
@@ -52,12 +62,24 @@ class DirectoryTransport final : public Transport {
   std::vector<Completion> Exists(absl::Span<const std::string> keys, absl::Time deadline) override;
   std::vector<Completion> Delete(absl::Span<const std::string> keys, absl::Time deadline) override;
 
+  // Values deleted by sweeps (max_bytes) and their bytes, since Create.
+  int64_t swept_values() const { return swept_values_.load(); }
+  int64_t swept_bytes() const { return swept_bytes_.load(); }
+
  private:
+  // Counts `bytes` more in the root; sweeps if that passes max_bytes.
+  void Account(int64_t bytes);
+  // Lists the root, recounts it, and deletes the oldest values down to the sweep target.
+  void Sweep();
   DirectoryTransport(const DirectoryTransportOptions& options, uint64_t nonce)
       : options_(options), nonce_(nonce) {}
   DirectoryTransportOptions options_;
   uint64_t nonce_;  // random per transport: temporary names never collide across hosts
   std::atomic<uint64_t> next_tmp_{0};
+  std::atomic<int64_t> counted_bytes_{0};  // values in the root, as this transport knows them
+  std::atomic<bool> sweeping_{false};      // one sweep at a time per transport
+  std::atomic<int64_t> swept_values_{0};
+  std::atomic<int64_t> swept_bytes_{0};
 };
 
 }  // namespace kvtier

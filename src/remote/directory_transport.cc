@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -77,11 +78,74 @@ void SweepStaleTemporaries(const std::string& root, absl::Duration age) {
   }
 }
 
+// The values in `root` (regular files that are not temporaries): path, size, modification time.
+struct StoredValue {
+  std::filesystem::path path;
+  int64_t bytes = 0;
+  std::filesystem::file_time_type written;
+};
+std::vector<StoredValue> ListValues(const std::string& root) {
+  std::vector<StoredValue> out;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->path().filename().string().starts_with(".tmp")) continue;
+    std::error_code entry_ec;
+    if (!it->is_regular_file(entry_ec) || entry_ec) continue;
+    const auto size = it->file_size(entry_ec);
+    if (entry_ec) continue;
+    const auto written = it->last_write_time(entry_ec);
+    if (entry_ec) continue;
+    out.push_back({it->path(), static_cast<int64_t>(size), written});
+  }
+  return out;
+}
+
 }  // namespace
+
+void DirectoryTransport::Account(int64_t bytes) {
+  if (options_.max_bytes <= 0) return;
+  if (counted_bytes_.fetch_add(bytes) + bytes <= options_.max_bytes) return;
+  if (sweeping_.exchange(true)) return;  // another thread of this transport is sweeping
+  Sweep();
+  sweeping_.store(false);
+}
+
+void DirectoryTransport::Sweep() {
+  std::vector<StoredValue> values = ListValues(options_.root);
+  int64_t total = 0;
+  for (const StoredValue& v : values) total += v.bytes;
+  const auto target =
+      static_cast<int64_t>(static_cast<double>(options_.max_bytes) * options_.sweep_to_fraction);
+  if (total > target) {
+    std::sort(values.begin(), values.end(),
+              [](const StoredValue& a, const StoredValue& b) { return a.written < b.written; });
+    for (const StoredValue& v : values) {
+      if (total <= target) break;
+      std::error_code ec;
+      // Gone already (another process swept or deleted it) is as good as removed here.
+      if (std::filesystem::remove(v.path, ec) || !ec) {
+        total -= v.bytes;
+        if (!ec) {
+          swept_values_.fetch_add(1);
+          swept_bytes_.fetch_add(v.bytes);
+        }
+      }
+    }
+  }
+  counted_bytes_.store(total);
+}
 
 absl::StatusOr<std::unique_ptr<DirectoryTransport>> DirectoryTransport::Create(
     const DirectoryTransportOptions& options) {
   if (options.root.empty()) return absl::InvalidArgumentError("directory: the root is empty");
+  if (options.max_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("directory: max_bytes = ", options.max_bytes, " (0 for no bound, or > 0)"));
+  }
+  if (!(options.sweep_to_fraction > 0 && options.sweep_to_fraction <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("directory: sweep_to_fraction = ", options.sweep_to_fraction, " (in (0, 1])"));
+  }
   std::error_code ec;
   if (std::filesystem::create_directories(options.root, ec)) {
     // A root we made is ours alone: KV reveals prompts.
@@ -96,7 +160,13 @@ absl::StatusOr<std::unique_ptr<DirectoryTransport>> DirectoryTransport::Create(
     return FromErrno(errno, "directory: getrandom");
   }
   SweepStaleTemporaries(options.root, options.stale_temporary_age);
-  return std::unique_ptr<DirectoryTransport>(new DirectoryTransport(options, nonce));
+  auto transport = std::unique_ptr<DirectoryTransport>(new DirectoryTransport(options, nonce));
+  if (options.max_bytes > 0) {
+    int64_t total = 0;
+    for (const StoredValue& v : ListValues(options.root)) total += v.bytes;
+    transport->counted_bytes_.store(total);
+  }
+  return transport;
 }
 
 std::string DirectoryTransport::name() const {
@@ -188,6 +258,7 @@ std::vector<Completion> DirectoryTransport::Put(absl::Span<const TransportPut> i
       }
     }
     out.push_back(Completion::Done(absl::OkStatus()));
+    Account(static_cast<int64_t>(p.value_prefix.size() + p.value.size()));
   }
   return out;
 }
@@ -242,6 +313,9 @@ std::vector<Completion> DirectoryTransport::Get(absl::Span<const TransportGet> i
       }
       done += static_cast<size_t>(r);
     }
+    // A read makes the value recently used for the sweep (max_bytes): oldest-written is
+    // least-recently-used once reads refresh the time. Best effort (a read-only mount).
+    if (ok && options_.max_bytes > 0) (void)futimens(fd, nullptr);
     close(fd);
     if (!ok) {
       out.push_back(Completion::Done(absl::UnavailableError("directory: short read of " + path)));

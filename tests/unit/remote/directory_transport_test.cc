@@ -5,11 +5,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
-
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kvtier/in_process_transport.h"
@@ -164,6 +165,56 @@ TEST(DirectoryTransportTest, KeysThatDifferOnlyInColonAndUnderscoreStayApart) {
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   ASSERT_EQ(stat(dir.File("store").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0700u);
+}
+
+// max_bytes: the directory is swept, least recently used first, once the values pass the
+// bound; a swept value is a miss (kNotFound); a value read recently survives a sweep.
+TEST(DirectoryTransportTest, SizeBoundSweepsLeastRecentlyUsedValues) {
+  testing::TempDir dir;
+  EXPECT_THAT(DirectoryTransport::Create({.root = dir.File("bad"), .max_bytes = -1}).status(),
+              IsError(StatusCode::kInvalidArgument, "max_bytes"));
+  EXPECT_THAT(
+      DirectoryTransport::Create({.root = dir.File("bad"), .sweep_to_fraction = 0}).status(),
+      IsError(StatusCode::kInvalidArgument, "sweep_to_fraction"));
+  constexpr int64_t kValue = 10000;
+  auto t = DirectoryTransport::Create(
+      {.root = dir.File("store"), .max_bytes = 10 * kValue, .sweep_to_fraction = 0.5});
+  ASSERT_TRUE(t.ok()) << t.status();
+  const std::vector<std::byte> v = testing::RandomBytes(kValue, 1);
+  auto key = [](int i) { return absl::StrCat("kvtier:v:", i); };
+  auto put = [&](int i) {
+    KVTIER_ASSERT_OK((*t)->Put({{.key = key(i), .value = v}}, kNoDeadline)[0].Wait());
+  };
+  auto exists = [&](int i) { return (*t)->Exists({{key(i)}}, kNoDeadline)[0].Wait().ok(); };
+  auto set_age = [&](int i, int seconds_ago) {  // file times have coarse granularity: set them
+    const auto when =
+        std::filesystem::file_time_type::clock::now() - std::chrono::seconds(seconds_ago);
+    std::filesystem::last_write_time(dir.File("store") + "/" + key(i), when);
+  };
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_NO_FATAL_FAILURE(put(i));
+    set_age(i, 100 - i);  // 0 is the oldest
+  }
+  EXPECT_EQ((*t)->swept_values(), 0);
+  // Value 0 is read: it becomes the most recently used.
+  std::vector<std::byte> back;
+  KVTIER_ASSERT_OK((*t)->Get({{.key = key(0), .value = &back}}, kNoDeadline)[0].Wait());
+  ASSERT_NO_FATAL_FAILURE(put(10));  // 11 values > 10: sweep down to 5
+  EXPECT_EQ((*t)->swept_values(), 6);
+  EXPECT_EQ((*t)->swept_bytes(), 6 * kValue);
+  EXPECT_TRUE(exists(0)) << "the value just read was swept";
+  for (int i = 1; i <= 6; ++i) EXPECT_FALSE(exists(i)) << i;
+  for (int i = 7; i <= 10; ++i) EXPECT_TRUE(exists(i)) << i;
+  EXPECT_THAT((*t)->Get({{.key = key(1), .value = &back}}, kNoDeadline)[0].Wait(),
+              IsError(StatusCode::kNotFound, ""));
+
+  // A second transport over the same directory counts what is there already.
+  auto u = DirectoryTransport::Create({.root = dir.File("store"), .max_bytes = 6 * kValue});
+  ASSERT_TRUE(u.ok()) << u.status();
+  KVTIER_ASSERT_OK((*u)->Put({{.key = key(20), .value = v}}, kNoDeadline)[0].Wait());  // 6 values
+  EXPECT_EQ((*u)->swept_values(), 0);
+  KVTIER_ASSERT_OK((*u)->Put({{.key = key(21), .value = v}}, kNoDeadline)[0].Wait());  // 7 > 6
+  EXPECT_GT((*u)->swept_values(), 0);
 }
 
 TEST(InProcessTransportTest, FailureHookAndMissingKeys) {

@@ -147,6 +147,10 @@ absl::Status ValidateOptions(const Trace& trace, const ReplayOptions& o) {
                                                    o.payload_bytes_per_token,
                                                    " must be a multiple of 4 in [4, 65536]"));
   }
+  if (!o.keep_state_dir.empty() && o.payload != PayloadMode::kScaled) {
+    return absl::InvalidArgumentError(
+        "keep_state_dir needs payload scaled (payload none stores nothing to keep)");
+  }
   return PrefillCostModel::Create(o.prefill).status();
 }
 
@@ -216,10 +220,20 @@ absl::StatusOr<Built> BuildCache(const ReplayOptions& o, const TraceFootprint& f
                       .kind = scaled ? TierBackendKind::kNative : TierBackendKind::kMetadata};
   }
   if (scaled) {
-    auto scratch = ScratchDir::Create(o.work_dir);
-    if (!scratch.ok()) return scratch.status();
-    built.scratch = std::move(*scratch);
-    const std::string& dir = built.scratch->path();
+    std::string dir = o.keep_state_dir;
+    if (dir.empty()) {
+      auto scratch = ScratchDir::Create(o.work_dir);
+      if (!scratch.ok()) return scratch.status();
+      built.scratch = std::move(*scratch);
+      dir = built.scratch->path();
+    } else {
+      std::error_code ec;
+      std::filesystem::create_directories(dir, ec);
+      if (ec || !std::filesystem::is_directory(dir)) {
+        return absl::UnavailableError(absl::StrCat("--keep-state: cannot use ", dir, ": ",
+                                                   ec ? ec.message() : "not a directory"));
+      }
+    }
     stack.dram.try_huge_pages = false;
     stack.dram.prefault = false;
     stack.nvme.path = dir + "/nvme.bin";

@@ -92,6 +92,11 @@ struct ReplayOptions {
   // kScaled: directory for the NVMe file and the remote directory store; empty: a fresh temporary
   // directory, removed afterwards.
   std::string work_dir;
+  // kScaled: when set, the NVMe file (DIR/nvme.bin) and the directory store (DIR/remote) live in
+  // this directory (created if missing) and are kept after the run, so the next run over it
+  // starts with them: the NVMe tier's blocks by warm restart, the store's by discovery where the
+  // cache probes the remote tier. Overrides work_dir. kInvalidArgument with kNone.
+  std::string keep_state_dir;
   // kScaled remote store: empty for a directory under work_dir, else a URL RemoteTransportFromUrl
   // takes (kvtier/tier_stack.h): "redis://[[user]:password@]host:port[/db]" or
   // "redis-cluster://host:port[,host:port...]".

@@ -44,6 +44,7 @@ struct Flags {
   double active_params = 0;
   std::array<std::string, kNumTiers> size = {"80GiB", "512GiB", "2TiB", "8TiB"};
   std::string nvme_path;
+  std::string keep_state;
   std::string remote;
   std::string policy = "lru";
   bool compare = false;
@@ -260,6 +261,9 @@ int Main(int argc, char** argv) {
   app.add_option("--remote-size", f.size[3], "remote tier size, 0 for none");
   app.add_option("--nvme-path", f.nvme_path,
                  "directory for the NVMe file and remote directory store (payload scaled)");
+  app.add_option("--keep-state", f.keep_state,
+                 "payload scaled: keep the NVMe file and the directory store in this directory "
+                 "between runs (the next run starts with them); not with --compare or --sweep");
   app.add_option("--remote", f.remote,
                  "remote store: redis://[[user]:password@]host:port[/db] or "
                  "redis-cluster://h:p,... (payload scaled; default a directory)");
@@ -366,6 +370,13 @@ int Main(int argc, char** argv) {
   o.hints = f.hints == "pause" ? HintMode::kPause : HintMode::kNone;
   o.work_dir = f.nvme_path;
   o.remote_url = f.remote;
+  o.keep_state_dir = f.keep_state;
+  if (!f.keep_state.empty() && (f.compare || !f.sweep.empty())) {
+    // Every run of a comparison or sweep would start from the one before it.
+    return fail(absl::InvalidArgumentError("--keep-state: one run at a time (not with --compare "
+                                           "or --sweep)"),
+                2);
+  }
 
   std::printf(
       "kvtier-replay: %s, %zu requests, %d-token trace blocks; model %s (%s per %d-token block), "

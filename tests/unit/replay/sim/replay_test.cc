@@ -252,6 +252,42 @@ TEST(ReplayTest, ResumedSessionsBlocksAreChargedFromWhereTheyWere) {
   }
 }
 
+// --keep-state: the NVMe file (and the directory store) outlive the run, so a second run of the
+// same trace over the directory starts with the first one's blocks in NVMe (warm restart): its
+// first request hits what the first run's requests computed.
+TEST(ReplayTest, KeptStateGivesTheNextRunHitsFromTheFirst) {
+  testing::TempDir dir;
+  Trace trace;
+  trace.name = "keep";
+  trace.block_tokens = 16;
+  // Three different prompts, then none repeats within a run.
+  trace.requests = {Req(0, 40, {1, 2, 3}), Req(1, 40, {5, 6, 7}), Req(2, 40, {8, 9, 10})};
+  ReplayOptions o = SmallOptions(64, PayloadMode::kScaled);
+  // HBM then NVMe: the later prompts push the first one's whole chain down to NVMe (a DRAM tier
+  // would keep its root blocks, and DRAM does not survive the run).
+  o.capacity[kHbm] = TierCapacity::Blocks(6);
+  o.capacity[kDram] = TierCapacity::Absent();
+  o.capacity[TierIndex(Tier::kRemote)] = TierCapacity::Absent();
+  o.keep_state_dir = dir.File("state");
+  KVTIER_ASSERT_OK_AND_ASSIGN(ReplayReport first, RunReplay(trace, o));
+  EXPECT_EQ(first.hit_tokens, 0);
+  EXPECT_GT(first.bytes_moved[kHbm][TierIndex(Tier::kNvme)], 0) << "nothing reached NVMe";
+  EXPECT_TRUE(std::filesystem::exists(dir.File("state") + "/nvme.bin"));
+  KVTIER_ASSERT_OK_AND_ASSIGN(ReplayReport second, RunReplay(trace, o));
+  EXPECT_GT(second.hit_tokens_by_tier[TierIndex(Tier::kNvme)], 0) << "nothing found again";
+  EXPECT_GT(second.hit_tokens, 0);
+  EXPECT_EQ(second.corrupt_blocks, 0);
+  EXPECT_EQ(second.failed_requests, 0);
+  // Without it each run starts empty.
+  o.keep_state_dir.clear();
+  KVTIER_ASSERT_OK_AND_ASSIGN(ReplayReport fresh, RunReplay(trace, o));
+  EXPECT_EQ(fresh.hit_tokens, 0);
+  // Payload none has no state to keep.
+  ReplayOptions none = SmallOptions(64, PayloadMode::kNone);
+  none.keep_state_dir = dir.File("none");
+  EXPECT_THAT(RunReplay(trace, none), IsError(absl::StatusCode::kInvalidArgument, "scaled"));
+}
+
 TEST(ReplayTest, RejectsBadOptions) {
   ReplayOptions o = SmallOptions(8, PayloadMode::kNone);
   o.geometry = *KvGeometry::Create(

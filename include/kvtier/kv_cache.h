@@ -315,7 +315,8 @@ class KvCache {
   // (also if it was released, or created again, during the probe);
   // kInvalidArgument if the prompt is empty or its extras do not fit it.
   absl::StatusOr<AttachResult> AttachPrefix(SequenceId id, absl::Span<const int32_t> prompt);
-  // AttachPrefix with the keys hashed before (HashPrompt): nothing is hashed again. Errors as
+  // AttachPrefix with the keys hashed before (HashPrompt), remote discovery included: nothing is
+  // hashed again. Errors as
   // AttachPrefix's, and kInvalidArgument if `prompt` was hashed under another namespace,
   // algorithm or identity than the sequence's.
   absl::StatusOr<AttachResult> AttachHashedPrefix(SequenceId id, const HashedPrompt& prompt);

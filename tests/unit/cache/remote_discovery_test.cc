@@ -62,6 +62,11 @@ class ProbeDouble final : public Transport {
     mode_ = mode;
     failure_ = std::move(failure);
   }
+  // Runs at the start of every Exists call (the cache's lock is not held then).
+  void set_on_exists(std::function<void()> hook) {
+    internal::MutexLock lock(&mu_);
+    on_exists_ = std::move(hook);
+  }
   int64_t exists_calls() const { return exists_calls_.load(); }
   int64_t exists_keys() const { return exists_keys_.load(); }
 
@@ -75,6 +80,12 @@ class ProbeDouble final : public Transport {
   std::vector<Completion> Exists(absl::Span<const std::string> keys, absl::Time deadline) override {
     exists_calls_.fetch_add(1);
     exists_keys_.fetch_add(static_cast<int64_t>(keys.size()));
+    std::function<void()> hook;
+    {
+      internal::MutexLock lock(&mu_);
+      hook = on_exists_;
+    }
+    if (hook) hook();
     internal::MutexLock lock(&mu_);
     switch (mode_) {
       case Mode::kForward:
@@ -97,6 +108,7 @@ class ProbeDouble final : public Transport {
   internal::Mutex mu_;
   Mode mode_ ABSL_GUARDED_BY(mu_) = Mode::kForward;
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
+  std::function<void()> on_exists_ ABSL_GUARDED_BY(mu_);
 };
 
 CacheNamespace NamespaceWithWeights(const std::string& weights) {
@@ -345,6 +357,61 @@ TEST(RemoteDiscoveryTest, WindowBoundsTheKeysOfOneProbe) {
   EXPECT_EQ(r.attached_tokens, 12);  // one window of 3 blocks
   EXPECT_EQ(store->exists_keys() - keys_before, 3);
   KVTIER_ASSERT_OK(b->Release(Seq(2)));
+  ExpectHealthy(*b);
+}
+
+// The hashed forms discover as the plain ones do.
+TEST(RemoteDiscoveryTest, HashedLookupAndAttachDiscoverToo) {
+  const CacheNamespace ns = NamespaceWithWeights("w0");
+  auto store = std::make_shared<InProcessTransport>();
+  const std::vector<int32_t> prompt = Iota(16, 100);
+  {
+    KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> a, NewCache(ns, store, 32));
+    ASSERT_NO_FATAL_FAILURE(ComputeAndStore(*a, 1, prompt, 40));
+  }
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> b, NewCache(ns, store, 32));
+  std::vector<int32_t> query = prompt;
+  query.push_back(1);
+  KVTIER_ASSERT_OK_AND_ASSIGN(HashedPrompt hashed, b->HashPrompt(query));
+  KVTIER_ASSERT_OK_AND_ASSIGN(PrefixLookup where, b->LookupHashed(hashed));
+  EXPECT_EQ(where.matched_tokens, 16);
+  EXPECT_EQ(where.discovered_blocks, 4);
+  KVTIER_ASSERT_OK(b->CreateSequence(Seq(2)));
+  KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult r, b->AttachHashedPrefix(Seq(2), hashed));
+  EXPECT_EQ(r.attached_blocks_by_tier[kRemote], 4);
+  KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket t, b->EnsureResident(Seq(2), 0, 16));
+  ASSERT_THAT(t.block_status(), Each(BlockResidency::kResident));
+  EXPECT_EQ(BlockPatternMismatches(ns.geometry(), t.block_table(), 3, 43), 0);
+  KVTIER_ASSERT_OK(b->ReleaseTicket(t));
+  KVTIER_ASSERT_OK(b->Release(Seq(2)));
+  ExpectHealthy(*b);
+}
+
+// The lock is dropped for the probe: a sequence released meanwhile fails the attach as a released
+// sequence does, and nothing is adopted for it (on error nothing changes).
+TEST(RemoteDiscoveryTest, SequenceReleasedDuringTheProbeAdoptsNothing) {
+  const CacheNamespace ns = NamespaceWithWeights("w0");
+  auto store = std::make_shared<ProbeDouble>();
+  const std::vector<int32_t> prompt = Iota(16, 100);
+  {
+    KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> a, NewCache(ns, store, 32));
+    ASSERT_NO_FATAL_FAILURE(ComputeAndStore(*a, 1, prompt, 40));
+  }
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> b, NewCache(ns, store, 32));
+  KVTIER_ASSERT_OK(b->CreateSequence(Seq(2)));
+  KvCache* cache = b.get();
+  store->set_on_exists([cache] { KVTIER_EXPECT_OK(cache->Release(Seq(2))); });
+  std::vector<int32_t> query = prompt;
+  query.push_back(1);
+  EXPECT_THAT(b->AttachPrefix(Seq(2), query).status(),
+              IsError(StatusCode::kFailedPrecondition, "released"));
+  store->set_on_exists({});
+  const KvCacheStats s = b->stats();
+  EXPECT_EQ(s.remote_probe.probes, 1) << StatsString(s);
+  EXPECT_EQ(s.remote_probe.blocks_found, 4);
+  EXPECT_EQ(s.remote_probe.blocks_indexed, 0);
+  EXPECT_EQ(s.indexed_blocks, 0);
+  EXPECT_EQ(s.tiers[kRemote].free_blocks, 32);
   ExpectHealthy(*b);
 }
 

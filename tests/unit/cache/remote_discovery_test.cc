@@ -3,8 +3,11 @@
 // them as remote blocks and onboards them byte-exact; other namespaces and tenants find nothing;
 // a hung or failing store ends the match by the probe's deadline without failing the call; and
 // with discovery off (or no probe-capable remote tier) the store is never asked.
+#include <sys/wait.h>
+
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <string>
@@ -292,6 +295,48 @@ TEST_P(SharedStoreTest, FreshCacheFindsAndOnboardsAnotherCachesBlocksByteExact) 
   EXPECT_EQ(c->stats().remote_probe.blocks_found, 0);
   KVTIER_ASSERT_OK(c->Release(Seq(5)));
   ExpectHealthy(*c);
+}
+
+// Runs kvtier_remote_writer (another process) with `args`; its exit code, -1 if it did not exit.
+int RunWriter(const std::string& args) {
+  const std::string command = absl::StrCat(KVTIER_REMOTE_WRITER, " ", args);
+  const int status = std::system(command.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// The same across processes: another process computes and stores the prompt and exits; this
+// one's fresh cache finds the blocks in the shared directory or Redis and onboards them
+// byte-exact.
+TEST_P(SharedStoreTest, BlocksWrittenByAnotherProcessAreFoundAndOnboarded) {
+  std::string args;
+  switch (GetParam()) {
+    case StoreKind::kInProcess:
+      GTEST_SKIP() << "an in-process store is not reachable from another process";
+    case StoreKind::kDirectory:
+      args = absl::StrCat("dir ", dir_.File("store"));
+      break;
+    case StoreKind::kRedis:
+      args = absl::StrCat("url redis://", redis_->address());
+      break;
+  }
+  ASSERT_EQ(RunWriter(absl::StrCat(args, " 70 20")), 0);  // 5 blocks from seed 70
+  const CacheNamespace ns = NamespaceWithWeights("w0");
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> b, NewCache(ns, transport_, 32));
+  std::vector<int32_t> query = Iota(20, 100);
+  query.push_back(3);
+  KVTIER_ASSERT_OK(b->CreateSequence(Seq(1)));
+  KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult r, b->AttachPrefix(Seq(1), query));
+  EXPECT_EQ(r.attached_blocks_by_tier[kRemote], 5) << StatsString(b->stats());
+  KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket t, b->EnsureResident(Seq(1), 0, 20));
+  ASSERT_THAT(t.block_status(), Each(BlockResidency::kResident));
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(
+        BlockPatternMismatches(ns.geometry(), t.block_table(), i, 70 + static_cast<uint32_t>(i)), 0)
+        << "block " << i;
+  }
+  KVTIER_ASSERT_OK(b->ReleaseTicket(t));
+  KVTIER_ASSERT_OK(b->Release(Seq(1)));
+  ExpectHealthy(*b);
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, SharedStoreTest,

@@ -28,6 +28,7 @@
 #include "kvtier/in_process_transport.h"
 #include "kvtier/kv_cache.h"
 #include "kvtier/redis_transport.h"
+#include "kvtier/remote_tier.h"
 #include "kvtier/tier_stack.h"
 #include "kvtier/transport.h"
 #include "tests/testing/fixtures.h"
@@ -429,6 +430,46 @@ TEST(RemoteDiscoveryTest, HashedLookupAndAttachDiscoverToo) {
   EXPECT_EQ(BlockPatternMismatches(ns.geometry(), t.block_table(), 3, 43), 0);
   KVTIER_ASSERT_OK(b->ReleaseTicket(t));
   KVTIER_ASSERT_OK(b->Release(Seq(2)));
+  ExpectHealthy(*b);
+}
+
+// A block the store dropped after it was discovered (evicted by the store, deleted by another
+// worker) is a miss when read, never an error: it is reported not resident, leaves the index
+// (missing_reads), and the next probe no longer finds it.
+TEST(RemoteDiscoveryTest, BlockGoneFromTheStoreAfterDiscoveryIsAMiss) {
+  const CacheNamespace ns = NamespaceWithWeights("w0");
+  auto store = std::make_shared<InProcessTransport>();
+  const std::vector<int32_t> prompt = Iota(16, 100);
+  {
+    KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> a, NewCache(ns, store, 32));
+    ASSERT_NO_FATAL_FAILURE(ComputeAndStore(*a, 1, prompt, 40));
+  }
+  ASSERT_EQ(store->size(), 4);
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> b, NewCache(ns, store, 32));
+  std::vector<int32_t> query = prompt;
+  query.push_back(1);
+  KVTIER_ASSERT_OK(b->CreateSequence(Seq(2)));
+  KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult r, b->AttachPrefix(Seq(2), query));
+  ASSERT_EQ(r.attached_blocks_by_tier[kRemote], 4);
+  // The store loses every value (as Redis under maxmemory would).
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<RemoteTier> keys_of,
+                              RemoteTier::Create(ns, {.transport = store, .capacity_blocks = 1}));
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::vector<BlockKey> block_keys, b->hasher().BlockKeys(prompt, {}));
+  for (const BlockKey& k : block_keys) {
+    const std::string key = keys_of->StoreKey(k);
+    KVTIER_ASSERT_OK(store->Delete({&key, 1}, absl::InfiniteFuture())[0].status());
+  }
+  KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket t, b->EnsureResident(Seq(2), 0, 16));
+  EXPECT_EQ(t.resident_tokens(), 0);
+  EXPECT_EQ(t.block_status()[0], BlockResidency::kNotResident);
+  KVTIER_ASSERT_OK(b->ReleaseTicket(t));
+  KVTIER_ASSERT_OK(b->Release(Seq(2)));
+  KVTIER_ASSERT_OK(b->WaitIdle(absl::Now() + absl::Seconds(30)));
+  const KvCacheStats s = b->stats();
+  EXPECT_GE(s.tiers[kRemote].missing_reads, 1) << StatsString(s);
+  KVTIER_ASSERT_OK_AND_ASSIGN(PrefixLookup where, b->Lookup(query));
+  EXPECT_EQ(where.blocks_by_tier[kRemote], 0);
+  EXPECT_EQ(where.discovered_blocks, 0);
   ExpectHealthy(*b);
 }
 

@@ -128,6 +128,16 @@ struct KvCacheOptions {
   // kAsync without a deadline): a store that never answers holds no staging buffer for ever.
   absl::Duration room_wait = absl::Seconds(10);
   int bounce_buffers = 4;  // the transfer engine's staging buffers, >= 1
+  // Remote discovery: when the local match of a prompt ends before its last full block and the
+  // remote tier can probe its store (kCapProbe: RemoteTier), AttachPrefix and Lookup ask the
+  // store whether it holds the next remote_probe_window_blocks blocks of the prompt's chain, in
+  // one batched existence probe (one round trip) that waits at most remote_probe_timeout. The
+  // leading run of blocks found extends the match (AttachPrefix indexes them as remote copies,
+  // onboarded like any other tier's; Lookup only reports them). A probe that fails or times
+  // out ends the match there and never fails the call. 0 turns discovery off; at most 4096.
+  // Without a probe-capable remote tier (none, or a MetadataTier) nothing is probed.
+  int remote_probe_window_blocks = 32;
+  absl::Duration remote_probe_timeout = absl::Milliseconds(20);  // > 0 and finite
 };
 
 struct SequenceOptions {
@@ -168,8 +178,11 @@ class HashedPrompt {
 // Side-effect-free answer to "how much of this prompt is cached, where".
 struct PrefixLookup {
   int64_t matched_tokens = 0;  // longest cached prefix, whole blocks, clamped to the query
-  // Matched blocks by the fastest tier holding a ready copy (index TierIndex).
+  // Matched blocks by the fastest tier holding a ready copy (index TierIndex). Blocks remote
+  // discovery found in the store count as remote blocks.
   std::array<int64_t, kNumTiers> blocks_by_tier{};
+  // Of the matched blocks, those remote discovery found in the store (not in the index).
+  int64_t discovered_blocks = 0;
 };
 
 struct AttachResult {
@@ -271,7 +284,8 @@ class KvCache {
   // cost_aware options, kExclusive with kWriteThrough, admit_after_uses < 1 (or != 1 for HBM), a
   // prefill_cost or link that is not positive and finite, event_buffer < 1, room_wait < 0,
   // bounce_buffers < 1; PrefixHasher's errors; kResourceExhausted if the bounce buffers cannot
-  // be allocated.
+  // be allocated; remote_probe_window_blocks outside [0, 4096] or a remote_probe_timeout that is
+  // not positive and finite (with a window > 0).
   static absl::StatusOr<std::unique_ptr<KvCache>> Create(const CacheNamespace& ns,
                                                          KvCacheOptions options);
   ~KvCache();
@@ -292,10 +306,17 @@ class KvCache {
   // unpinning the rest. The sequence then holds those blocks' tokens; the caller Appends the
   // remaining prompt tokens and computes them. At least the prompt's last token is left to
   // compute. Blocks below HBM are onboarded by EnsureResident. Counts the query in the stats.
-  // Errors: kNotFound for an unknown sequence; kFailedPrecondition if released or not empty;
+  // Where the local match ends early, remote discovery (KvCacheOptions::remote_probe_*) first
+  // asks the store for the next blocks, the cache lock released meanwhile: blocks found are
+  // indexed as ready remote copies (each taking a free remote slot, or one the remote tier's
+  // eviction frees, else discovery stops) and attached like any other. May block up to
+  // remote_probe_timeout for that probe; its failure only ends the match.
+  // Errors: kNotFound for an unknown sequence; kFailedPrecondition if released or not empty
+  // (also if it was released, or created again, during the probe);
   // kInvalidArgument if the prompt is empty or its extras do not fit it.
   absl::StatusOr<AttachResult> AttachPrefix(SequenceId id, absl::Span<const int32_t> prompt);
-  // AttachPrefix with the keys hashed before (HashPrompt): nothing is hashed again. Errors as
+  // AttachPrefix with the keys hashed before (HashPrompt), remote discovery included: nothing is
+  // hashed again. Errors as
   // AttachPrefix's, and kInvalidArgument if `prompt` was hashed under another namespace,
   // algorithm or identity than the sequence's.
   absl::StatusOr<AttachResult> AttachHashedPrefix(SequenceId id, const HashedPrompt& prompt);
@@ -383,11 +404,14 @@ class KvCache {
   absl::StatusOr<HashedPrompt> HashPrompt(absl::Span<const int32_t> tokens,
                                           const SequenceOptions& identity = {}) const;
 
-  // Errors: kInvalidArgument for bad extras.
+  // Remote discovery (KvCacheOptions::remote_probe_*) probes the store where the local match
+  // ends, as AttachPrefix does, and reports the leading blocks found as remote blocks
+  // (discovered_blocks) without indexing them: Lookup changes nothing but the probe counters.
+  // May block up to remote_probe_timeout. Errors: kInvalidArgument for bad extras.
   absl::StatusOr<PrefixLookup> Lookup(absl::Span<const int32_t> tokens,
                                       const SequenceOptions& identity = {}) const;
-  // Lookup of a prompt hashed before. Errors: kInvalidArgument if it was hashed under another
-  // namespace or algorithm.
+  // Lookup of a prompt hashed before (probing as Lookup does). Errors: kInvalidArgument if it
+  // was hashed under another namespace or algorithm.
   absl::StatusOr<PrefixLookup> LookupHashed(const HashedPrompt& prompt) const;
   // Errors: kNotFound / kFailedPrecondition for an unknown / released sequence.
   absl::StatusOr<SequenceInfo> GetSequence(SequenceId id) const;
@@ -413,6 +437,9 @@ class KvCache {
   explicit KvCache(std::unique_ptr<Impl> impl);
   // kInvalidArgument naming `call` if `prompt` was hashed under another namespace or algorithm.
   absl::Status CheckHashedHere(const HashedPrompt& prompt, const char* call) const;
+  // Lookup's body once the keys are hashed: the index's match, extended by remote discovery.
+  absl::StatusOr<PrefixLookup> LookupKeys(absl::Span<const BlockKey> keys,
+                                          int64_t num_tokens) const;
   std::unique_ptr<Impl> impl_;
 };
 

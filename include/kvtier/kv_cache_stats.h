@@ -47,6 +47,18 @@ struct KvTierStats {
   int64_t failed_stores = 0;  // copies into this tier that failed (the block stayed above)
 };
 
+// Remote discovery (KvCacheOptions::remote_probe_*): existence probes of the store where a
+// prompt's local match ended, by AttachPrefix and Lookup.
+struct RemoteProbeStats {
+  int64_t probes = 0;            // probes made (each one batched store call, or one refused)
+  int64_t failures = 0;          // of those, failed: bypassed, timed out, store unavailable
+  int64_t keys_probed = 0;       // block keys asked about
+  int64_t blocks_found = 0;      // leading blocks found in the store (they extended a match)
+  int64_t blocks_indexed = 0;    // of those, indexed as remote copies by AttachPrefix
+  int64_t latency_us_total = 0;  // wall time of the probes, microseconds
+  int64_t latency_us_max = 0;
+};
+
 struct KvCacheStats {
   std::array<KvTierStats, kNumTiers> tiers{};  // index TierIndex
   int64_t live_sequences = 0;
@@ -61,6 +73,7 @@ struct KvCacheStats {
   // TierIndex; the diagonal is 0). Onboards are [t][kHbm], demotions and write-through [t][t+k].
   std::array<std::array<int64_t, kNumTiers>, kNumTiers> blocks_moved{};
   uint64_t last_event_sequence = 0;  // 0 before the first event
+  RemoteProbeStats remote_probe;
 };
 
 // Renders `stats` in the Prometheus text exposition format (version 0.0.4): one `# HELP` and

@@ -16,6 +16,14 @@
 // Slots are this worker's budget of blocks in the store (capacity_blocks); the store itself may
 // hold far more, written by other workers of the same namespace.
 //
+// Discovery (kCapProbe): store keys depend only on the prefix, the namespace digest and the block
+// key, so a block another process (or this one before a restart) wrote is found by key.
+// ProbeBlocks asks which of a window of keys the store holds in one Transport::Exists call (one
+// pipelined round trip on Redis), through the breaker (an open breaker answers kUnavailable at
+// once, without a store call; a probe that gets no answer counts as a failed request), and
+// AdoptStoredBlock lets a free slot stand for a block found so, so ReadBlock fetches it (and
+// verifies its frame like any other: a value replaced by a foreign or torn one is a miss).
+//
 // Thread-safety: as TierBackend. Ownership: the tier shares ownership of its Transport; callbacks
 // the transport fires hold no reference to it, so the transport is destroyed on the thread that
 // drops its last owner. Do not drop the last owner of the tier (or of a shared transport) inside
@@ -26,6 +34,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -101,6 +110,12 @@ class RemoteTier final : public TierBackend {
   int64_t bytes_written() const;
   int64_t writes_skipped() const;
 
+  // One Transport::Exists over StoreKey of each key; see TierBackend::ProbeBlocks. Waits at most
+  // until `deadline` whatever the transport does.
+  absl::StatusOr<std::vector<bool>> ProbeBlocks(absl::Span<const BlockKey> keys,
+                                                absl::Time deadline) override;
+  absl::Status AdoptStoredBlock(SlotId slot, const BlockKey& key) override;
+
   // The store key of `key` in this tier's namespace.
   std::string StoreKey(const BlockKey& key) const;
   int64_t corrupt_reads() const;
@@ -109,6 +124,13 @@ class RemoteTier final : public TierBackend {
   RemoteHealth health() const;
   int64_t breaker_opened() const;     // times it opened
   int64_t bypassed_requests() const;  // blocks refused at once while open
+
+  // Discovery counters, since creation: ProbeBlocks calls that reached the store (one transport
+  // call each), the calls that failed (bypassed by the breaker, past their deadline, or no key
+  // answered), and keys the store said it holds.
+  int64_t probes() const;
+  int64_t probe_failures() const;
+  int64_t probe_hits() const;
 
  private:
   struct Impl;

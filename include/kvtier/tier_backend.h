@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "kvtier/block_allocator.h"
@@ -43,6 +44,11 @@ enum TierCapability : uint32_t {
   // ReadBlock and WriteBlock finish on the calling thread before they return, without I/O or
   // waiting (MetadataTier): the transfer engine runs a copy between two such tiers inline.
   kCapInlineIo = 1u << 5,
+  // ProbeBlocks asks the backend's store, in one batched call, which blocks it holds, and
+  // AdoptStoredBlock lets a slot stand for a block found so (RemoteTier: a store other
+  // processes write too). The cache's remote discovery (KvCacheOptions::remote_probe_*) uses
+  // it only on the remote tier.
+  kCapProbe = 1u << 6,
 };
 
 struct TierInfo {
@@ -144,6 +150,25 @@ class TierBackend {
   // so the store does not keep blocks nobody indexes. Called under the cache's lock: it must not
   // wait for the store (RemoteTier issues the delete and returns). No-op by default.
   virtual void DiscardBlock(SlotId /*slot*/, const BlockKey& /*key*/) {}
+
+  // For kCapProbe tiers: whether the store holds each of `keys` (found[i] for keys[i]), asked in
+  // one batched call (one pipelined round trip on Redis, a stat per file in a directory).
+  // Blocks on the store's answers until `deadline` at the latest: a key not answered by then
+  // (or answered with an error) reads as not found. Touches no slot. Errors: kUnimplemented on
+  // other tiers (the default); kDeadlineExceeded for a deadline already past; kUnavailable when
+  // the store is bypassed (RemoteTier's breaker is open) or answered no key at all (with the
+  // store's error: kUnavailable, kDeadlineExceeded). Thread-safe.
+  virtual absl::StatusOr<std::vector<bool>> ProbeBlocks(absl::Span<const BlockKey> /*keys*/,
+                                                        absl::Time /*deadline*/) {
+    return absl::UnimplementedError("this tier cannot probe a store");
+  }
+  // For kCapProbe tiers: `slot` (which the caller's allocator has just taken) now stands for
+  // `key`, a block ProbeBlocks found in the store, so ReadBlock(slot, key) fetches it. Nothing
+  // is written. Errors: kInvalidArgument for a slot outside the tier; kUnimplemented on other
+  // tiers (the default). Thread-safe.
+  virtual absl::Status AdoptStoredBlock(SlotId /*slot*/, const BlockKey& /*key*/) {
+    return absl::UnimplementedError("this tier cannot adopt a stored block");
+  }
 };
 
 }  // namespace kvtier

@@ -54,6 +54,8 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const CacheNamespace& n
   impl->clock = std::move(options.clock);
   impl->event_buffer = static_cast<size_t>(options.event_buffer);
   impl->room_wait = options.room_wait;
+  impl->remote_probe_window = options.remote_probe_window_blocks;
+  impl->remote_probe_timeout = options.remote_probe_timeout;
   {
     internal::MutexLock lock(&impl->mu);
     impl->policy = std::move(policies);
@@ -121,6 +123,17 @@ absl::StatusOr<AttachResult> KvCache::AttachPrefix(SequenceId id,
   }
   // Hash outside the lock: it is the expensive part and needs nothing shared.
   KVTIER_ASSIGN_OR_RETURN(std::vector<BlockKey> keys, I.hasher.BlockKeys(prompt, extras));
+  if (I.Discovers()) {
+    // The last prompt token is always computed, so blocks from (n - 1) / B on are never
+    // restored: not worth a question to the store.
+    const Impl::RemoteProbe probe =
+        I.ProbeAfterMatch(keys, (static_cast<int64_t>(prompt.size()) - 1) / I.block_tokens);
+    if (probe.attempted) {
+      Impl::CacheScope scope(I);
+      I.AdoptDiscovered(id, generation, keys, probe, scope.deferred());
+      return I.AttachKeys(id, generation, keys, prompt, &keys);
+    }
+  }
   internal::MutexLock lock(&I.mu);
   return I.AttachKeys(id, generation, keys, prompt, &keys);
 }
@@ -132,15 +145,26 @@ absl::StatusOr<AttachResult> KvCache::AttachHashedPrefix(SequenceId id,
     return absl::InvalidArgumentError("AttachHashedPrefix: an empty prompt");
   }
   KVTIER_RETURN_IF_ERROR(CheckHashedHere(prompt, "AttachHashedPrefix"));
-  internal::MutexLock lock(&I.mu);
-  KVTIER_ASSIGN_OR_RETURN(Impl::Sequence * seq, I.FindSeq(id));
-  if (!SameIdentity(seq->extras, prompt.extras_)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("AttachHashedPrefix: the prompt was hashed under another identity (adapter, "
-                     "tenant salt or multimodal items) than ",
-                     internal::SeqName(id)));
+  uint64_t generation = 0;
+  {
+    internal::MutexLock lock(&I.mu);
+    KVTIER_ASSIGN_OR_RETURN(Impl::Sequence * seq, I.FindSeq(id));
+    if (!SameIdentity(seq->extras, prompt.extras_)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("AttachHashedPrefix: the prompt was hashed under another identity (adapter, "
+                       "tenant salt or multimodal items) than ",
+                       internal::SeqName(id)));
+    }
+    if (!I.Discovers()) return I.AttachKeys(id, seq->generation, prompt.keys_, prompt.tokens_);
+    generation = seq->generation;
   }
-  return I.AttachKeys(id, seq->generation, prompt.keys_, prompt.tokens_);
+  // As AttachPrefix: probe the store where the local match ends, the lock dropped; AttachKeys
+  // then finds out whether the sequence is still the one of `generation`.
+  const Impl::RemoteProbe probe = I.ProbeAfterMatch(
+      prompt.keys_, (static_cast<int64_t>(prompt.tokens_.size()) - 1) / I.block_tokens);
+  Impl::CacheScope scope(I);
+  if (probe.attempted) I.AdoptDiscovered(id, generation, prompt.keys_, probe, scope.deferred());
+  return I.AttachKeys(id, generation, prompt.keys_, prompt.tokens_);
 }
 
 absl::StatusOr<KvAppendResult> KvCache::Append(SequenceId id, absl::Span<const int32_t> tokens) {
@@ -266,15 +290,8 @@ absl::Status KvCache::CheckHashedHere(const HashedPrompt& prompt, const char* ca
 }
 
 absl::StatusOr<PrefixLookup> KvCache::LookupHashed(const HashedPrompt& prompt) const {
-  const Impl& I = *impl_;
   KVTIER_RETURN_IF_ERROR(CheckHashedHere(prompt, "LookupHashed"));
-  internal::MutexLock lock(&I.mu);
-  KVTIER_ASSIGN_OR_RETURN(const PrefixMatch match,
-                          I.MatchBlocks(prompt.keys_, static_cast<int64_t>(prompt.tokens_.size())));
-  PrefixLookup out;
-  out.matched_tokens = match.matched_tokens;
-  out.blocks_by_tier = match.blocks_by_tier;
-  return out;
+  return LookupKeys(prompt.keys_, static_cast<int64_t>(prompt.tokens_.size()));
 }
 
 absl::StatusOr<PrefixLookup> KvCache::Lookup(absl::Span<const int32_t> tokens,
@@ -282,12 +299,35 @@ absl::StatusOr<PrefixLookup> KvCache::Lookup(absl::Span<const int32_t> tokens,
   const Impl& I = *impl_;
   KVTIER_ASSIGN_OR_RETURN(std::vector<BlockKey> keys,
                           I.hasher.BlockKeys(tokens, ExtrasOf(identity)));
+  return LookupKeys(keys, static_cast<int64_t>(tokens.size()));
+}
+
+absl::StatusOr<PrefixLookup> KvCache::LookupKeys(absl::Span<const BlockKey> keys,
+                                                 int64_t num_tokens) const {
+  // Not const: the probe counters change (the index does not).
+  Impl& I = *impl_;
+  Impl::RemoteProbe probe;
+  if (I.Discovers()) probe = I.ProbeAfterMatch(keys, num_tokens / I.block_tokens);
   internal::MutexLock lock(&I.mu);
-  KVTIER_ASSIGN_OR_RETURN(const PrefixMatch match,
-                          I.MatchBlocks(keys, static_cast<int64_t>(tokens.size())));
+  KVTIER_ASSIGN_OR_RETURN(const PrefixMatch match, I.MatchBlocks(keys, num_tokens));
   PrefixLookup out;
   out.matched_tokens = match.matched_tokens;
   out.blocks_by_tier = match.blocks_by_tier;
+  if (!probe.attempted) return out;
+  // The index may have changed while the lock was dropped: the blocks found extend the match
+  // as it is now, from where it ends, while they run on without a gap.
+  int64_t discovered = 0;
+  const int64_t probed = static_cast<int64_t>(probe.found.size());
+  for (int64_t i = match.matched_blocks;
+       probe.status.ok() && i >= probe.first_block && i - probe.first_block < probed &&
+       probe.found[static_cast<size_t>(i - probe.first_block)];
+       ++i) {
+    ++discovered;
+  }
+  I.NoteProbe(probe, discovered);
+  out.discovered_blocks = discovered;
+  out.blocks_by_tier[TierIndex(Tier::kRemote)] += discovered;
+  out.matched_tokens += discovered * I.block_tokens;
   return out;
 }
 

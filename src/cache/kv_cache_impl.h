@@ -247,6 +247,8 @@ struct KvCache::Impl {
   std::function<absl::Time()> clock;
   size_t event_buffer = 0;
   absl::Duration room_wait;
+  int remote_probe_window = 0;  // blocks; 0: no discovery (remote_discovery.cc)
+  absl::Duration remote_probe_timeout;
   DevicePoolView pool;
   std::shared_ptr<internal::Lifeline> lifeline = std::make_shared<internal::Lifeline>();
   // Expires kAsync tickets at their deadlines (callbacks enter through the lifeline).
@@ -570,6 +572,45 @@ struct KvCache::Impl {
                                           absl::Span<const int32_t> prompt,
                                           std::vector<BlockKey>* owned = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+  // ---- remote_discovery.cc: asking the remote store for the blocks after the local match.
+
+  // One existence probe of the remote store, made with the lock released.
+  struct RemoteProbe {
+    bool attempted = false;   // a probe was made (or refused by the tier): counted
+    int64_t first_block = 0;  // index in the prompt's keys of found[0]
+    std::vector<bool> found;  // per probed key; empty when the probe failed
+    absl::Status status;      // the probe's outcome
+    absl::Duration latency;   // its wall time
+    // The leading blocks found (they would extend a match ending at first_block).
+    int64_t LeadingFound() const {
+      int64_t n = 0;
+      while (n < static_cast<int64_t>(found.size()) && found[static_cast<size_t>(n)]) ++n;
+      return n;
+    }
+  };
+  // Whether AttachPrefix and Lookup probe: a window > 0 and a remote tier with kCapProbe.
+  bool Discovers() const {
+    const TierBackend* remote = tiers[TierIndex(Tier::kRemote)].get();
+    return remote_probe_window > 0 && remote != nullptr &&
+           (remote->info().capabilities & kCapProbe) != 0;
+  }
+  // Takes the lock to find where the local match of `keys` ends; if that is before block
+  // `limit_blocks` (the blocks the caller could use), drops it and probes the store for up to
+  // remote_probe_window keys from there, by now + remote_probe_timeout. Not attempted
+  // (nothing counted) when the match reaches the limit. The caller counts it (NoteProbe) and
+  // re-validates everything it looks up afterwards.
+  RemoteProbe ProbeAfterMatch(absl::Span<const BlockKey> keys, int64_t limit_blocks)
+      ABSL_LOCKS_EXCLUDED(mu);
+  // Counts an attempted probe in counters.remote_probe (blocks found: `found_blocks`).
+  void NoteProbe(const RemoteProbe& probe, int64_t found_blocks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // AttachPrefix's half of discovery, after the probe: if sequence `id` is still the empty
+  // sequence of `generation`, the leading blocks the probe found that are still not indexed
+  // become ready remote copies (a free remote slot each, or one the remote tier's eviction
+  // frees; discovery stops at the first block that gets none), registered for candidacy once
+  // all are in (so making room for one never evicts another). Counts the probe.
+  void AdoptDiscovered(SequenceId id, uint64_t generation, absl::Span<const BlockKey> keys,
+                       const RemoteProbe& probe, Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // ---- residency.cc: tickets, onboarding into HBM, and the hints that move sequences.
 

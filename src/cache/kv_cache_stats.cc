@@ -93,6 +93,21 @@ std::string RenderPrometheus(const KvCacheStats& stats) {
          stats.attached_tokens);
   Scalar(out, "cached_but_recomputed_blocks_total", "counter",
          "Matched blocks the cost model chose to recompute.", stats.cached_but_recomputed_blocks);
+  const RemoteProbeStats& p = stats.remote_probe;
+  Scalar(out, "remote_probes_total", "counter",
+         "Existence probes of the remote store after a local match ended.", p.probes);
+  Scalar(out, "remote_probe_failures_total", "counter",
+         "Remote probes that failed or timed out (the match ended there).", p.failures);
+  Scalar(out, "remote_probe_keys_total", "counter", "Block keys asked about by remote probes.",
+         p.keys_probed);
+  Scalar(out, "remote_probe_blocks_found_total", "counter",
+         "Blocks remote probes found that extended a match.", p.blocks_found);
+  Scalar(out, "remote_probe_blocks_indexed_total", "counter",
+         "Blocks found by remote probes and indexed as remote copies.", p.blocks_indexed);
+  Scalar(out, "remote_probe_latency_microseconds_total", "counter",
+         "Wall time spent in remote probes, microseconds.", p.latency_us_total);
+  Scalar(out, "remote_probe_latency_microseconds_max", "gauge",
+         "The slowest remote probe, microseconds.", p.latency_us_max);
   Scalar(out, "last_event_sequence", "counter", "Sequence number of the last cache event.",
          static_cast<int64_t>(stats.last_event_sequence));
   return out;

@@ -97,6 +97,18 @@ absl::Status KvCache::Impl::ValidateOptions(const CacheNamespace& ns,
     return absl::InvalidArgumentError(
         absl::StrCat("KvCache: bounce_buffers = ", options.bounce_buffers, " must be >= 1"));
   }
+  if (options.remote_probe_window_blocks < 0 || options.remote_probe_window_blocks > 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KvCache: remote_probe_window_blocks = ", options.remote_probe_window_blocks,
+                     " must be in [0, 4096] (0: no remote discovery)"));
+  }
+  if (options.remote_probe_window_blocks > 0 &&
+      (options.remote_probe_timeout <= absl::ZeroDuration() ||
+       options.remote_probe_timeout == absl::InfiniteDuration())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KvCache: remote_probe_timeout = ", absl::FormatDuration(options.remote_probe_timeout),
+        " must be positive and finite (a probe never waits without bound)"));
+  }
   if (!options.prefill_cost.has_value() && KnownModelCost(ns.options().model_id).has_value() &&
       !Finite(options.prefill_flops_per_second)) {
     return absl::InvalidArgumentError(

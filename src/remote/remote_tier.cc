@@ -47,6 +47,9 @@ struct RemoteTier::Impl {
     if (corrupt_keys.size() < 65536) corrupt_keys.insert(key);  // bounded: a hostile store
   }
   std::atomic<int64_t> writes_skipped{0};
+  std::atomic<int64_t> probes{0};
+  std::atomic<int64_t> probe_failures{0};
+  std::atomic<int64_t> probe_hits{0};
   internal::CircuitBreaker breaker;
 
   std::string StoreKey(const BlockKey& key) const {
@@ -117,7 +120,7 @@ absl::StatusOr<std::unique_ptr<RemoteTier>> RemoteTier::Create(const CacheNamesp
   info.capacity_bytes = info.capacity_blocks * info.block_bytes;
   info.metadata_bytes =
       info.capacity_blocks * (8 + internal::SlotContents::kBytesPerSlot + kFrameHeaderBytes);
-  info.capabilities = kCapPersistent | kCapChecksummed;
+  info.capabilities = kCapPersistent | kCapChecksummed | kCapProbe;
   return std::unique_ptr<RemoteTier>(new RemoteTier(std::move(impl), std::move(transport)));
 }
 
@@ -163,6 +166,70 @@ int64_t RemoteTier::breaker_opened() const { return impl_->breaker.opened(); }
 int64_t RemoteTier::bypassed_requests() const { return impl_->breaker.bypassed(); }
 
 std::string RemoteTier::StoreKey(const BlockKey& key) const { return impl_->StoreKey(key); }
+int64_t RemoteTier::probes() const { return impl_->probes.load(); }
+int64_t RemoteTier::probe_failures() const { return impl_->probe_failures.load(); }
+int64_t RemoteTier::probe_hits() const { return impl_->probe_hits.load(); }
+
+absl::StatusOr<std::vector<bool>> RemoteTier::ProbeBlocks(absl::Span<const BlockKey> keys,
+                                                          absl::Time deadline) {
+  std::vector<bool> found(keys.size(), false);
+  if (keys.empty()) return found;
+  if (absl::Now() >= deadline) {
+    impl_->probe_failures.fetch_add(1);
+    return absl::DeadlineExceededError("RemoteTier: the probe's deadline has passed");
+  }
+  // Refused at once while the breaker is open: a dead store costs a probe nothing. The keys are
+  // not counted as bypassed blocks (bypassed_requests counts reads and writes).
+  if (absl::Status admitted = impl_->breaker.Admit(absl::Now(), 0); !admitted.ok()) {
+    impl_->probe_failures.fetch_add(1);
+    return admitted;
+  }
+  std::vector<std::string> store_keys;
+  store_keys.reserve(keys.size());
+  for (const BlockKey& k : keys) store_keys.push_back(impl_->StoreKey(k));
+  impl_->probes.fetch_add(1);
+  std::vector<Completion> answers = transport_->Exists(store_keys, deadline);
+  // The transport completes every item by the deadline; the wait is bounded by it as well, so a
+  // transport that breaks that promise still cannot hold the caller longer. Exists keeps no
+  // buffer of ours, so an item left pending here is simply abandoned.
+  bool answered = false;
+  absl::Status failure;
+  int64_t hits = 0;
+  for (size_t i = 0; i < answers.size() && i < keys.size(); ++i) {
+    const absl::Status s = answers[i].WaitUntil(deadline);
+    if (s.ok()) {
+      found[i] = true;
+      answered = true;
+      ++hits;
+    } else if (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) {
+      if (failure.ok()) failure = s;
+    } else if (!absl::IsCancelled(s) && !absl::IsInvalidArgument(s)) {
+      answered = true;  // kNotFound, or another answer: the store is there
+    }
+  }
+  if (answered) {
+    impl_->breaker.Report(absl::OkStatus(), absl::Now());
+  } else if (!failure.ok()) {
+    impl_->breaker.Report(failure, absl::Now());
+  }
+  if (!answered) {
+    impl_->probe_failures.fetch_add(1);
+    if (failure.ok()) failure = absl::UnavailableError("RemoteTier: the store answered no key");
+    return failure;
+  }
+  impl_->probe_hits.fetch_add(hits);
+  return found;
+}
+
+absl::Status RemoteTier::AdoptStoredBlock(SlotId slot, const BlockKey& key) {
+  if (slot.value() >= static_cast<uint64_t>(impl_->info.capacity_blocks)) {
+    return absl::InvalidArgumentError(absl::StrCat("RemoteTier: slot ", slot.value(),
+                                                   " is outside the tier's ",
+                                                   impl_->info.capacity_blocks, " slots"));
+  }
+  impl_->contents->Set(slot, key);
+  return absl::OkStatus();
+}
 
 Completion RemoteTier::WriteBlock(SlotId slot, const BlockKey& key, absl::Span<const std::byte> src,
                                   const BlockIoOptions& options) {

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kvtier/cuda_hbm.h"
@@ -309,6 +311,39 @@ TEST_P(TierConformanceTest, InjectedErrorsSurfaceAndNeverYieldABlock) {
   faulty_->FailNextReads(1, absl::DataLossError("injected bit flip"));
   EXPECT_THAT(Read(SlotId(4), Key(4)), IsError(StatusCode::kDataLoss, "injected bit flip"));
   KVTIER_EXPECT_OK(Read(SlotId(4), Key(4)).status());  // one fault, then the tier serves again
+}
+
+// Discovery: a tier with kCapProbe finds a block in its store by key alone, and a slot that never
+// held it reads it once adopted for it (what another process of the namespace sees); every
+// other tier answers kUnimplemented. Keys unique to this run, as a store may be shared.
+TEST_P(TierConformanceTest, ProbeFindsStoredBlocksByKeyOnlyWithCapProbe) {
+  const auto run = static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
+  const BlockKey stored{run, 1};
+  const BlockKey absent{run, 2};
+  const std::vector<BlockKey> keys = {stored, absent, stored};
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  if ((tier_->info().capabilities & kCapProbe) == 0) {
+    EXPECT_THAT(tier_->ProbeBlocks(keys, deadline).status(),
+                IsError(StatusCode::kUnimplemented, "probe"));
+    EXPECT_THAT(tier_->AdoptStoredBlock(SlotId(0), stored),
+                IsError(StatusCode::kUnimplemented, "adopt"));
+    return;
+  }
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::vector<bool> before, tier_->ProbeBlocks(keys, deadline));
+  EXPECT_EQ(before, (std::vector<bool>{false, false, false}));
+  KVTIER_ASSERT_OK(Write(SlotId(1), stored, RandomBlock(11)));
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::vector<bool> found, tier_->ProbeBlocks(keys, deadline));
+  EXPECT_EQ(found, (std::vector<bool>{true, false, true}));
+  EXPECT_THAT(Read(SlotId(4), stored), IsError(StatusCode::kNotFound, "slot 4"));
+  KVTIER_ASSERT_OK(tier_->AdoptStoredBlock(SlotId(4), stored));
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::vector<std::byte> back, Read(SlotId(4), stored));
+  EXPECT_TRUE(back == RandomBlock(11));
+  EXPECT_THAT(tier_->AdoptStoredBlock(SlotId(kSlots), stored),
+              IsError(StatusCode::kInvalidArgument, "slot"));
+  EXPECT_THAT(tier_->ProbeBlocks(keys, absl::Now() - absl::Seconds(1)).status(),
+              IsError(StatusCode::kDeadlineExceeded, "deadline"));
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::vector<bool> none, tier_->ProbeBlocks({}, deadline));
+  EXPECT_TRUE(none.empty());
 }
 
 INSTANTIATE_TEST_SUITE_P(AllBackends, TierConformanceTest, ::testing::ValuesIn(Backends()),

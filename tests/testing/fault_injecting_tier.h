@@ -58,6 +58,14 @@ class FaultInjectingTier final : public TierBackend {
     return inner_->recovered_blocks();
   }
   void DiscardBlock(SlotId slot, const BlockKey& key) override { inner_->DiscardBlock(slot, key); }
+  // Discovery reaches the wrapped tier's store unchanged (no fault is injected into probes).
+  absl::StatusOr<std::vector<bool>> ProbeBlocks(absl::Span<const BlockKey> keys,
+                                                absl::Time deadline) override {
+    return inner_->ProbeBlocks(keys, deadline);
+  }
+  absl::Status AdoptStoredBlock(SlotId slot, const BlockKey& key) override {
+    return inner_->AdoptStoredBlock(slot, key);
+  }
 
   Completion WriteBlock(SlotId slot, const BlockKey& key, absl::Span<const std::byte> src,
                         const BlockIoOptions& options = {}) override {

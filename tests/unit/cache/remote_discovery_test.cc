@@ -1,0 +1,679 @@
+// Remote discovery (src/cache/remote_discovery.cc): a cache finds, by key, blocks another cache of
+// the same namespace put in a shared store (an in-process map, a directory, a real Redis), attaches
+// them as remote blocks and onboards them byte-exact; other namespaces and tenants find nothing;
+// a hung or failing store ends the match by the probe's deadline without failing the call; and
+// with discovery off (or no probe-capable remote tier) the store is never asked.
+#include <sys/wait.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "internal/mutex.h"
+#include "internal/status_macros.h"
+#include "kvtier/cache_namespace.h"
+#include "kvtier/directory_transport.h"
+#include "kvtier/in_process_transport.h"
+#include "kvtier/kv_cache.h"
+#include "kvtier/redis_transport.h"
+#include "kvtier/remote_tier.h"
+#include "kvtier/tier_stack.h"
+#include "kvtier/transport.h"
+#include "tests/testing/fixtures.h"
+#include "tests/testing/kv_cache_fixture.h"
+#include "tests/testing/redis_server.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
+
+namespace kvtier {
+namespace {
+
+using ::absl::StatusCode;
+using ::kvtier::testing::BlockPatternMismatches;
+using ::kvtier::testing::Iota;
+using ::kvtier::testing::IsError;
+using ::kvtier::testing::KvCacheEnv;
+using ::kvtier::testing::StatsString;
+using ::kvtier::testing::WriteBlockPattern;
+using ::testing::Each;
+
+constexpr int kB = KvCacheEnv::kTokensPerBlock;
+constexpr int kRemote = TierIndex(Tier::kRemote);
+
+SequenceId Seq(uint64_t id) { return SequenceId(id); }
+
+// A Transport over an InProcessTransport that counts Exists calls and can make them hang (never
+// answer: the completions stay pending) or fail with a status.
+class ProbeDouble final : public Transport {
+ public:
+  enum class Mode { kForward, kHang, kFail };
+  ProbeDouble() : inner_(std::make_shared<InProcessTransport>()) {}
+
+  void set_mode(Mode mode, absl::Status failure = absl::OkStatus()) {
+    internal::MutexLock lock(&mu_);
+    mode_ = mode;
+    failure_ = std::move(failure);
+  }
+  // Runs at the start of every Exists call (the cache's lock is not held then).
+  void set_on_exists(std::function<void()> hook) {
+    internal::MutexLock lock(&mu_);
+    on_exists_ = std::move(hook);
+  }
+  int64_t exists_calls() const { return exists_calls_.load(); }
+  int64_t exists_keys() const { return exists_keys_.load(); }
+
+  std::string name() const override { return "probe_double"; }
+  std::vector<Completion> Put(absl::Span<const TransportPut> items, absl::Time deadline) override {
+    return inner_->Put(items, deadline);
+  }
+  std::vector<Completion> Get(absl::Span<const TransportGet> items, absl::Time deadline) override {
+    return inner_->Get(items, deadline);
+  }
+  std::vector<Completion> Exists(absl::Span<const std::string> keys, absl::Time deadline) override {
+    exists_calls_.fetch_add(1);
+    exists_keys_.fetch_add(static_cast<int64_t>(keys.size()));
+    std::function<void()> hook;
+    {
+      internal::MutexLock lock(&mu_);
+      hook = on_exists_;
+    }
+    if (hook) hook();
+    internal::MutexLock lock(&mu_);
+    switch (mode_) {
+      case Mode::kForward:
+        return inner_->Exists(keys, deadline);
+      case Mode::kHang:
+        return std::vector<Completion>(keys.size());  // pending for ever
+      case Mode::kFail:
+        return std::vector<Completion>(keys.size(), Completion::Done(failure_));
+    }
+    return {};
+  }
+  std::vector<Completion> Delete(absl::Span<const std::string> keys, absl::Time deadline) override {
+    return inner_->Delete(keys, deadline);
+  }
+
+ private:
+  std::shared_ptr<InProcessTransport> inner_;
+  std::atomic<int64_t> exists_calls_{0};
+  std::atomic<int64_t> exists_keys_{0};
+  internal::Mutex mu_;
+  Mode mode_ ABSL_GUARDED_BY(mu_) = Mode::kForward;
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
+  std::function<void()> on_exists_ ABSL_GUARDED_BY(mu_);
+};
+
+CacheNamespace NamespaceWithWeights(const std::string& weights) {
+  auto ns = CacheNamespace::Create(KvCacheEnv::Geometry(), {.model_id = "kvtier-test/tiny-model",
+                                                            .weights_fingerprint = weights,
+                                                            .hbm_layout = HbmLayout::kLayerFirst});
+  EXPECT_TRUE(ns.ok()) << ns.status();
+  return *ns;
+}
+
+// A cache of 16 HBM blocks and, when remote_blocks > 0, a remote tier of that many over
+// `transport` (kMetadata: a MetadataTier standing for it), written through (every written block
+// is copied to the store at once); `edit` changes the options last.
+absl::StatusOr<std::unique_ptr<KvCache>> NewCache(
+    const CacheNamespace& ns, std::shared_ptr<Transport> transport, int64_t remote_blocks,
+    const std::function<void(KvCacheOptions&)>& edit = {},
+    TierBackendKind remote_kind = TierBackendKind::kNative) {
+  TierStackOptions stack;
+  stack.tiers[TierIndex(Tier::kHbm)].capacity_blocks = 16;
+  stack.hbm.layout = HbmLayout::kLayerFirst;
+  if (remote_blocks > 0) {
+    stack.tiers[kRemote] = {.capacity_blocks = remote_blocks, .kind = remote_kind};
+    stack.remote.transport = std::move(transport);
+  }
+  KVTIER_ASSIGN_OR_RETURN(TierBackends tiers, BuildTierStack(ns, stack));
+  KvCacheOptions options;
+  options.tiers = std::move(tiers);
+  options.write_policy = WritePolicy::kWriteThrough;
+  options.room_wait = absl::Seconds(5);
+  if (edit) edit(options);
+  return KvCache::Create(ns, std::move(options));
+}
+
+// What every test checks of a cache it is done with.
+void ExpectHealthy(const KvCache& cache) {
+  KVTIER_EXPECT_OK(cache.WaitIdle(absl::Now() + absl::Seconds(30)));
+  KVTIER_EXPECT_OK(cache.CheckInvariants());
+  testing::ExpectTierAccounting(cache.stats());
+}
+
+// Computes `prompt` through sequence `id` as a kernel would (block i's bytes from seed + i),
+// reports it written, waits until write-through has copied it down, and releases it.
+void ComputeAndStore(KvCache& cache, uint64_t id, const std::vector<int32_t>& prompt, uint32_t seed,
+                     const SequenceOptions& options = {}) {
+  KVTIER_ASSERT_OK(cache.CreateSequence(Seq(id), options));
+  KVTIER_ASSERT_OK(cache.Append(Seq(id), prompt).status());
+  const auto n = static_cast<int64_t>(prompt.size());
+  KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket t, cache.EnsureResident(Seq(id), 0, n));
+  for (size_t i = 0; i < static_cast<size_t>(n / kB); ++i) {
+    ASSERT_NO_FATAL_FAILURE(WriteBlockPattern(cache.cache_namespace().geometry(), t.block_table(),
+                                              i, seed + static_cast<uint32_t>(i)));
+  }
+  KVTIER_ASSERT_OK(cache.ReportWritten(Seq(id), n));
+  KVTIER_ASSERT_OK(cache.ReleaseTicket(t));
+  KVTIER_ASSERT_OK(cache.WaitIdle(absl::Now() + absl::Seconds(30)));
+  KVTIER_ASSERT_OK(cache.Release(Seq(id)));
+}
+
+// ---------------------------------------------------------------- two caches over one store
+
+enum class StoreKind { kInProcess, kDirectory, kRedis };
+
+std::string StoreName(const ::testing::TestParamInfo<StoreKind>& info) {
+  switch (info.param) {
+    case StoreKind::kInProcess:
+      return "InProcess";
+    case StoreKind::kDirectory:
+      return "Directory";
+    case StoreKind::kRedis:
+      return "Redis";
+  }
+  return "Unknown";
+}
+
+class SharedStoreTest : public ::testing::TestWithParam<StoreKind> {
+ protected:
+  void SetUp() override {
+    switch (GetParam()) {
+      case StoreKind::kInProcess:
+        transport_ = std::make_shared<InProcessTransport>();
+        break;
+      case StoreKind::kDirectory: {
+        auto t = DirectoryTransport::Create({.root = dir_.File("store")});
+        ASSERT_TRUE(t.ok()) << t.status();
+        transport_ = std::move(*t);
+        break;
+      }
+      case StoreKind::kRedis: {
+        if (!testing::RedisServerAvailable()) {
+          GTEST_SKIP()
+              << "redis-server is not on PATH: the Redis case of remote discovery needs it";
+        }
+        auto server = testing::RedisServer::Start();
+        ASSERT_TRUE(server.ok()) << server.status();
+        redis_ = std::move(*server);
+        RedisTransportOptions o;
+        o.endpoints = {redis_->address()};
+        auto t = RedisTransport::Create(o);
+        ASSERT_TRUE(t.ok()) << t.status();
+        transport_ = std::move(*t);
+        break;
+      }
+    }
+  }
+
+  testing::TempDir dir_;
+  std::unique_ptr<testing::RedisServer> redis_;  // outlives the transport (declared before)
+  std::shared_ptr<Transport> transport_;
+};
+
+TEST_P(SharedStoreTest, FreshCacheFindsAndOnboardsAnotherCachesBlocksByteExact) {
+  const CacheNamespace ns = NamespaceWithWeights("w0");
+  const std::vector<int32_t> prompt = Iota(16, 100);  // 4 full blocks
+  std::vector<int32_t> query = prompt;
+  query.push_back(7);  // the last token is computed: all 4 blocks can be restored
+  {
+    // Cache A computes the prompt; write-through puts its 4 blocks in the store. Then A goes.
+    KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> a, NewCache(ns, transport_, 32));
+    ASSERT_NO_FATAL_FAILURE(ComputeAndStore(*a, 1, prompt, 40));
+    EXPECT_EQ(a->stats().tiers[kRemote].stored, 4) << StatsString(a->stats());
+    ExpectHealthy(*a);
+  }
+
+  // Cache B, fresh, same namespace, same store: its index is empty.
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> b, NewCache(ns, transport_, 32));
+  KVTIER_ASSERT_OK_AND_ASSIGN(PrefixLookup where, b->Lookup(query));
+  EXPECT_EQ(where.matched_tokens, 16);
+  EXPECT_EQ(where.blocks_by_tier[kRemote], 4);
+  EXPECT_EQ(where.discovered_blocks, 4);
+  EXPECT_EQ(b->stats().indexed_blocks, 0) << "Lookup must not index what it found";
+
+  KVTIER_ASSERT_OK(b->CreateSequence(Seq(2)));
+  KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult r, b->AttachPrefix(Seq(2), query));
+  EXPECT_EQ(r.matched_tokens, 16);
+  EXPECT_EQ(r.attached_tokens, 16);
+  EXPECT_EQ(r.attached_blocks_by_tier[kRemote], 4);
+  KvCacheStats s = b->stats();
+  EXPECT_EQ(s.remote_probe.probes, 2) << StatsString(s);
+  EXPECT_EQ(s.remote_probe.failures, 0);
+  EXPECT_EQ(s.remote_probe.keys_probed, 8);
+  EXPECT_EQ(s.remote_probe.blocks_found, 8);  // 4 by Lookup, 4 by AttachPrefix
+  EXPECT_EQ(s.remote_probe.blocks_indexed, 4);
+  EXPECT_EQ(s.tiers[kRemote].hits, 4);
+  EXPECT_LE(s.remote_probe.latency_us_max, s.remote_probe.latency_us_total);
+
+  KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket t, b->EnsureResident(Seq(2), 0, 16));
+  ASSERT_THAT(t.block_status(), Each(BlockResidency::kResident));
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(
+        BlockPatternMismatches(ns.geometry(), t.block_table(), i, 40 + static_cast<uint32_t>(i)), 0)
+        << "block " << i;
+  }
+  KVTIER_ASSERT_OK(b->ReleaseTicket(t));
+  KVTIER_ASSERT_OK(b->Release(Seq(2)));
+  EXPECT_EQ(b->stats().blocks_moved[kRemote][TierIndex(Tier::kHbm)], 4);
+
+  // A second attach of the prompt matches locally now: no probe (the match reaches the limit).
+  KVTIER_ASSERT_OK(b->CreateSequence(Seq(3)));
+  KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult again, b->AttachPrefix(Seq(3), query));
+  EXPECT_EQ(again.attached_tokens, 16);
+  EXPECT_EQ(b->stats().remote_probe.probes, 2);
+  KVTIER_ASSERT_OK(b->Release(Seq(3)));
+
+  // The same tokens under another tenant salt are other blocks: the store has none of them.
+  KVTIER_ASSERT_OK(b->CreateSequence(Seq(4), {.tenant_salt = "tenant-b"}));
+  KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult salted, b->AttachPrefix(Seq(4), query));
+  EXPECT_EQ(salted.attached_tokens, 0);
+  s = b->stats();
+  EXPECT_EQ(s.remote_probe.probes, 3);
+  EXPECT_EQ(s.remote_probe.blocks_found, 8);
+  KVTIER_ASSERT_OK(b->Release(Seq(4)));
+  ExpectHealthy(*b);
+
+  // A cache of other weights over the same store shares nothing.
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> c,
+                              NewCache(NamespaceWithWeights("w1"), transport_, 32));
+  KVTIER_ASSERT_OK(c->CreateSequence(Seq(5)));
+  KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult other, c->AttachPrefix(Seq(5), query));
+  EXPECT_EQ(other.attached_tokens, 0);
+  EXPECT_EQ(c->stats().remote_probe.probes, 1);
+  EXPECT_EQ(c->stats().remote_probe.blocks_found, 0);
+  KVTIER_ASSERT_OK(c->Release(Seq(5)));
+  ExpectHealthy(*c);
+}
+
+// Runs kvtier_remote_writer (another process) with `args`; its exit code, -1 if it did not exit.
+int RunWriter(const std::string& args) {
+  const std::string command = absl::StrCat(KVTIER_REMOTE_WRITER, " ", args);
+  const int status = std::system(command.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// The same across processes: another process computes and stores the prompt and exits; this
+// one's fresh cache finds the blocks in the shared directory or Redis and onboards them
+// byte-exact.
+TEST_P(SharedStoreTest, BlocksWrittenByAnotherProcessAreFoundAndOnboarded) {
+  std::string args;
+  switch (GetParam()) {
+    case StoreKind::kInProcess:
+      GTEST_SKIP() << "an in-process store is not reachable from another process";
+    case StoreKind::kDirectory:
+      args = absl::StrCat("dir ", dir_.File("store"));
+      break;
+    case StoreKind::kRedis:
+      args = absl::StrCat("url redis://", redis_->address());
+      break;
+  }
+  ASSERT_EQ(RunWriter(absl::StrCat(args, " 70 20")), 0);  // 5 blocks from seed 70
+  const CacheNamespace ns = NamespaceWithWeights("w0");
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> b, NewCache(ns, transport_, 32));
+  std::vector<int32_t> query = Iota(20, 100);
+  query.push_back(3);
+  KVTIER_ASSERT_OK(b->CreateSequence(Seq(1)));
+  KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult r, b->AttachPrefix(Seq(1), query));
+  EXPECT_EQ(r.attached_blocks_by_tier[kRemote], 5) << StatsString(b->stats());
+  KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket t, b->EnsureResident(Seq(1), 0, 20));
+  ASSERT_THAT(t.block_status(), Each(BlockResidency::kResident));
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(
+        BlockPatternMismatches(ns.geometry(), t.block_table(), i, 70 + static_cast<uint32_t>(i)), 0)
+        << "block " << i;
+  }
+  KVTIER_ASSERT_OK(b->ReleaseTicket(t));
+  KVTIER_ASSERT_OK(b->Release(Seq(1)));
+  ExpectHealthy(*b);
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, SharedStoreTest,
+                         ::testing::Values(StoreKind::kInProcess, StoreKind::kDirectory,
+                                           StoreKind::kRedis),
+                         StoreName);
+
+// ---------------------------------------------------------------- extending a local match
+
+TEST(RemoteDiscoveryTest, ProbeStartsWhereTheLocalMatchEnds) {
+  const CacheNamespace ns = NamespaceWithWeights("w0");
+  auto store = std::make_shared<ProbeDouble>();
+  const std::vector<int32_t> prompt = Iota(24, 300);  // 6 blocks
+  {
+    KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> a, NewCache(ns, store, 32));
+    ASSERT_NO_FATAL_FAILURE(ComputeAndStore(*a, 1, prompt, 90));
+  }
+  // B has the first 2 blocks itself (computed with the same bytes), the store all 6.
+  KVTIER_ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<KvCache> b,
+      NewCache(ns, store, 32, [](KvCacheOptions& o) { o.write_policy = WritePolicy::kWriteBack; }));
+  const std::vector<int32_t> head(prompt.begin(), prompt.begin() + 8);
+  ASSERT_NO_FATAL_FAILURE(ComputeAndStore(*b, 1, head, 90));
+  const int64_t calls_before = store->exists_calls();
+  const int64_t keys_before = store->exists_keys();
+  std::vector<int32_t> query = prompt;
+  query.push_back(1);
+  KVTIER_ASSERT_OK(b->CreateSequence(Seq(2)));
+  KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult r, b->AttachPrefix(Seq(2), query));
+  EXPECT_EQ(r.attached_tokens, 24);
+  EXPECT_EQ(r.attached_blocks_by_tier[TierIndex(Tier::kHbm)], 2);
+  EXPECT_EQ(r.attached_blocks_by_tier[kRemote], 4);
+  EXPECT_EQ(store->exists_calls() - calls_before, 1);  // one batched call
+  EXPECT_EQ(store->exists_keys() - keys_before, 4);    // blocks 2..5 only
+  KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket t, b->EnsureResident(Seq(2), 0, 24));
+  ASSERT_THAT(t.block_status(), Each(BlockResidency::kResident));
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(
+        BlockPatternMismatches(ns.geometry(), t.block_table(), i, 90 + static_cast<uint32_t>(i)), 0)
+        << "block " << i;
+  }
+  KVTIER_ASSERT_OK(b->ReleaseTicket(t));
+  KVTIER_ASSERT_OK(b->Release(Seq(2)));
+  ExpectHealthy(*b);
+}
+
+TEST(RemoteDiscoveryTest, WindowBoundsTheKeysOfOneProbe) {
+  const CacheNamespace ns = NamespaceWithWeights("w0");
+  auto store = std::make_shared<ProbeDouble>();
+  const std::vector<int32_t> prompt = Iota(24, 300);
+  {
+    KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> a, NewCache(ns, store, 32));
+    ASSERT_NO_FATAL_FAILURE(ComputeAndStore(*a, 1, prompt, 90));
+  }
+  KVTIER_ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<KvCache> b,
+      NewCache(ns, store, 32, [](KvCacheOptions& o) { o.remote_probe_window_blocks = 3; }));
+  std::vector<int32_t> query = prompt;
+  query.push_back(1);
+  const int64_t keys_before = store->exists_keys();
+  KVTIER_ASSERT_OK(b->CreateSequence(Seq(2)));
+  KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult r, b->AttachPrefix(Seq(2), query));
+  EXPECT_EQ(r.attached_tokens, 12);  // one window of 3 blocks
+  EXPECT_EQ(store->exists_keys() - keys_before, 3);
+  KVTIER_ASSERT_OK(b->Release(Seq(2)));
+  ExpectHealthy(*b);
+}
+
+// The hashed forms discover as the plain ones do.
+TEST(RemoteDiscoveryTest, HashedLookupAndAttachDiscoverToo) {
+  const CacheNamespace ns = NamespaceWithWeights("w0");
+  auto store = std::make_shared<InProcessTransport>();
+  const std::vector<int32_t> prompt = Iota(16, 100);
+  {
+    KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> a, NewCache(ns, store, 32));
+    ASSERT_NO_FATAL_FAILURE(ComputeAndStore(*a, 1, prompt, 40));
+  }
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> b, NewCache(ns, store, 32));
+  std::vector<int32_t> query = prompt;
+  query.push_back(1);
+  KVTIER_ASSERT_OK_AND_ASSIGN(HashedPrompt hashed, b->HashPrompt(query));
+  KVTIER_ASSERT_OK_AND_ASSIGN(PrefixLookup where, b->LookupHashed(hashed));
+  EXPECT_EQ(where.matched_tokens, 16);
+  EXPECT_EQ(where.discovered_blocks, 4);
+  KVTIER_ASSERT_OK(b->CreateSequence(Seq(2)));
+  KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult r, b->AttachHashedPrefix(Seq(2), hashed));
+  EXPECT_EQ(r.attached_blocks_by_tier[kRemote], 4);
+  KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket t, b->EnsureResident(Seq(2), 0, 16));
+  ASSERT_THAT(t.block_status(), Each(BlockResidency::kResident));
+  EXPECT_EQ(BlockPatternMismatches(ns.geometry(), t.block_table(), 3, 43), 0);
+  KVTIER_ASSERT_OK(b->ReleaseTicket(t));
+  KVTIER_ASSERT_OK(b->Release(Seq(2)));
+  ExpectHealthy(*b);
+}
+
+// A block the store dropped after it was discovered (evicted by the store, deleted by another
+// worker) is a miss when read, never an error: it is reported not resident, leaves the index
+// (missing_reads), and the next probe no longer finds it.
+TEST(RemoteDiscoveryTest, BlockGoneFromTheStoreAfterDiscoveryIsAMiss) {
+  const CacheNamespace ns = NamespaceWithWeights("w0");
+  auto store = std::make_shared<InProcessTransport>();
+  const std::vector<int32_t> prompt = Iota(16, 100);
+  {
+    KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> a, NewCache(ns, store, 32));
+    ASSERT_NO_FATAL_FAILURE(ComputeAndStore(*a, 1, prompt, 40));
+  }
+  ASSERT_EQ(store->size(), 4);
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> b, NewCache(ns, store, 32));
+  std::vector<int32_t> query = prompt;
+  query.push_back(1);
+  KVTIER_ASSERT_OK(b->CreateSequence(Seq(2)));
+  KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult r, b->AttachPrefix(Seq(2), query));
+  ASSERT_EQ(r.attached_blocks_by_tier[kRemote], 4);
+  // The store loses every value (as Redis under maxmemory would).
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<RemoteTier> keys_of,
+                              RemoteTier::Create(ns, {.transport = store, .capacity_blocks = 1}));
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::vector<BlockKey> block_keys, b->hasher().BlockKeys(prompt, {}));
+  for (const BlockKey& k : block_keys) {
+    const std::string key = keys_of->StoreKey(k);
+    KVTIER_ASSERT_OK(store->Delete({&key, 1}, absl::InfiniteFuture())[0].status());
+  }
+  KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket t, b->EnsureResident(Seq(2), 0, 16));
+  EXPECT_EQ(t.resident_tokens(), 0);
+  EXPECT_EQ(t.block_status()[0], BlockResidency::kNotResident);
+  KVTIER_ASSERT_OK(b->ReleaseTicket(t));
+  KVTIER_ASSERT_OK(b->Release(Seq(2)));
+  KVTIER_ASSERT_OK(b->WaitIdle(absl::Now() + absl::Seconds(30)));
+  const KvCacheStats s = b->stats();
+  EXPECT_GE(s.tiers[kRemote].missing_reads, 1) << StatsString(s);
+  KVTIER_ASSERT_OK_AND_ASSIGN(PrefixLookup where, b->Lookup(query));
+  EXPECT_EQ(where.blocks_by_tier[kRemote], 0);
+  EXPECT_EQ(where.discovered_blocks, 0);
+  ExpectHealthy(*b);
+}
+
+// The lock is dropped for the probe: a sequence released meanwhile fails the attach as a released
+// sequence does, and nothing is adopted for it (on error nothing changes).
+TEST(RemoteDiscoveryTest, SequenceReleasedDuringTheProbeAdoptsNothing) {
+  const CacheNamespace ns = NamespaceWithWeights("w0");
+  auto store = std::make_shared<ProbeDouble>();
+  const std::vector<int32_t> prompt = Iota(16, 100);
+  {
+    KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> a, NewCache(ns, store, 32));
+    ASSERT_NO_FATAL_FAILURE(ComputeAndStore(*a, 1, prompt, 40));
+  }
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> b, NewCache(ns, store, 32));
+  KVTIER_ASSERT_OK(b->CreateSequence(Seq(2)));
+  KvCache* cache = b.get();
+  store->set_on_exists([cache] { KVTIER_EXPECT_OK(cache->Release(Seq(2))); });
+  std::vector<int32_t> query = prompt;
+  query.push_back(1);
+  EXPECT_THAT(b->AttachPrefix(Seq(2), query).status(),
+              IsError(StatusCode::kFailedPrecondition, "released"));
+  store->set_on_exists({});
+  const KvCacheStats s = b->stats();
+  EXPECT_EQ(s.remote_probe.probes, 1) << StatsString(s);
+  EXPECT_EQ(s.remote_probe.blocks_found, 4);
+  EXPECT_EQ(s.remote_probe.blocks_indexed, 0);
+  EXPECT_EQ(s.indexed_blocks, 0);
+  EXPECT_EQ(s.tiers[kRemote].free_blocks, 32);
+  ExpectHealthy(*b);
+}
+
+// This worker's budget of remote slots bounds what it indexes: with 2 slots, 2 of 4 found blocks
+// are adopted (the ones just added are never evicted for the next), and the rest is recomputed.
+TEST(RemoteDiscoveryTest, RemoteSlotBudgetBoundsAdoption) {
+  const CacheNamespace ns = NamespaceWithWeights("w0");
+  auto store = std::make_shared<InProcessTransport>();
+  const std::vector<int32_t> prompt = Iota(16, 100);
+  {
+    KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> a, NewCache(ns, store, 32));
+    ASSERT_NO_FATAL_FAILURE(ComputeAndStore(*a, 1, prompt, 40));
+  }
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> b, NewCache(ns, store, 2));
+  std::vector<int32_t> query = prompt;
+  query.push_back(1);
+  KVTIER_ASSERT_OK(b->CreateSequence(Seq(2)));
+  KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult r, b->AttachPrefix(Seq(2), query));
+  EXPECT_EQ(r.attached_blocks_by_tier[kRemote], 2);
+  EXPECT_EQ(r.attached_tokens, 8);
+  const KvCacheStats s = b->stats();
+  EXPECT_EQ(s.remote_probe.blocks_found, 4) << StatsString(s);
+  EXPECT_EQ(s.remote_probe.blocks_indexed, 2);
+  EXPECT_EQ(s.tiers[kRemote].free_blocks, 0);
+  KVTIER_ASSERT_OK(b->Release(Seq(2)));
+  ExpectHealthy(*b);
+}
+
+// ---------------------------------------------------------------- faults
+
+class FaultyStoreTest : public ::testing::Test {
+ protected:
+  // B's store answers nothing (hang) or fails; B holds the prompt's first 2 blocks itself.
+  void SetUp() override { ASSERT_NO_FATAL_FAILURE(ComputeAndStoreHead()); }
+  void ComputeAndStoreHead() {
+    auto b = NewCache(ns_, store_, 32, [](KvCacheOptions& o) {
+      o.write_policy = WritePolicy::kWriteBack;  // nothing written to the store
+      o.remote_probe_timeout = absl::Milliseconds(200);
+    });
+    ASSERT_TRUE(b.ok()) << b.status();
+    cache_ = std::move(*b);
+    ASSERT_NO_FATAL_FAILURE(
+        ComputeAndStore(*cache_, 1, std::vector<int32_t>(prompt_.begin(), prompt_.begin() + 8), 5));
+  }
+  // AttachPrefix returns within the probe's timeout (plus a margin for a loaded machine),
+  // attaches the local match only and counts one failed probe.
+  void ExpectLocalMatchOnly(uint64_t id) {
+    std::vector<int32_t> query = prompt_;
+    query.push_back(1);
+    KVTIER_ASSERT_OK(cache_->CreateSequence(Seq(id)));
+    const int64_t calls = store_->exists_calls();
+    const int64_t failures = cache_->stats().remote_probe.failures;
+    const absl::Time start = absl::Now();
+    KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult r, cache_->AttachPrefix(Seq(id), query));
+    EXPECT_LT(absl::Now() - start, absl::Milliseconds(200) + absl::Seconds(2));
+    EXPECT_EQ(r.attached_tokens, 8);
+    EXPECT_EQ(r.attached_blocks_by_tier[TierIndex(Tier::kHbm)], 2);
+    EXPECT_EQ(r.attached_blocks_by_tier[kRemote], 0);
+    EXPECT_EQ(store_->exists_calls() - calls, 1);
+    EXPECT_EQ(cache_->stats().remote_probe.failures - failures, 1) << StatsString(cache_->stats());
+    KVTIER_ASSERT_OK(cache_->Release(Seq(id)));
+
+    KVTIER_ASSERT_OK_AND_ASSIGN(PrefixLookup where, cache_->Lookup(query));
+    EXPECT_EQ(where.matched_tokens, 8);
+    EXPECT_EQ(where.discovered_blocks, 0);
+    EXPECT_EQ(cache_->stats().remote_probe.failures - failures, 2);
+  }
+  void TearDown() override {
+    if (cache_ != nullptr) ExpectHealthy(*cache_);
+  }
+
+  const CacheNamespace ns_ = NamespaceWithWeights("w0");
+  const std::vector<int32_t> prompt_ = Iota(24, 300);
+  std::shared_ptr<ProbeDouble> store_ = std::make_shared<ProbeDouble>();
+  std::unique_ptr<KvCache> cache_;
+};
+
+TEST_F(FaultyStoreTest, HungProbeEndsTheMatchByItsDeadline) {
+  store_->set_mode(ProbeDouble::Mode::kHang);
+  ASSERT_NO_FATAL_FAILURE(ExpectLocalMatchOnly(2));
+  EXPECT_GE(cache_->stats().remote_probe.latency_us_max, 150'000);  // it did wait for the store
+}
+
+TEST_F(FaultyStoreTest, UnavailableStoreEndsTheMatch) {
+  store_->set_mode(ProbeDouble::Mode::kFail, absl::UnavailableError("store down"));
+  ASSERT_NO_FATAL_FAILURE(ExpectLocalMatchOnly(2));
+}
+
+// A store that keeps failing opens the remote tier's breaker: probes are then refused at once,
+// without a store call, and still counted as failed.
+TEST_F(FaultyStoreTest, OpenBreakerSkipsTheStore) {
+  store_->set_mode(ProbeDouble::Mode::kFail, absl::UnavailableError("store down"));
+  std::vector<int32_t> query = prompt_;
+  query.push_back(1);
+  for (int i = 0; i < 5; ++i) {  // RemoteTierOptions::breaker_failures
+    KVTIER_ASSERT_OK(cache_->Lookup(query).status());
+  }
+  const int64_t calls = store_->exists_calls();
+  EXPECT_EQ(calls, 5);
+  KVTIER_ASSERT_OK_AND_ASSIGN(PrefixLookup where, cache_->Lookup(query));
+  EXPECT_EQ(where.matched_tokens, 8);
+  EXPECT_EQ(store_->exists_calls(), calls);
+  EXPECT_EQ(cache_->stats().remote_probe.failures, 6);
+}
+
+// ---------------------------------------------------------------- off
+
+TEST(RemoteDiscoveryTest, WindowZeroNeverAsksTheStore) {
+  const CacheNamespace ns = NamespaceWithWeights("w0");
+  auto store = std::make_shared<ProbeDouble>();
+  const std::vector<int32_t> prompt = Iota(16, 100);
+  {
+    KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> a, NewCache(ns, store, 32));
+    ASSERT_NO_FATAL_FAILURE(ComputeAndStore(*a, 1, prompt, 40));
+  }
+  const int64_t calls = store->exists_calls();
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> b,
+                              NewCache(ns, store, 32, [](KvCacheOptions& o) {
+                                o.remote_probe_window_blocks = 0;
+                                o.remote_probe_timeout = absl::ZeroDuration();  // unused then
+                              }));
+  std::vector<int32_t> query = prompt;
+  query.push_back(1);
+  KVTIER_ASSERT_OK(b->CreateSequence(Seq(2)));
+  KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult r, b->AttachPrefix(Seq(2), query));
+  EXPECT_EQ(r.attached_tokens, 0);
+  KVTIER_ASSERT_OK_AND_ASSIGN(PrefixLookup where, b->Lookup(query));
+  EXPECT_EQ(where.matched_tokens, 0);
+  EXPECT_EQ(store->exists_calls(), calls);
+  EXPECT_EQ(b->stats().remote_probe.probes, 0);
+  KVTIER_ASSERT_OK(b->Release(Seq(2)));
+  ExpectHealthy(*b);
+}
+
+TEST(RemoteDiscoveryTest, NoProbeCapableRemoteTierNeverProbes) {
+  const CacheNamespace ns = NamespaceWithWeights("w0");
+  std::vector<int32_t> query = Iota(17, 100);
+  for (const bool metadata : {false, true}) {
+    SCOPED_TRACE(metadata ? "metadata remote tier" : "no remote tier");
+    KVTIER_ASSERT_OK_AND_ASSIGN(
+        std::unique_ptr<KvCache> c,
+        NewCache(ns, nullptr, metadata ? 32 : 0, {},
+                 metadata ? TierBackendKind::kMetadata : TierBackendKind::kNative));
+    KVTIER_ASSERT_OK(c->CreateSequence(Seq(1)));
+    KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult r, c->AttachPrefix(Seq(1), query));
+    EXPECT_EQ(r.attached_tokens, 0);
+    KVTIER_ASSERT_OK(c->Lookup(query).status());
+    EXPECT_EQ(c->stats().remote_probe.probes, 0);
+    KVTIER_ASSERT_OK(c->Release(Seq(1)));
+    ExpectHealthy(*c);
+  }
+}
+
+// ---------------------------------------------------------------- options
+
+TEST(RemoteDiscoveryTest, CreateRejectsBadProbeOptions) {
+  const CacheNamespace ns = NamespaceWithWeights("w0");
+  auto store = std::make_shared<InProcessTransport>();
+  EXPECT_THAT(
+      NewCache(ns, store, 4, [](KvCacheOptions& o) { o.remote_probe_window_blocks = -1; }).status(),
+      IsError(StatusCode::kInvalidArgument, "remote_probe_window_blocks"));
+  EXPECT_THAT(NewCache(ns, store, 4, [](KvCacheOptions& o) { o.remote_probe_window_blocks = 4097; })
+                  .status(),
+              IsError(StatusCode::kInvalidArgument, "remote_probe_window_blocks"));
+  EXPECT_THAT(NewCache(ns, store, 4,
+                       [](KvCacheOptions& o) { o.remote_probe_timeout = absl::ZeroDuration(); })
+                  .status(),
+              IsError(StatusCode::kInvalidArgument, "remote_probe_timeout"));
+  EXPECT_THAT(NewCache(ns, store, 4,
+                       [](KvCacheOptions& o) { o.remote_probe_timeout = absl::InfiniteDuration(); })
+                  .status(),
+              IsError(StatusCode::kInvalidArgument, "remote_probe_timeout"));
+  KVTIER_EXPECT_OK(NewCache(ns, store, 4, [](KvCacheOptions& o) {
+                     o.remote_probe_window_blocks = 4096;
+                   }).status());
+}
+
+}  // namespace
+}  // namespace kvtier

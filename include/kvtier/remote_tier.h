@@ -55,9 +55,11 @@ struct RemoteTierOptions {
   // Consecutive store failures that open the circuit breaker; 0 never opens it.
   int breaker_failures = 5;
   // Delete the store's value of a block when the cache evicts it from this tier (DiscardBlock),
-  // so a store this worker alone writes holds at most about capacity_blocks of its blocks. Set
-  // false where the store's own policy owns its capacity (Redis maxmemory with allkeys-lru, a
-  // TTL) and other workers may still read a block this one let go.
+  // if this tier stored that value itself (not one it found by discovery or whose write it
+  // skipped because the store had it: another worker's), so a store this worker alone writes
+  // holds at most about capacity_blocks of its blocks. Set false where the store's own policy
+  // owns its capacity (Redis maxmemory with allkeys-lru, a TTL) and other workers may still
+  // read a block this one stored and let go.
   bool delete_freed = true;
   // Write a block only if the store does not hold its key yet (TransportPut::if_absent: Redis
   // `SET ... NX`): keys are content-addressed, so a value already there is this block, written
@@ -102,7 +104,8 @@ class RemoteTier final : public TierBackend {
                                      const BlockIoOptions& options = {}) override;
   // With delete_freed: deletes the block's store value (one Transport::Delete, not waited for,
   // bounded by 1 s; skipped unless the breaker is closed; a failed delete is ignored: the value
-  // is then left to the store's own eviction). Only if `slot` holds `key` here.
+  // is then left to the store's own eviction). Only if `slot` holds `key` here and this tier's
+  // write stored it (see delete_freed).
   void DiscardBlock(SlotId slot, const BlockKey& key) override;
   // Store deletes DiscardBlock issued.
   int64_t deleted_keys() const;

@@ -2,6 +2,7 @@
 #include "kvtier/remote_tier.h"
 
 #include <atomic>
+#include <memory>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -34,6 +35,8 @@ struct RemoteTier::Impl {
   std::unique_ptr<internal::SlotContents> contents;
   std::atomic<int64_t> corrupt_reads{0};
   std::atomic<int64_t> deleted_keys{0};
+  // Per slot: its value was stored by this tier's own write (DiscardBlock deletes only those).
+  std::unique_ptr<std::atomic<bool>[]> stored_here;
   std::atomic<int64_t> bytes_written{0};
   // Blocks whose stored value read as corrupt: their next write replaces it (not if_absent).
   internal::Mutex corrupt_mu;
@@ -109,6 +112,8 @@ absl::StatusOr<std::unique_ptr<RemoteTier>> RemoteTier::Create(const CacheNamesp
   KVTIER_ASSIGN_OR_RETURN(impl->allocator,
                           BlockAllocator::Create(Tier::kRemote, options.capacity_blocks));
   impl->contents = std::make_unique<internal::SlotContents>(options.capacity_blocks);
+  impl->stored_here =
+      std::make_unique<std::atomic<bool>[]>(static_cast<size_t>(options.capacity_blocks));
   TierInfo& info = impl->info;
   info.tier = Tier::kRemote;
   info.name = absl::StrCat(
@@ -154,6 +159,7 @@ void RemoteTier::DiscardBlock(SlotId slot, const BlockKey& key) {
     return;
   }
   impl_->contents->Invalidate(slot);
+  if (!impl_->stored_here[slot.value()].exchange(false)) return;  // not ours to delete
   // A delete is housekeeping: it never opens or closes the breaker, and none is sent to a
   // store the breaker does not trust.
   if (impl_->breaker.state() != internal::CircuitBreaker::State::kClosed) return;
@@ -228,6 +234,7 @@ absl::Status RemoteTier::AdoptStoredBlock(SlotId slot, const BlockKey& key) {
                                                    impl_->info.capacity_blocks, " slots"));
   }
   impl_->contents->Set(slot, key);
+  impl_->stored_here[slot.value()].store(false);  // another writer's value
   return absl::OkStatus();
 }
 
@@ -409,6 +416,7 @@ std::vector<Completion> RemoteTier::WriteBlocks(absl::Span<const BlockWrite> wri
           if (s.ok()) impl->bytes_written.fetch_add(bytes);
           if (present) impl->writes_skipped.fetch_add(1);
           if (s.ok() || present) impl->contents->Set(slot, key);
+          if (s.ok() || present) impl->stored_here[slot.value()].store(s.ok());
           return present ? absl::OkStatus() : s;
         };
       });

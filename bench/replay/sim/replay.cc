@@ -566,6 +566,10 @@ absl::StatusOr<ReplayReport> RunReplay(const Trace& trace, const ReplayOptions& 
   if (absl::Status s = cache.WaitIdle(); !s.ok()) return s;
 
   const KvCacheStats stats = cache.stats();
+  r.remote_probes = stats.remote_probe.probes;
+  r.remote_probe_failures = stats.remote_probe.failures;
+  r.remote_blocks_found = stats.remote_probe.blocks_found;
+  r.remote_blocks_indexed = stats.remote_probe.blocks_indexed;
   for (int from = 0; from < kNumTiers; ++from) {
     const KvTierStats& ts = stats.tiers[from];
     r.failed_loads += ts.failed_loads;

@@ -146,6 +146,13 @@ struct ReplayReport {
   int64_t failed_requests = 0;  // requests the cache refused (HBM full of held blocks)
   int64_t evictions = 0;        // all tiers
   int64_t demotions = 0;
+  // Remote discovery (the cache's KvCacheStats::remote_probe): probes of the store where a
+  // prompt's local match ended, probes that failed or timed out, and the blocks they found and
+  // indexed (0 in payload none: a MetadataTier is never probed).
+  int64_t remote_probes = 0;
+  int64_t remote_probe_failures = 0;
+  int64_t remote_blocks_found = 0;
+  int64_t remote_blocks_indexed = 0;
   double wall_seconds = 0;
 };
 

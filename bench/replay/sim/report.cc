@@ -60,6 +60,10 @@ nlohmann::json ToJson(const ReplayReport& r) {
   j["failed_requests"] = r.failed_requests;
   j["evictions"] = r.evictions;
   j["demotions"] = r.demotions;
+  j["remote_probes"] = {{"probes", r.remote_probes},
+                        {"failures", r.remote_probe_failures},
+                        {"blocks_found", r.remote_blocks_found},
+                        {"blocks_indexed", r.remote_blocks_indexed}};
   j["wall_seconds"] = r.wall_seconds;
   return j;
 }
@@ -133,6 +137,14 @@ std::string ReportTable(const std::vector<ReplayReport>& reports) {
         r.prefill_seconds_saved, bound ? "-" : FormatBytes(onboarded),
         bound ? "-" : FormatBytes(offloaded), bound ? "-" : absl::StrCat(r.corrupt_blocks),
         r.wall_seconds);
+  }
+  // Remote discovery, for runs whose cache probed the store (none in payload none).
+  for (const ReplayReport& r : reports) {
+    if (r.remote_probes == 0) continue;
+    out += absl::StrFormat(
+        "remote probes (%s): %d, %d failed or late; %d blocks found in the store, %d indexed\n",
+        r.name, r.remote_probes, r.remote_probe_failures, r.remote_blocks_found,
+        r.remote_blocks_indexed);
   }
   return out;
 }

@@ -298,6 +298,52 @@ TEST_P(SharedStoreTest, FreshCacheFindsAndOnboardsAnotherCachesBlocksByteExact) 
   ExpectHealthy(*c);
 }
 
+// Everything that enters a block's identity keeps caches apart over one store: another model,
+// another pipeline stage or first layer (namespace), another adapter load generation (block
+// extras). Each finds none of the blocks; the same identity finds all four.
+TEST_P(SharedStoreTest, OtherModelStageOrAdapterGenerationSharesNothing) {
+  const std::vector<int32_t> prompt = Iota(16, 300);
+  std::vector<int32_t> query = prompt;
+  query.push_back(7);
+  const SequenceOptions adapter_gen1{.adapter = AdapterIdentity{.id = "lora-a", .load_generation = 1}};
+  const SequenceOptions adapter_gen2{.adapter = AdapterIdentity{.id = "lora-a", .load_generation = 2}};
+  auto ns_with = [](CacheNamespaceOptions o) {
+    o.weights_fingerprint = "w0";
+    o.hbm_layout = HbmLayout::kLayerFirst;
+    auto ns = CacheNamespace::Create(KvCacheEnv::Geometry(), o);
+    EXPECT_TRUE(ns.ok()) << ns.status();
+    return *ns;
+  };
+  const CacheNamespace ours = ns_with({.model_id = "kvtier-test/tiny-model"});
+  {
+    KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> a, NewCache(ours, transport_, 32));
+    ASSERT_NO_FATAL_FAILURE(ComputeAndStore(*a, 1, prompt, 70, adapter_gen1));
+    EXPECT_EQ(a->stats().tiers[kRemote].stored, 4) << StatsString(a->stats());
+  }
+  const auto found = [&](const CacheNamespace& ns, const SequenceOptions& options) -> int64_t {
+    auto cache = NewCache(ns, transport_, 32);
+    EXPECT_TRUE(cache.ok()) << cache.status();
+    if (!cache.ok()) return -1;
+    EXPECT_TRUE((*cache)->CreateSequence(Seq(9), options).ok());
+    absl::StatusOr<AttachResult> r = (*cache)->AttachPrefix(Seq(9), query);
+    EXPECT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE((*cache)->Release(Seq(9)).ok());
+    return r.ok() ? r->attached_blocks_by_tier[kRemote] : -1;
+  };
+  EXPECT_EQ(found(ours, adapter_gen1), 4);
+  EXPECT_EQ(found(ours, adapter_gen2), 0) << "another adapter load generation";
+  EXPECT_EQ(found(ours, {}), 0) << "no adapter";
+  EXPECT_EQ(found(ns_with({.model_id = "kvtier-test/other-model"}), adapter_gen1), 0)
+      << "another model";
+  EXPECT_EQ(found(ns_with({.model_id = "kvtier-test/tiny-model", .pp_rank = 1, .pp_size = 2}),
+                  adapter_gen1),
+            0)
+      << "another pipeline stage";
+  EXPECT_EQ(found(ns_with({.model_id = "kvtier-test/tiny-model", .first_layer = 2}), adapter_gen1),
+            0)
+      << "another first layer";
+}
+
 // Runs kvtier_remote_writer (another process) with `args`; its exit code, -1 if it did not exit.
 int RunWriter(const std::string& args) {
   const std::string command = absl::StrCat(KVTIER_REMOTE_WRITER, " ", args);

@@ -101,6 +101,30 @@ TEST_P(RemoteTierDedupeTest, CorruptStoredValueIsReplacedByTheNextWrite) {
   EXPECT_TRUE(out == block);
 }
 
+// delete_freed deletes only values this tier's own write stored: a block another worker wrote
+// (found by discovery, or whose write was skipped because the store had it) stays for the
+// others when this worker lets it go.
+TEST_P(RemoteTierDedupeTest, DiscardDeletesOnlyValuesThisTierStored) {
+  testing::TempDir dir;
+  std::shared_ptr<Transport> store = GetParam().make(dir);
+  auto a = Tier(store);
+  auto b = Tier(store);
+  const BlockKey key{31, 32};
+  const std::vector<std::byte> block = testing::RandomBytes(Geometry().bytes_per_block(), 6);
+  KVTIER_ASSERT_OK(a->WriteBlock(SlotId(0), key, block).Wait());
+  KVTIER_ASSERT_OK(b->WriteBlock(SlotId(2), key, block).Wait());  // skipped: A's value is there
+  KVTIER_ASSERT_OK(b->AdoptStoredBlock(SlotId(3), key));          // as discovery does
+  const std::string store_key = a->StoreKey(key);
+  auto stored = [&] { return store->Exists({{store_key}}, kNoDeadline)[0].Wait().ok(); };
+  b->DiscardBlock(SlotId(2), key);
+  b->DiscardBlock(SlotId(3), key);
+  EXPECT_EQ(b->deleted_keys(), 0);
+  EXPECT_TRUE(stored());
+  a->DiscardBlock(SlotId(0), key);
+  EXPECT_EQ(a->deleted_keys(), 1);
+  EXPECT_FALSE(stored());
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Transports, RemoteTierDedupeTest,
     ::testing::Values(Store{"in_process",

@@ -282,6 +282,22 @@ TEST(ReplayTest, KeptStateGivesTheNextRunHitsFromTheFirst) {
   o.keep_state_dir.clear();
   KVTIER_ASSERT_OK_AND_ASSIGN(ReplayReport fresh, RunReplay(trace, o));
   EXPECT_EQ(fresh.hit_tokens, 0);
+  // The same with the remote tier (a directory store) below HBM instead of NVMe: the second run
+  // finds the first one's blocks in the store by discovery, reports its probes, and restores them.
+  ReplayOptions remote = o;
+  remote.capacity[TierIndex(Tier::kNvme)] = TierCapacity::Absent();
+  remote.capacity[TierIndex(Tier::kRemote)] = TierCapacity::Blocks(64);
+  remote.keep_state_dir = dir.File("remote-state");
+  KVTIER_ASSERT_OK_AND_ASSIGN(ReplayReport before, RunReplay(trace, remote));
+  EXPECT_EQ(before.hit_tokens, 0);
+  EXPECT_EQ(before.remote_blocks_found, 0);
+  KVTIER_ASSERT_OK_AND_ASSIGN(ReplayReport after, RunReplay(trace, remote));
+  EXPECT_GT(after.remote_probes, 0);
+  EXPECT_GT(after.remote_blocks_found, 0);
+  EXPECT_GT(after.remote_blocks_indexed, 0);
+  EXPECT_GT(after.hit_tokens_by_tier[TierIndex(Tier::kRemote)], 0);
+  EXPECT_EQ(after.corrupt_blocks, 0);
+  EXPECT_NE(ReportTable({after}).find("remote probes (lru)"), std::string::npos);
   // Payload none has no state to keep.
   ReplayOptions none = SmallOptions(64, PayloadMode::kNone);
   none.keep_state_dir = dir.File("none");

@@ -7,6 +7,17 @@
 //   BM_RedisTransport_Put / _Get: RemoteTier (codec none, no HMAC: XXH3-128 frames) over
 //     RedisTransport (connections = 1, max_pipeline default): WriteBlocks / ReadBlocks of 8
 //     blocks, every Completion waited and checked. _Get reads blocks written before the loop.
+//     _Get is the batched read of 8 blocks in one call: one ReadBlocks = one Transport::Get of
+//     8 items = one pipeline of 8 GETs.
+//
+// Discovery benchmarks, <blocks> = 8, 32, 128 stored blocks (items = blocks):
+//   BM_RemoteProbe/<blocks>: RemoteTier::ProbeBlocks of all <blocks> keys, deadline now + 1 s,
+//     over RedisTransport (connections = 1); every block must be found. The blocks are written
+//     through the tier before the loop, in a small geometry of its own (1 layer, 1 KV head,
+//     head_dim 64, 16 tokens: 4 KiB blocks), since EXISTS does not read values.
+//   BM_RawExistsPipeline/<blocks>: the same store keys (RemoteTier::StoreKey), stored the same
+//     way; one blocking redisContext, redisAppendCommandArgv of <blocks> EXISTS, then <blocks>
+//     redisGetReply, each reply checked to be integer 1.
 // The server: by default this binary starts its own redis-server on a free loopback port
 // (tests/testing/redis_server.h) on the first Redis benchmark and kills it at exit; with
 // --redis=host:port it uses that server instead. Either way it only touches its own keys
@@ -31,7 +42,8 @@
 // Allocator: main() fixes glibc's mmap and trim thresholds (see there), so that page faults from
 // malloc heuristics do not decide the raw-versus-ours comparison.
 //
-// After the table, a ratios section: ours over raw throughput (target >= 0.9 x, informational),
+// After the table, a ratios section: ours over raw throughput (target >= 0.9 x, informational;
+// for the probe, blocks per second over raw pipelined EXISTS per block count),
 // and per codec its size ratio r and its throughput over the raw SET throughput (on a link of
 // throughput B, encoding pays only if the codec runs faster than B * r / (r - 1)).
 
@@ -40,6 +52,7 @@
 #include <signal.h>
 #include <sys/time.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -71,6 +84,7 @@
 #include "kvtier/redis_transport.h"
 #include "kvtier/remote_tier.h"
 #include "kvtier/tier_backend.h"
+#include "kvtier/transport.h"
 #include "tests/testing/redis_server.h"
 
 namespace kvtier {
@@ -230,8 +244,9 @@ absl::Status Append(redisContext* c, const std::vector<std::string_view>& argv) 
   return absl::OkStatus();
 }
 
-// Reads one reply; an error reply or a reply of another type than `want` is an error.
-absl::Status ReadReply(redisContext* c, int want) {
+// Reads one reply; an error reply or a reply of another type than `want` is an error. With
+// `integer`, an integer reply's value is stored there.
+absl::Status ReadReply(redisContext* c, int want, long long* integer = nullptr) {
   void* raw = nullptr;
   if (redisGetReply(c, &raw) != REDIS_OK || raw == nullptr) {
     return absl::UnavailableError(absl::StrCat("redisGetReply: ", c->errstr));
@@ -242,6 +257,7 @@ absl::Status ReadReply(redisContext* c, int want) {
         absl::StrCat("reply type ", r->type, " (want ", want, ")",
                      r->type == REDIS_REPLY_ERROR ? absl::StrCat(": ", r->str) : ""));
   }
+  if (integer != nullptr) *integer = r->integer;
   return absl::OkStatus();
 }
 
@@ -384,6 +400,129 @@ void BM_RedisTransport(benchmark::State& state, bool get) {
 void BM_RedisTransport_Put(benchmark::State& state) { BM_RedisTransport(state, /*get=*/false); }
 void BM_RedisTransport_Get(benchmark::State& state) { BM_RedisTransport(state, /*get=*/true); }
 
+// ---- discovery: RemoteTier::ProbeBlocks beside raw pipelined EXISTS ----
+
+constexpr int kProbeBlockCounts[] = {8, 32, 128};
+
+// The probe's own geometry: EXISTS never reads a value, so small blocks keep the setup (up to
+// 128 writes) quick without changing what is measured.
+absl::StatusOr<KvGeometry> ProbeGeometry() {
+  return KvGeometry::Create(
+      {.num_layers = 1, .num_kv_heads = 1, .head_dim = 64, .tokens_per_block = 16});
+}
+
+// A RemoteTier over its own RedisTransport, with `blocks` blocks written through it.
+struct ProbeStore {
+  std::shared_ptr<Transport> transport;
+  std::unique_ptr<RemoteTier> tier;
+  std::vector<BlockKey> keys;
+  std::vector<std::string> store_keys;  // tier->StoreKey(keys[i])
+};
+
+absl::StatusOr<ProbeStore> MakeProbeStore(const std::string& address, int blocks) {
+  absl::StatusOr<KvGeometry> g = ProbeGeometry();
+  if (!g.ok()) return g.status();
+  absl::StatusOr<CacheNamespace> ns = CacheNamespace::Create(
+      *g, {.model_id = "kvtier-remote-bench-probe", .weights_fingerprint = "synthetic"});
+  if (!ns.ok()) return ns.status();
+  absl::StatusOr<std::unique_ptr<RedisTransport>> made =
+      RedisTransport::Create({.endpoints = {address}, .connections = 1});
+  if (!made.ok()) return made.status();
+  ProbeStore store;
+  store.transport = *std::move(made);
+  absl::StatusOr<std::unique_ptr<RemoteTier>> tier =
+      RemoteTier::Create(*ns, {.transport = store.transport,
+                               .capacity_blocks = blocks,
+                               .key_prefix = kTierKeyPrefix,
+                               .codec = Codec::kNone});
+  if (!tier.ok()) return tier.status();
+  store.tier = *std::move(tier);
+  const std::vector<std::byte> value(static_cast<size_t>(g->bytes_per_block()), std::byte{0x5a});
+  std::vector<BlockWrite> writes;
+  for (int i = 0; i < blocks; ++i) {
+    const BlockKey key{.hi = kSeed ^ 0x70726f6265, .lo = static_cast<uint64_t>(i) + 1};  // "probe"
+    store.keys.push_back(key);
+    store.store_keys.push_back(store.tier->StoreKey(key));
+    writes.push_back({SlotId(static_cast<uint32_t>(i)), key, value});
+  }
+  if (absl::Status s = WaitAllOk(store.tier->WriteBlocks(writes)); !s.ok()) return s;
+  return store;
+}
+
+// Deletes what MakeProbeStore wrote, so the next benchmark starts from its own keys.
+absl::Status DeleteProbeStore(const ProbeStore& store) {
+  for (const Completion& c : store.transport->Delete(store.store_keys, absl::InfiniteFuture())) {
+    if (absl::Status s = c.Wait(); !s.ok() && !absl::IsNotFound(s)) return s;
+  }
+  return absl::OkStatus();
+}
+
+void BM_RemoteProbe(benchmark::State& state) {
+  const int blocks = static_cast<int>(state.range(0));
+  const absl::StatusOr<std::string>& address = RedisAddress();
+  if (!address.ok()) return Skip(state, "redis-server", address.status());
+  absl::StatusOr<ProbeStore> store = MakeProbeStore(*address, blocks);
+  if (!store.ok()) return Skip(state, "setup", store.status());
+  bool failed = false;
+  for (auto _ : state) {
+    absl::StatusOr<std::vector<bool>> found =
+        store->tier->ProbeBlocks(store->keys, absl::Now() + absl::Seconds(1));
+    if (!found.ok()) {
+      Skip(state, "ProbeBlocks", found.status());
+      failed = true;
+      break;
+    }
+    if (const auto n = std::count(found->begin(), found->end(), true); n != blocks) {
+      Skip(state, "ProbeBlocks",
+           absl::NotFoundError(absl::StrCat(n, " of ", blocks, " stored blocks found")));
+      failed = true;
+      break;
+    }
+  }
+  if (!failed) state.SetItemsProcessed(state.iterations() * blocks);
+  if (absl::Status s = DeleteProbeStore(*store); !s.ok() && !failed) Skip(state, "cleanup DEL", s);
+}
+
+// One pipeline of an EXISTS per key; every key must exist.
+absl::Status RawExistsAll(redisContext* c, const std::vector<std::string>& keys) {
+  for (const std::string& key : keys) {
+    if (absl::Status s = Append(c, {"EXISTS", key}); !s.ok()) return s;
+  }
+  int64_t found = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    long long exists = 0;
+    if (absl::Status s = ReadReply(c, REDIS_REPLY_INTEGER, &exists); !s.ok()) return s;
+    found += exists;
+  }
+  if (found != static_cast<int64_t>(keys.size())) {
+    return absl::NotFoundError(absl::StrCat(found, " of ", keys.size(), " stored keys exist"));
+  }
+  return absl::OkStatus();
+}
+
+void BM_RawExistsPipeline(benchmark::State& state) {
+  const int blocks = static_cast<int>(state.range(0));
+  const absl::StatusOr<std::string>& address = RedisAddress();
+  if (!address.ok()) return Skip(state, "redis-server", address.status());
+  absl::StatusOr<ProbeStore> store = MakeProbeStore(*address, blocks);
+  if (!store.ok()) return Skip(state, "setup", store.status());
+  absl::StatusOr<Context> c = Connect(*address);
+  bool failed = !c.ok();
+  if (failed) {
+    Skip(state, "connect", c.status());
+  } else {
+    for (auto _ : state) {
+      if (absl::Status s = RawExistsAll(c->get(), store->store_keys); !s.ok()) {
+        Skip(state, "EXISTS", s);
+        failed = true;
+        break;
+      }
+    }
+  }
+  if (!failed) state.SetItemsProcessed(state.iterations() * blocks);
+  if (absl::Status s = DeleteProbeStore(*store); !s.ok() && !failed) Skip(state, "cleanup DEL", s);
+}
+
 // ---- codecs ----
 
 // Encoded size ratio of each codec that ran, for the ratios section (the reporter keeps no
@@ -452,6 +591,12 @@ void Register(bool redis) {
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
     }
+    for (auto [name, fn] : {std::pair{"BM_RemoteProbe", &BM_RemoteProbe},
+                            std::pair{"BM_RawExistsPipeline", &BM_RawExistsPipeline}}) {
+      auto* b = benchmark::RegisterBenchmark(name, fn);
+      for (int blocks : kProbeBlockCounts) b->Arg(blocks);
+      b->Unit(benchmark::kMicrosecond)->UseRealTime();
+    }
   }
   for (Codec codec : BenchCodecs()) {
     const std::string name(CodecName(codec));
@@ -488,6 +633,19 @@ void PrintRatios(std::FILE* out, const bench::Results& results) {
     ratios += bench::Ratio(label, *a / *b);
     checks += bench::Check(label, *a / *b, "x", 0.9, true);
   }
+  for (int blocks : kProbeBlockCounts) {
+    const bench::Result* ours =
+        bench::Find(results, absl::StrCat("BM_RemoteProbe/", blocks, "/real_time"));
+    const bench::Result* raw =
+        bench::Find(results, absl::StrCat("BM_RawExistsPipeline/", blocks, "/real_time"));
+    if (ours == nullptr || raw == nullptr || !ours->items_per_second || !raw->items_per_second) {
+      continue;
+    }
+    const std::string label = absl::StrCat("probe / raw pipelined EXISTS, ", blocks, " blocks");
+    const double ratio = *ours->items_per_second / *raw->items_per_second;
+    ratios += bench::Ratio(label.c_str(), ratio);
+    checks += bench::Check(label.c_str(), ratio, "x", 0.9, true);
+  }
   const std::optional<double> wire = Throughput(results, "BM_RawHiredis_Set/2097152/real_time");
   for (Codec codec : BenchCodecs()) {
     const std::string name(CodecName(codec));
@@ -503,8 +661,8 @@ void PrintRatios(std::FILE* out, const bench::Results& results) {
     }
   }
   bench::PrintSections(out,
-                       "throughput over throughput, 2 MiB KV-like bf16 blocks; 1 = raw hiredis; "
-                       "size ratios raw / encoded",
+                       "throughput over throughput, 2 MiB KV-like bf16 blocks (probe: blocks/s); "
+                       "1 = raw hiredis; size ratios raw / encoded",
                        ratios, checks);
 }
 
@@ -540,8 +698,9 @@ int main(int argc, char** argv) {
   if (!redis) {
     std::fprintf(
         stderr,
-        "redis-server is not on PATH and no --redis=host:port was given: the BM_RawHiredis_* "
-        "and BM_RedisTransport_* benchmarks are not registered (only the codec ones run)\n");
+        "redis-server is not on PATH and no --redis=host:port was given: the BM_RawHiredis_*, "
+        "BM_RedisTransport_*, BM_RemoteProbe and BM_RawExistsPipeline benchmarks are not "
+        "registered (only the codec ones run)\n");
   }
   kvtier::Register(redis);
   const int rc = kvtier::bench::RunAndReport(argc, argv, kvtier::PrintRatios);

@@ -54,7 +54,7 @@ struct RedisTransportOptions {
   int connections = 4;  // worker threads, 1..64
   absl::Duration reconnect_backoff_min = absl::Milliseconds(10);
   absl::Duration reconnect_backoff_max = absl::Seconds(1);
-  int max_pipeline = 64;  // commands per round trip, 1..4096
+  int max_pipeline = 256;  // commands per round trip, 1..4096 (a probe window fits in one)
   int max_redirects = 5;  // MOVED/ASK hops per item, 1..16
 };
 

@@ -10,11 +10,10 @@ namespace kvtier::internal {
 
 inline std::string HexEncode(const uint8_t* data, size_t size) {
   static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(2 * size);
+  std::string out(2 * size, '0');
   for (size_t i = 0; i < size; ++i) {
-    out.push_back(kDigits[data[i] >> 4]);
-    out.push_back(kDigits[data[i] & 0xf]);
+    out[2 * i] = kDigits[data[i] >> 4];
+    out[2 * i + 1] = kDigits[data[i] & 0xf];
   }
   return out;
 }

@@ -55,8 +55,15 @@ struct RemoteTier::Impl {
   std::atomic<int64_t> probe_hits{0};
   internal::CircuitBreaker breaker;
 
+  // RemoteBlockKey(options.key_prefix, ns_digest, key), with the part before the block key
+  // (prefix, namespace hex, ':') made once: a probe asks for dozens of keys per request.
+  std::string key_head;
   std::string StoreKey(const BlockKey& key) const {
-    return RemoteBlockKey(options.key_prefix, ns_digest, key);
+    std::string out;
+    out.reserve(key_head.size() + 32);
+    out.append(key_head);
+    out.append(key.ToHex());
+    return out;
   }
   // The largest valid frame: the header plus a block that compression made slightly bigger.
   int64_t MaxFrameBytes() const {
@@ -109,6 +116,8 @@ absl::StatusOr<std::unique_ptr<RemoteTier>> RemoteTier::Create(const CacheNamesp
   auto impl = std::make_shared<Impl>(options);
   std::shared_ptr<Transport> transport = options.transport;
   impl->ns_digest = ns.digest();
+  impl->key_head = RemoteBlockKey(options.key_prefix, impl->ns_digest, BlockKey{});
+  impl->key_head.resize(impl->key_head.size() - 32);  // less the block key's 32 hex digits
   KVTIER_ASSIGN_OR_RETURN(impl->allocator,
                           BlockAllocator::Create(Tier::kRemote, options.capacity_blocks));
   impl->contents = std::make_unique<internal::SlotContents>(options.capacity_blocks);

@@ -115,6 +115,10 @@ TEST_P(RemoteTierDedupeTest, DiscardDeletesOnlyValuesThisTierStored) {
   KVTIER_ASSERT_OK(b->WriteBlock(SlotId(2), key, block).Wait());  // skipped: A's value is there
   KVTIER_ASSERT_OK(b->AdoptStoredBlock(SlotId(3), key));          // as discovery does
   const std::string store_key = a->StoreKey(key);
+  // The documented store key (transport.h), whatever the tier does to make it quickly.
+  auto ns = CacheNamespace::Create(Geometry(), {.model_id = "m", .weights_fingerprint = "w"});
+  ASSERT_TRUE(ns.ok());
+  EXPECT_EQ(store_key, RemoteBlockKey("kvtier:", ns->digest(), key));
   auto stored = [&] { return store->Exists({{store_key}}, kNoDeadline)[0].Wait().ok(); };
   b->DiscardBlock(SlotId(2), key);
   b->DiscardBlock(SlotId(3), key);
@@ -133,11 +137,11 @@ INSTANTIATE_TEST_SUITE_P(
                             }},
                       Store{"directory",
                             [](testing::TempDir& dir) -> std::shared_ptr<Transport> {
-                              auto t = DirectoryTransport::Create({.root = dir.File("store")});
-                              EXPECT_TRUE(t.ok()) << t.status();
-                              return std::shared_ptr<Transport>(std::move(*t));
+                              auto made = DirectoryTransport::Create({.root = dir.File("store")});
+                              EXPECT_TRUE(made.ok()) << made.status();
+                              return std::shared_ptr<Transport>(std::move(*made));
                             }}),
-    [](const ::testing::TestParamInfo<Store>& info) { return info.param.name; });
+    [](const ::testing::TestParamInfo<Store>& p) { return p.param.name; });
 
 TEST(TransportIfAbsentTest, DirectoryAndInProcessRefuseToReplace) {
   testing::TempDir dir;

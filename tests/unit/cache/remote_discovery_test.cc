@@ -519,6 +519,59 @@ TEST(RemoteDiscoveryTest, BlockGoneFromTheStoreAfterDiscoveryIsAMiss) {
   ExpectHealthy(*b);
 }
 
+// A value damaged in the store (one flipped byte) is found by the probe but never served: the
+// read fails its frame check, is counted as corrupt, and the block is a miss that the request
+// recomputes. Its next write replaces the damaged value, so a third cache then finds every block
+// whole.
+TEST(RemoteDiscoveryTest, CorruptValueInTheStoreIsACountedMissNeverABlock) {
+  const CacheNamespace ns = NamespaceWithWeights("w0");
+  auto store = std::make_shared<InProcessTransport>();
+  const std::vector<int32_t> prompt = Iota(16, 100);
+  {
+    KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> a, NewCache(ns, store, 32));
+    ASSERT_NO_FATAL_FAILURE(ComputeAndStore(*a, 1, prompt, 40));
+  }
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<RemoteTier> keys_of,
+                              RemoteTier::Create(ns, {.transport = store, .capacity_blocks = 1}));
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> b, NewCache(ns, store, 32));
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::vector<BlockKey> block_keys, b->hasher().BlockKeys(prompt, {}));
+  std::vector<std::byte>* value = store->MutableValueForTest(keys_of->StoreKey(block_keys[0]));
+  ASSERT_NE(value, nullptr);
+  value->back() ^= std::byte{0x10};  // a payload byte of block 0
+
+  std::vector<int32_t> query = prompt;
+  query.push_back(1);
+  KVTIER_ASSERT_OK(b->CreateSequence(Seq(2)));
+  KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult r, b->AttachPrefix(Seq(2), query));
+  ASSERT_EQ(r.attached_blocks_by_tier[kRemote], 4);
+  KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket t, b->EnsureResident(Seq(2), 0, 16));
+  EXPECT_EQ(t.block_status()[0], BlockResidency::kNotResident) << "a corrupt block was served";
+  KVTIER_ASSERT_OK(b->ReleaseTicket(t));
+  KVTIER_ASSERT_OK(b->Release(Seq(2)));
+  KVTIER_ASSERT_OK(b->WaitIdle(absl::Now() + absl::Seconds(30)));
+  EXPECT_GE(b->stats().tiers[kRemote].corrupt_reads, 1) << StatsString(b->stats());
+
+  // B computes the prompt itself; write-through stores block 0 again, replacing the damage.
+  ASSERT_NO_FATAL_FAILURE(ComputeAndStore(*b, 3, prompt, 40));
+  ExpectHealthy(*b);
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> c, NewCache(ns, store, 32));
+  KVTIER_ASSERT_OK(c->CreateSequence(Seq(4)));
+  KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult again, c->AttachPrefix(Seq(4), query));
+  ASSERT_EQ(again.attached_blocks_by_tier[kRemote], 4);
+  KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket whole, c->EnsureResident(Seq(4), 0, 16));
+  ASSERT_THAT(whole.block_status(), Each(BlockResidency::kResident));
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(BlockPatternMismatches(ns.geometry(), whole.block_table(), i,
+                                     40 + static_cast<uint32_t>(i)),
+              0)
+        << "block " << i;
+  }
+  KVTIER_ASSERT_OK(c->ReleaseTicket(whole));
+  KVTIER_ASSERT_OK(c->Release(Seq(4)));
+  EXPECT_EQ(c->stats().tiers[kRemote].corrupt_reads, 0);
+  ExpectHealthy(*c);
+}
+
 // The lock is dropped for the probe: a sequence released meanwhile fails the attach as a released
 // sequence does, and nothing is adopted for it (on error nothing changes).
 TEST(RemoteDiscoveryTest, SequenceReleasedDuringTheProbeAdoptsNothing) {

@@ -171,6 +171,14 @@ void ComputeAndStore(KvCache& cache, uint64_t id, const std::vector<int32_t>& pr
   KVTIER_ASSERT_OK(cache.Release(Seq(id)));
 }
 
+// Another cache of `ns` over `store` (32 remote slots) computes `prompt` (block i's bytes from
+// seed + i), stores it through write-through, and is destroyed: the store alone has the blocks.
+void StoreFromAnotherCache(const CacheNamespace& ns, std::shared_ptr<Transport> store,
+                           const std::vector<int32_t>& prompt, uint32_t seed) {
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> a, NewCache(ns, std::move(store), 32));
+  ASSERT_NO_FATAL_FAILURE(ComputeAndStore(*a, 1, prompt, seed));
+}
+
 // ---------------------------------------------------------------- two caches over one store
 
 enum class StoreKind { kInProcess, kDirectory, kRedis };
@@ -397,10 +405,7 @@ TEST(RemoteDiscoveryTest, ProbeStartsWhereTheLocalMatchEnds) {
   const CacheNamespace ns = NamespaceWithWeights("w0");
   auto store = std::make_shared<ProbeDouble>();
   const std::vector<int32_t> prompt = Iota(24, 300);  // 6 blocks
-  {
-    KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> a, NewCache(ns, store, 32));
-    ASSERT_NO_FATAL_FAILURE(ComputeAndStore(*a, 1, prompt, 90));
-  }
+  ASSERT_NO_FATAL_FAILURE(StoreFromAnotherCache(ns, store, prompt, 90));
   // B has the first 2 blocks itself (computed with the same bytes), the store all 6.
   KVTIER_ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<KvCache> b,
@@ -434,10 +439,7 @@ TEST(RemoteDiscoveryTest, WindowBoundsTheKeysOfOneProbe) {
   const CacheNamespace ns = NamespaceWithWeights("w0");
   auto store = std::make_shared<ProbeDouble>();
   const std::vector<int32_t> prompt = Iota(24, 300);
-  {
-    KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> a, NewCache(ns, store, 32));
-    ASSERT_NO_FATAL_FAILURE(ComputeAndStore(*a, 1, prompt, 90));
-  }
+  ASSERT_NO_FATAL_FAILURE(StoreFromAnotherCache(ns, store, prompt, 90));
   KVTIER_ASSERT_OK_AND_ASSIGN(
       std::unique_ptr<KvCache> b,
       NewCache(ns, store, 32, [](KvCacheOptions& o) { o.remote_probe_window_blocks = 3; }));
@@ -457,10 +459,7 @@ TEST(RemoteDiscoveryTest, HashedLookupAndAttachDiscoverToo) {
   const CacheNamespace ns = NamespaceWithWeights("w0");
   auto store = std::make_shared<InProcessTransport>();
   const std::vector<int32_t> prompt = Iota(16, 100);
-  {
-    KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> a, NewCache(ns, store, 32));
-    ASSERT_NO_FATAL_FAILURE(ComputeAndStore(*a, 1, prompt, 40));
-  }
+  ASSERT_NO_FATAL_FAILURE(StoreFromAnotherCache(ns, store, prompt, 40));
   KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> b, NewCache(ns, store, 32));
   std::vector<int32_t> query = prompt;
   query.push_back(1);
@@ -486,10 +485,7 @@ TEST(RemoteDiscoveryTest, BlockGoneFromTheStoreAfterDiscoveryIsAMiss) {
   const CacheNamespace ns = NamespaceWithWeights("w0");
   auto store = std::make_shared<InProcessTransport>();
   const std::vector<int32_t> prompt = Iota(16, 100);
-  {
-    KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> a, NewCache(ns, store, 32));
-    ASSERT_NO_FATAL_FAILURE(ComputeAndStore(*a, 1, prompt, 40));
-  }
+  ASSERT_NO_FATAL_FAILURE(StoreFromAnotherCache(ns, store, prompt, 40));
   ASSERT_EQ(store->size(), 4);
   KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> b, NewCache(ns, store, 32));
   std::vector<int32_t> query = prompt;
@@ -527,10 +523,7 @@ TEST(RemoteDiscoveryTest, CorruptValueInTheStoreIsACountedMissNeverABlock) {
   const CacheNamespace ns = NamespaceWithWeights("w0");
   auto store = std::make_shared<InProcessTransport>();
   const std::vector<int32_t> prompt = Iota(16, 100);
-  {
-    KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> a, NewCache(ns, store, 32));
-    ASSERT_NO_FATAL_FAILURE(ComputeAndStore(*a, 1, prompt, 40));
-  }
+  ASSERT_NO_FATAL_FAILURE(StoreFromAnotherCache(ns, store, prompt, 40));
   KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<RemoteTier> keys_of,
                               RemoteTier::Create(ns, {.transport = store, .capacity_blocks = 1}));
   KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> b, NewCache(ns, store, 32));
@@ -578,10 +571,7 @@ TEST(RemoteDiscoveryTest, SequenceReleasedDuringTheProbeAdoptsNothing) {
   const CacheNamespace ns = NamespaceWithWeights("w0");
   auto store = std::make_shared<ProbeDouble>();
   const std::vector<int32_t> prompt = Iota(16, 100);
-  {
-    KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> a, NewCache(ns, store, 32));
-    ASSERT_NO_FATAL_FAILURE(ComputeAndStore(*a, 1, prompt, 40));
-  }
+  ASSERT_NO_FATAL_FAILURE(StoreFromAnotherCache(ns, store, prompt, 40));
   KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> b, NewCache(ns, store, 32));
   KVTIER_ASSERT_OK(b->CreateSequence(Seq(2)));
   KvCache* cache = b.get();
@@ -606,10 +596,7 @@ TEST(RemoteDiscoveryTest, RemoteSlotBudgetBoundsAdoption) {
   const CacheNamespace ns = NamespaceWithWeights("w0");
   auto store = std::make_shared<InProcessTransport>();
   const std::vector<int32_t> prompt = Iota(16, 100);
-  {
-    KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> a, NewCache(ns, store, 32));
-    ASSERT_NO_FATAL_FAILURE(ComputeAndStore(*a, 1, prompt, 40));
-  }
+  ASSERT_NO_FATAL_FAILURE(StoreFromAnotherCache(ns, store, prompt, 40));
   KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> b, NewCache(ns, store, 2));
   std::vector<int32_t> query = prompt;
   query.push_back(1);
@@ -708,10 +695,7 @@ TEST(RemoteDiscoveryTest, WindowZeroNeverAsksTheStore) {
   const CacheNamespace ns = NamespaceWithWeights("w0");
   auto store = std::make_shared<ProbeDouble>();
   const std::vector<int32_t> prompt = Iota(16, 100);
-  {
-    KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> a, NewCache(ns, store, 32));
-    ASSERT_NO_FATAL_FAILURE(ComputeAndStore(*a, 1, prompt, 40));
-  }
+  ASSERT_NO_FATAL_FAILURE(StoreFromAnotherCache(ns, store, prompt, 40));
   const int64_t calls = store->exists_calls();
   KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> b,
                               NewCache(ns, store, 32, [](KvCacheOptions& o) {

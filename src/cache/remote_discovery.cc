@@ -77,15 +77,7 @@ void KvCache::Impl::AdoptDiscovered(SequenceId id, uint64_t generation,
     // Indexed meanwhile (another request computed, onboarded or discovered it): the chain goes
     // on through that copy if it is ready; a block only being written still ends the match.
     if (const std::optional<BlockRecord> rec = IndexedCopies(key); rec.has_value()) {
-      if (rec->state(kR) != CopyState::kAbsent) {
-        if (rec->state(kR) == CopyState::kReady) continue;
-        break;
-      }
-      bool ready = false;
-      for (int t = 0; t < kNumTiers; ++t) {
-        ready = ready || rec->state(static_cast<Tier>(t)) == CopyState::kReady;
-      }
-      if (ready) continue;
+      if (rec->state(kR) != CopyState::kPending && rec->fastest_ready_tier().has_value()) continue;
       break;
     }
     // This worker's budget of remote blocks: a free slot, or one the tier's eviction frees now

@@ -127,7 +127,10 @@ struct KvCacheOptions {
   // transfer the cache starts with no caller deadline (Resume, Prefetch, Pause, write-through,
   // kAsync without a deadline): a store that never answers holds no staging buffer for ever.
   absl::Duration room_wait = absl::Seconds(10);
-  int bounce_buffers = 4;  // the transfer engine's staging buffers, >= 1
+  // The transfer engine's staging buffers (block_bytes each, host memory), >= 1. A copy into HBM
+  // from a tier that is not host-addressable (NVMe, remote) holds one while it runs, so this
+  // also bounds how many of a request's blocks one batched read of such a tier carries.
+  int bounce_buffers = 4;
   // Remote discovery: when the local match of a prompt ends before its last full block and the
   // remote tier can probe its store (kCapProbe: RemoteTier), AttachPrefix and Lookup ask the
   // store whether it holds the next remote_probe_window_blocks blocks of the prompt's chain, in

@@ -75,6 +75,16 @@ struct TransferOptions {
   // (A copy between two inline tiers that starts at once has finished when Copy returns: no
   // deadline applies to it either way.)
   bool deadline_bounds_start = false;
+  // Queue the copy without starting it: it starts at the next StartDeferred() (or sooner, when
+  // the engine next starts waiting copies for another reason). Copies a caller makes in one go
+  // (a request's onboarding) then start together, and the source reads of one tier reach that
+  // tier as one ReadBlocks (one transport batch for a remote tier, one submission for NVMe),
+  // whose backend deadline is the latest of theirs. How many start together is bounded by the
+  // free bounce buffers for staged copies (neither end host-addressable: a remote or NVMe tier
+  // into HBM), unbounded otherwise. The caller must call
+  // StartDeferred() after its last such Copy; until then the copy only ages toward its
+  // deadline. (A copy between two inline tiers that can start at once runs in Copy anyway.)
+  bool defer_start = false;
 };
 
 struct Transfer {
@@ -107,6 +117,10 @@ class TransferEngine {
   // kDataLoss, kUnavailable, ...), a failed source_ready's, or kDeadlineExceeded.
   absl::StatusOr<Transfer> Copy(const BlockKey& key, Tier from, SlotId source, Tier to,
                                 const TransferOptions& options = {});
+
+  // Starts the copies queued with TransferOptions::defer_start (those whose conditions hold),
+  // on the engine's own thread; returns at once. Thread-safe.
+  void StartDeferred();
 
   // Runs `fn` on the allocator of `tier` under the engine's lock.
   // Errors: kInvalidArgument for an absent tier; otherwise whatever `fn` returns.

@@ -39,6 +39,9 @@ absl::StatusOr<std::shared_ptr<KvCache::Impl::Move>> KvCache::Impl::StartMove(co
                          ? deadline
                          : absl::Now() + std::max(room_wait, kMinTransferBound);
   options.deadline_bounds_start = true;
+  // Started after the lock is dropped (RunDeferred), with the other moves of this call: a
+  // request's blocks in one tier are read in one batch.
+  options.defer_start = true;
   KVTIER_ASSIGN_OR_RETURN(Transfer transfer, engine->Copy(key, from, src, to, options));
   auto move = std::make_shared<Move>();
   move->key = key;
@@ -98,6 +101,7 @@ void KvCache::Impl::RunDeferred(Deferred& work) {
       life->Exit();
     });
   }
+  if (!d.moves.empty()) engine->StartDeferred();  // StartMove queued them (defer_start)
 }
 
 void KvCache::Impl::OnWritten(const std::vector<std::pair<BlockKey, SlotId>>& written,

@@ -1,6 +1,7 @@
 // TransferEngine (transfer_engine.h): copies between tiers, their ordering, slots, deadlines.
 #include "kvtier/transfer_engine.h"
 
+#include <algorithm>
 #include <cassert>
 #include <deque>
 #include <functional>
@@ -242,7 +243,7 @@ struct TransferEngine::Impl : std::enable_shared_from_this<TransferEngine::Impl>
       }
     }
     for (auto& [op, status] : fail) Finish(op, std::move(status));
-    for (auto& op : start) StartIo(op);
+    StartIo(start);
   }
 
   // Starts `op` if its source has landed and a bounce buffer is free where one is needed (the
@@ -263,43 +264,107 @@ struct TransferEngine::Impl : std::enable_shared_from_this<TransferEngine::Impl>
     return true;
   }
 
-  void StartIo(const std::shared_ptr<Op>& op) {
+  // How a copy whose source is not host-addressable starts: a read of the source into `read.dst`
+  // (the destination's own bytes, or a bounce buffer), then `then` with the read's status.
+  struct SourceRead {
+    BlockRead read;
+    std::function<void(const absl::Status&)> then;
+  };
+
+  // Fills `out` for a copy that starts with a read of its source (the source is not
+  // host-addressable); false for one that starts with a write of the destination from the
+  // source's bytes in place.
+  bool PlanSourceRead(const std::shared_ptr<Op>& op, SourceRead& out) {
     TierBackend* src = tiers[TierIndex(op->from)];
     TierBackend* dst = tiers[TierIndex(op->to)];
+    if (src->info().capabilities & kCapHostAddressable) return false;
     std::weak_ptr<Impl> weak = weak_from_this();
     auto done = [weak, op](const absl::Status& s) {
       if (auto self = weak.lock()) self->Finish(op, s);
     };
-    // A backend that would have to wait (NVMe staging buffers) gives up at the caller's deadline.
     const BlockIoOptions io{.deadline = op->options.deadline};
-    if (src->info().capabilities & kCapHostAddressable) {
-      if (absl::Status s = src->CheckHolds(op->src, op->key); !s.ok()) return Finish(op, s);
-      dst->WriteBlock(op->dst, op->key,
-                      {src->HostAddress(op->src), static_cast<size_t>(block_bytes)}, io)
-          .OnDone(done);
-    } else if (dst->info().capabilities & kCapHostAddressable) {
+    if (dst->info().capabilities & kCapHostAddressable) {
       dst->BeginHostWrite(op->dst);
-      src->ReadBlock(op->src, op->key, {dst->HostAddress(op->dst), static_cast<size_t>(block_bytes)},
-                     io)
-          .OnDone([dst, op, done](const absl::Status& s) {
-            if (s.ok()) dst->EndHostWrite(op->dst, op->key);
-            done(s);
-          });
-    } else {
-      // Staged: read into a bounce buffer, then (from the dispatcher, which may block in a
-      // backend) write it out.
-      const absl::Span<std::byte> bounce = Bounce(op->bounce);
-      const bool inline_io = Inline(*op);
-      src->ReadBlock(op->src, op->key, bounce, io).OnDone([weak, dst, op, bounce, io, done,
-                                                           inline_io](const absl::Status& s) {
-        auto self = weak.lock();
-        if (!self) return;
-        if (!s.ok()) return self->Finish(op, s);
-        if (inline_io) return dst->WriteBlock(op->dst, op->key, bounce, io).OnDone(done);
-        self->Dispatch([dst, op, bounce, io, done] {
-          dst->WriteBlock(op->dst, op->key, bounce, io).OnDone(done);
-        });
+      out.read = {op->src, op->key, {dst->HostAddress(op->dst), static_cast<size_t>(block_bytes)}};
+      out.then = [dst, op, done](const absl::Status& s) {
+        if (s.ok()) dst->EndHostWrite(op->dst, op->key);
+        done(s);
+      };
+      return true;
+    }
+    // Staged: read into a bounce buffer, then (from the dispatcher, which may block in a
+    // backend) write it out.
+    const absl::Span<std::byte> bounce = Bounce(op->bounce);
+    const bool inline_io = Inline(*op);
+    out.read = {op->src, op->key, bounce};
+    out.then = [weak, dst, op, bounce, io, done, inline_io](const absl::Status& s) {
+      auto self = weak.lock();
+      if (!self) return;
+      if (!s.ok()) return self->Finish(op, s);
+      if (inline_io) return dst->WriteBlock(op->dst, op->key, bounce, io).OnDone(done);
+      self->Dispatch([dst, op, bounce, io, done] {
+        dst->WriteBlock(op->dst, op->key, bounce, io).OnDone(done);
       });
+    };
+    return true;
+  }
+
+  // Starts the data movement of `op` (running, source pinned).
+  void StartIo(const std::shared_ptr<Op>& op) {
+    SourceRead plan;
+    if (PlanSourceRead(op, plan)) {
+      tiers[TierIndex(op->from)]
+          ->ReadBlock(plan.read.slot, plan.read.key, plan.read.dst,
+                      {.deadline = op->options.deadline})
+          .OnDone(std::move(plan.then));
+      return;
+    }
+    TierBackend* src = tiers[TierIndex(op->from)];
+    TierBackend* dst = tiers[TierIndex(op->to)];
+    if (absl::Status s = src->CheckHolds(op->src, op->key); !s.ok()) return Finish(op, s);
+    std::weak_ptr<Impl> weak = weak_from_this();
+    // A backend that would have to wait (a store, NVMe staging buffers) gives up at the
+    // caller's deadline.
+    dst->WriteBlock(op->dst, op->key, {src->HostAddress(op->src), static_cast<size_t>(block_bytes)},
+                    {.deadline = op->options.deadline})
+        .OnDone([weak, op](const absl::Status& s) {
+          if (auto self = weak.lock()) self->Finish(op, s);
+        });
+  }
+
+  // Starts copies that began in one pass: the source reads of one tier go to that tier as one
+  // ReadBlocks (one transport batch for a remote tier, one submission for NVMe), bounded by the
+  // latest deadline among them (copies started together come from one request and have nearly
+  // the same one; a caller keeping its own deadline, deadline_bounds_start, is not held by it);
+  // the others start one by one.
+  void StartIo(const std::vector<std::shared_ptr<Op>>& started) {
+    struct Group {
+      Tier from;
+      absl::Time deadline;
+      std::vector<BlockRead> reads;
+      std::vector<std::function<void(const absl::Status&)>> then;
+    };
+    std::vector<Group> groups;
+    for (const std::shared_ptr<Op>& op : started) {
+      SourceRead plan;
+      if (!PlanSourceRead(op, plan)) {
+        StartIo(op);
+        continue;
+      }
+      auto g = std::find_if(groups.begin(), groups.end(),
+                            [&](const Group& x) { return x.from == op->from; });
+      if (g == groups.end()) {
+        groups.push_back(Group{op->from, op->options.deadline, {}, {}});
+        g = groups.end() - 1;
+      }
+      g->deadline = std::max(g->deadline, op->options.deadline);
+      g->reads.push_back(plan.read);
+      g->then.push_back(std::move(plan.then));
+    }
+    for (Group& g : groups) {
+      std::vector<Completion> done =
+          tiers[TierIndex(g.from)]->ReadBlocks(g.reads, {.deadline = g.deadline});
+      for (size_t i = 0; i < done.size(); ++i) done[i].OnDone(std::move(g.then[i]));
     }
   }
 };
@@ -425,9 +490,11 @@ absl::StatusOr<Transfer> TransferEngine::Copy(const BlockKey& key, Tier from, Sl
       if (auto self = weak.lock()) self->SchedulePump();
     });
   }
-  impl->SchedulePump();
+  if (!options.defer_start) impl->SchedulePump();
   return Transfer{op->dst, op->user};
 }
+
+void TransferEngine::StartDeferred() { impl_->SchedulePump(); }
 
 absl::Status TransferEngine::WithAllocator(Tier tier,
                                            absl::FunctionRef<absl::Status(BlockAllocator&)> fn) {

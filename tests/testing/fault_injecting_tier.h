@@ -8,6 +8,7 @@
 #include <optional>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/clock.h"
@@ -81,6 +82,20 @@ class FaultInjectingTier final : public TierBackend {
     }
     return Forward([=, this] { return inner_->ReadBlock(slot, key, dst, options); });
   }
+  // Records the batch's size (read_batches()), then reads block by block as above.
+  std::vector<Completion> ReadBlocks(absl::Span<const BlockRead> reads,
+                                     const BlockIoOptions& options = {}) override {
+    {
+      internal::MutexLock lock(&mu_);
+      read_batches_.push_back(reads.size());
+    }
+    return TierBackend::ReadBlocks(reads, options);
+  }
+  // The size of every ReadBlocks call so far, in order (single ReadBlock calls not included).
+  std::vector<size_t> read_batches() const {
+    internal::MutexLock lock(&mu_);
+    return read_batches_;
+  }
 
  private:
   absl::Status TakeFault(int* remaining, absl::Status* status) {
@@ -107,7 +122,8 @@ class FaultInjectingTier final : public TierBackend {
   }
 
   std::unique_ptr<TierBackend> inner_;
-  internal::Mutex mu_;
+  mutable internal::Mutex mu_;
+  std::vector<size_t> read_batches_ ABSL_GUARDED_BY(mu_);
   int fail_writes_ ABSL_GUARDED_BY(mu_) = 0;
   int fail_reads_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status write_status_ ABSL_GUARDED_BY(mu_);

@@ -54,8 +54,8 @@ constexpr int kRemote = TierIndex(Tier::kRemote);
 
 SequenceId Seq(uint64_t id) { return SequenceId(id); }
 
-// A Transport over an InProcessTransport that counts Exists calls and can make them hang (never
-// answer: the completions stay pending) or fail with a status.
+// A Transport over an InProcessTransport that counts Exists and Get calls and can make them hang
+// (never answer: the completions stay pending) or fail with a status.
 class ProbeDouble final : public Transport {
  public:
   enum class Mode { kForward, kHang, kFail };
@@ -73,12 +73,16 @@ class ProbeDouble final : public Transport {
   }
   int64_t exists_calls() const { return exists_calls_.load(); }
   int64_t exists_keys() const { return exists_keys_.load(); }
+  int64_t get_calls() const { return get_calls_.load(); }
+  int64_t get_keys() const { return get_keys_.load(); }
 
   std::string name() const override { return "probe_double"; }
   std::vector<Completion> Put(absl::Span<const TransportPut> items, absl::Time deadline) override {
     return inner_->Put(items, deadline);
   }
   std::vector<Completion> Get(absl::Span<const TransportGet> items, absl::Time deadline) override {
+    get_calls_.fetch_add(1);
+    get_keys_.fetch_add(static_cast<int64_t>(items.size()));
     return inner_->Get(items, deadline);
   }
   std::vector<Completion> Exists(absl::Span<const std::string> keys, absl::Time deadline) override {
@@ -109,6 +113,8 @@ class ProbeDouble final : public Transport {
   std::shared_ptr<InProcessTransport> inner_;
   std::atomic<int64_t> exists_calls_{0};
   std::atomic<int64_t> exists_keys_{0};
+  std::atomic<int64_t> get_calls_{0};
+  std::atomic<int64_t> get_keys_{0};
   internal::Mutex mu_;
   Mode mode_ ABSL_GUARDED_BY(mu_) = Mode::kForward;
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
@@ -450,6 +456,38 @@ TEST(RemoteDiscoveryTest, WindowBoundsTheKeysOfOneProbe) {
   KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult r, b->AttachPrefix(Seq(2), query));
   EXPECT_EQ(r.attached_tokens, 12);  // one window of 3 blocks
   EXPECT_EQ(store->exists_keys() - keys_before, 3);
+  KVTIER_ASSERT_OK(b->Release(Seq(2)));
+  ExpectHealthy(*b);
+}
+
+// A request's remote blocks reach the store as one batched read: EnsureResident of 8 discovered
+// blocks makes one Get of 8 keys (the copies to HBM are staged, so as many start together as
+// there are bounce buffers: 8 here), with the bytes each block had.
+TEST(RemoteDiscoveryTest, OnboardingReadsARequestsRemoteBlocksInOneBatch) {
+  const CacheNamespace ns = NamespaceWithWeights("w0");
+  auto store = std::make_shared<ProbeDouble>();
+  const std::vector<int32_t> prompt = Iota(32, 500);  // 8 blocks
+  ASSERT_NO_FATAL_FAILURE(StoreFromAnotherCache(ns, store, prompt, 60));
+  KVTIER_ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<KvCache> b,
+      NewCache(ns, store, 32, [](KvCacheOptions& o) { o.bounce_buffers = 8; }));
+  std::vector<int32_t> query = prompt;
+  query.push_back(1);
+  KVTIER_ASSERT_OK(b->CreateSequence(Seq(2)));
+  KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult r, b->AttachPrefix(Seq(2), query));
+  ASSERT_EQ(r.attached_blocks_by_tier[kRemote], 8);
+  const int64_t calls = store->get_calls();
+  const int64_t keys = store->get_keys();
+  KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket t, b->EnsureResident(Seq(2), 0, 32));
+  ASSERT_THAT(t.block_status(), Each(BlockResidency::kResident));
+  EXPECT_EQ(store->get_calls() - calls, 1);
+  EXPECT_EQ(store->get_keys() - keys, 8);
+  for (size_t i = 0; i < 8; ++i) {
+    EXPECT_EQ(
+        BlockPatternMismatches(ns.geometry(), t.block_table(), i, 60 + static_cast<uint32_t>(i)), 0)
+        << "block " << i;
+  }
+  KVTIER_ASSERT_OK(b->ReleaseTicket(t));
   KVTIER_ASSERT_OK(b->Release(Seq(2)));
   ExpectHealthy(*b);
 }

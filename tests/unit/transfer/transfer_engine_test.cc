@@ -159,6 +159,63 @@ TEST(TransferEngineTest, EveryPathDeliversTheSameBytes) {
   EXPECT_EQ(s.engine->in_flight(), 0);
 }
 
+// Copies queued with defer_start wait for StartDeferred, then start together: the reads of one
+// source tier reach it as one ReadBlocks, both into a host-addressable destination (NVMe ->
+// DRAM) and staged through bounce buffers (NVMe -> HBM, as many as there are buffers).
+TEST(TransferEngineTest, DeferredCopiesReadEachSourceTierInOneBatch) {
+  Stack s(8);
+  std::vector<SlotId> src;
+  for (uint32_t i = 0; i < 8; ++i)
+    src.push_back(s.Put(Tier::kNvme, Stack::Key(i), Stack::Block(i)));
+  std::vector<Transfer> to_dram;
+  std::vector<Transfer> to_hbm;
+  TransferOptions deferred;
+  deferred.defer_start = true;
+  for (uint32_t i = 0; i < 4; ++i) {
+    KVTIER_ASSERT_OK_AND_ASSIGN(
+        Transfer t, s.engine->Copy(Stack::Key(i), Tier::kNvme, src[i], Tier::kDram, deferred));
+    to_dram.push_back(t);
+    KVTIER_ASSERT_OK_AND_ASSIGN(Transfer u, s.engine->Copy(Stack::Key(4 + i), Tier::kNvme,
+                                                           src[4 + i], Tier::kHbm, deferred));
+    to_hbm.push_back(u);
+  }
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_TRUE(s.nvme->read_batches().empty()) << "started before StartDeferred";
+  EXPECT_EQ(s.engine->in_flight(), 8);
+  EXPECT_FALSE(to_dram[0].completion.done());
+  s.engine->StartDeferred();
+  for (uint32_t i = 0; i < 4; ++i) {
+    KVTIER_ASSERT_OK(to_dram[i].completion.Wait());
+    KVTIER_ASSERT_OK(to_hbm[i].completion.Wait());
+    KVTIER_ASSERT_OK_AND_ASSIGN(std::vector<std::byte> d,
+                                s.Get(Tier::kDram, to_dram[i].destination, Stack::Key(i)));
+    EXPECT_TRUE(d == Stack::Block(i)) << "DRAM block " << i;
+    KVTIER_ASSERT_OK_AND_ASSIGN(std::vector<std::byte> h,
+                                s.Get(Tier::kHbm, to_hbm[i].destination, Stack::Key(4 + i)));
+    EXPECT_TRUE(h == Stack::Block(4 + i)) << "HBM block " << i;
+  }
+  // One pass started all 8 (4 bounce buffers for the 4 staged ones): one batch of 8 reads.
+  EXPECT_THAT(s.nvme->read_batches(), ::testing::ElementsAre(8u));
+  EXPECT_EQ(s.engine->stats(Tier::kNvme, Tier::kDram).blocks, 4);
+  EXPECT_EQ(s.engine->stats(Tier::kNvme, Tier::kHbm).blocks, 4);
+  EXPECT_EQ(s.engine->in_flight(), 0);
+}
+
+// A deferred copy nobody starts only ages toward its deadline, and fails by it with its slots
+// untouched.
+TEST(TransferEngineTest, DeferredCopyNeverStartedEndsByItsDeadline) {
+  Stack s;
+  const SlotId n = s.Put(Tier::kNvme, Stack::Key(1), Stack::Block(1));
+  KVTIER_ASSERT_OK_AND_ASSIGN(
+      Transfer t,
+      s.engine->Copy(Stack::Key(1), Tier::kNvme, n, Tier::kDram,
+                     {.deadline = absl::Now() + absl::Milliseconds(50), .defer_start = true}));
+  EXPECT_THAT(t.completion.Wait(), IsError(StatusCode::kDeadlineExceeded, "deadline"));
+  EXPECT_EQ(s.StateOf(Tier::kDram, t.destination), SlotState::kFree);
+  EXPECT_EQ(s.StateOf(Tier::kNvme, n), SlotState::kCached);
+  EXPECT_TRUE(s.nvme->read_batches().empty());
+}
+
 TEST(TransferEngineTest, ChainedCopyWaitsForItsArrivingSource) {
   Stack s;
   s.nvme->SetDelay(absl::Milliseconds(100));

@@ -1,8 +1,10 @@
-// Remote discovery (src/cache/remote_discovery.cc): a cache finds, by key, blocks another cache of
-// the same namespace put in a shared store (an in-process map, a directory, a real Redis), attaches
-// them as remote blocks and onboards them byte-exact; other namespaces and tenants find nothing;
-// a hung or failing store ends the match by the probe's deadline without failing the call; and
-// with discovery off (or no probe-capable remote tier) the store is never asked.
+// Remote discovery (src/cache/remote_discovery.cc): a cache finds, by key, blocks another cache
+// (or another process) of the same namespace put in a shared store (an in-process map, a
+// directory, a real Redis, a real Redis Cluster of 3 masters), attaches them as remote blocks and
+// onboards them byte-exact; other namespaces and tenants find nothing; a hung or failing store
+// ends the match by the probe's deadline without failing the call; and with discovery off (or no
+// probe-capable remote tier) the store is never asked. Faults of a real redis-server (slow,
+// paused, evicting) are in remote_discovery_redis_fault_test.cc.
 #include <sys/wait.h>
 
 #include <atomic>
@@ -17,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
@@ -36,23 +39,25 @@
 #include "tests/testing/redis_server.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/unit/cache/remote_discovery_helpers.h"
 
 namespace kvtier {
 namespace {
 
 using ::absl::StatusCode;
+using ::kvtier::discovery_testing::ComputeAndStore;
+using ::kvtier::discovery_testing::ExpectHealthy;
+using ::kvtier::discovery_testing::kRemote;
+using ::kvtier::discovery_testing::NamespaceWithWeights;
+using ::kvtier::discovery_testing::NewCache;
+using ::kvtier::discovery_testing::Seq;
+using ::kvtier::discovery_testing::StoreFromAnotherCache;
 using ::kvtier::testing::BlockPatternMismatches;
 using ::kvtier::testing::Iota;
 using ::kvtier::testing::IsError;
 using ::kvtier::testing::KvCacheEnv;
 using ::kvtier::testing::StatsString;
-using ::kvtier::testing::WriteBlockPattern;
 using ::testing::Each;
-
-constexpr int kB = KvCacheEnv::kTokensPerBlock;
-constexpr int kRemote = TierIndex(Tier::kRemote);
-
-SequenceId Seq(uint64_t id) { return SequenceId(id); }
 
 // A Transport over an InProcessTransport that counts Exists and Get calls and can make them hang
 // (never answer: the completions stay pending) or fail with a status.
@@ -121,73 +126,9 @@ class ProbeDouble final : public Transport {
   std::function<void()> on_exists_ ABSL_GUARDED_BY(mu_);
 };
 
-CacheNamespace NamespaceWithWeights(const std::string& weights) {
-  auto ns = CacheNamespace::Create(KvCacheEnv::Geometry(), {.model_id = "kvtier-test/tiny-model",
-                                                            .weights_fingerprint = weights,
-                                                            .hbm_layout = HbmLayout::kLayerFirst});
-  EXPECT_TRUE(ns.ok()) << ns.status();
-  return *ns;
-}
-
-// A cache of 16 HBM blocks and, when remote_blocks > 0, a remote tier of that many over
-// `transport` (kMetadata: a MetadataTier standing for it), written through (every written block
-// is copied to the store at once); `edit` changes the options last.
-absl::StatusOr<std::unique_ptr<KvCache>> NewCache(
-    const CacheNamespace& ns, std::shared_ptr<Transport> transport, int64_t remote_blocks,
-    const std::function<void(KvCacheOptions&)>& edit = {},
-    TierBackendKind remote_kind = TierBackendKind::kNative) {
-  TierStackOptions stack;
-  stack.tiers[TierIndex(Tier::kHbm)].capacity_blocks = 16;
-  stack.hbm.layout = HbmLayout::kLayerFirst;
-  if (remote_blocks > 0) {
-    stack.tiers[kRemote] = {.capacity_blocks = remote_blocks, .kind = remote_kind};
-    stack.remote.transport = std::move(transport);
-  }
-  KVTIER_ASSIGN_OR_RETURN(TierBackends tiers, BuildTierStack(ns, stack));
-  KvCacheOptions options;
-  options.tiers = std::move(tiers);
-  options.write_policy = WritePolicy::kWriteThrough;
-  options.room_wait = absl::Seconds(5);
-  if (edit) edit(options);
-  return KvCache::Create(ns, std::move(options));
-}
-
-// What every test checks of a cache it is done with.
-void ExpectHealthy(const KvCache& cache) {
-  KVTIER_EXPECT_OK(cache.WaitIdle(absl::Now() + absl::Seconds(30)));
-  KVTIER_EXPECT_OK(cache.CheckInvariants());
-  testing::ExpectTierAccounting(cache.stats());
-}
-
-// Computes `prompt` through sequence `id` as a kernel would (block i's bytes from seed + i),
-// reports it written, waits until write-through has copied it down, and releases it.
-void ComputeAndStore(KvCache& cache, uint64_t id, const std::vector<int32_t>& prompt, uint32_t seed,
-                     const SequenceOptions& options = {}) {
-  KVTIER_ASSERT_OK(cache.CreateSequence(Seq(id), options));
-  KVTIER_ASSERT_OK(cache.Append(Seq(id), prompt).status());
-  const auto n = static_cast<int64_t>(prompt.size());
-  KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket t, cache.EnsureResident(Seq(id), 0, n));
-  for (size_t i = 0; i < static_cast<size_t>(n / kB); ++i) {
-    ASSERT_NO_FATAL_FAILURE(WriteBlockPattern(cache.cache_namespace().geometry(), t.block_table(),
-                                              i, seed + static_cast<uint32_t>(i)));
-  }
-  KVTIER_ASSERT_OK(cache.ReportWritten(Seq(id), n));
-  KVTIER_ASSERT_OK(cache.ReleaseTicket(t));
-  KVTIER_ASSERT_OK(cache.WaitIdle(absl::Now() + absl::Seconds(30)));
-  KVTIER_ASSERT_OK(cache.Release(Seq(id)));
-}
-
-// Another cache of `ns` over `store` (32 remote slots) computes `prompt` (block i's bytes from
-// seed + i), stores it through write-through, and is destroyed: the store alone has the blocks.
-void StoreFromAnotherCache(const CacheNamespace& ns, std::shared_ptr<Transport> store,
-                           const std::vector<int32_t>& prompt, uint32_t seed) {
-  KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> a, NewCache(ns, std::move(store), 32));
-  ASSERT_NO_FATAL_FAILURE(ComputeAndStore(*a, 1, prompt, seed));
-}
-
 // ---------------------------------------------------------------- two caches over one store
 
-enum class StoreKind { kInProcess, kDirectory, kRedis };
+enum class StoreKind { kInProcess, kDirectory, kRedis, kRedisCluster };
 
 std::string StoreName(const ::testing::TestParamInfo<StoreKind>& info) {
   switch (info.param) {
@@ -197,6 +138,8 @@ std::string StoreName(const ::testing::TestParamInfo<StoreKind>& info) {
       return "Directory";
     case StoreKind::kRedis:
       return "Redis";
+    case StoreKind::kRedisCluster:
+      return "RedisCluster";
   }
   return "Unknown";
 }
@@ -229,11 +172,45 @@ class SharedStoreTest : public ::testing::TestWithParam<StoreKind> {
         transport_ = std::move(*t);
         break;
       }
+      case StoreKind::kRedisCluster: {
+        if (!testing::RedisServerAvailable()) {
+          GTEST_SKIP() << "redis-server is not on PATH: the Redis Cluster case of remote "
+                          "discovery needs it";
+        }
+        auto cluster = testing::RedisCluster::Start(3);
+        ASSERT_TRUE(cluster.ok()) << cluster.status();
+        cluster_ = std::move(*cluster);
+        RedisTransportOptions o;
+        o.cluster = true;
+        o.endpoints = cluster_->addresses();  // every node a seed
+        auto t = RedisTransport::Create(o);
+        ASSERT_TRUE(t.ok()) << t.status();
+        // The first request of a cluster transport also reads the slot map (CLUSTER SLOTS):
+        // done here, so a cache's first probe spends its 20 ms on the probe alone.
+        std::vector<std::string> keys;
+        for (int i = 0; i < 16; ++i) keys.push_back(absl::StrCat("warm-up-", i));
+        for (Completion& c : (*t)->Exists(keys, absl::Now() + absl::Seconds(5))) {
+          const absl::Status s = c.Wait();
+          ASSERT_TRUE(s.ok() || absl::IsNotFound(s)) << s;
+        }
+        ASSERT_EQ((*t)->stats().slot_map_refreshes, 1);
+        transport_ = std::move(*t);
+        break;
+      }
     }
   }
 
+  // The URL of the Redis store for another process (kvtier_remote_writer's "url" argument).
+  std::string RedisUrl() const {
+    if (cluster_ != nullptr) {
+      return absl::StrCat("redis-cluster://", absl::StrJoin(cluster_->addresses(), ","));
+    }
+    return absl::StrCat("redis://", redis_->address());
+  }
+
   testing::TempDir dir_;
-  std::unique_ptr<testing::RedisServer> redis_;  // outlives the transport (declared before)
+  std::unique_ptr<testing::RedisServer> redis_;  // outlive the transport (declared before)
+  std::unique_ptr<testing::RedisCluster> cluster_;
   std::shared_ptr<Transport> transport_;
 };
 
@@ -366,8 +343,8 @@ int RunWriter(const std::string& args) {
 }
 
 // The same across processes: another process computes and stores the prompt and exits; this
-// one's fresh cache finds the blocks in the shared directory or Redis and onboards them
-// byte-exact.
+// one's fresh cache finds the blocks in the shared directory, Redis or Redis Cluster (the writer
+// is given a redis:// or redis-cluster:// URL) and onboards them byte-exact.
 TEST_P(SharedStoreTest, BlocksWrittenByAnotherProcessAreFoundAndOnboarded) {
   std::string args;
   switch (GetParam()) {
@@ -377,10 +354,23 @@ TEST_P(SharedStoreTest, BlocksWrittenByAnotherProcessAreFoundAndOnboarded) {
       args = absl::StrCat("dir ", dir_.File("store"));
       break;
     case StoreKind::kRedis:
-      args = absl::StrCat("url redis://", redis_->address());
+    case StoreKind::kRedisCluster:
+      args = absl::StrCat("url ", RedisUrl());
       break;
   }
   ASSERT_EQ(RunWriter(absl::StrCat(args, " 70 20")), 0);  // 5 blocks from seed 70
+  if (cluster_ != nullptr) {
+    // The writer spoke cluster: its 5 values sit on the nodes owning their slots, not all on one.
+    int64_t keys = 0;
+    int nodes_with_keys = 0;
+    for (int i = 0; i < cluster_->size(); ++i) {
+      KVTIER_ASSERT_OK_AND_ASSIGN(std::string dbsize, cluster_->node(i).Command({"DBSIZE"}));
+      keys += std::stoll(dbsize);
+      nodes_with_keys += dbsize != "0" ? 1 : 0;
+    }
+    EXPECT_EQ(keys, 5);
+    EXPECT_GE(nodes_with_keys, 2);
+  }
   const CacheNamespace ns = NamespaceWithWeights("w0");
   KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> b, NewCache(ns, transport_, 32));
   std::vector<int32_t> query = Iota(20, 100);
@@ -402,7 +392,7 @@ TEST_P(SharedStoreTest, BlocksWrittenByAnotherProcessAreFoundAndOnboarded) {
 
 INSTANTIATE_TEST_SUITE_P(Stores, SharedStoreTest,
                          ::testing::Values(StoreKind::kInProcess, StoreKind::kDirectory,
-                                           StoreKind::kRedis),
+                                           StoreKind::kRedis, StoreKind::kRedisCluster),
                          StoreName);
 
 // ---------------------------------------------------------------- extending a local match

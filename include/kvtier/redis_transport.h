@@ -18,9 +18,14 @@
 // map; an ASK reply sends that one command, after ASKING, to the node named. An item follows at
 // most max_redirects redirects.
 //
-// Completions fire on worker threads (or on the caller's for items that fail before they are
-// queued); callbacks must not block. Thread-safety: thread-safe. The destructor fails queued
-// items with kCancelled and waits for round trips in flight (each bounded by command_timeout).
+// Exists on a standalone server runs on the calling thread when one of `connections` caller
+// connections is free (its caller waits for the answers anyway: a cache's discovery probe), its
+// socket waits bounded by the call's deadline; otherwise, and for every other call, on a worker.
+//
+// Completions fire on worker threads (or on the caller's, for items that fail before they are
+// queued and for an Exists run there); callbacks must not block. Thread-safety: thread-safe. The
+// destructor fails queued items with kCancelled and waits for round trips in flight (each bounded
+// by command_timeout).
 #ifndef KVTIER_REDIS_TRANSPORT_H_
 #define KVTIER_REDIS_TRANSPORT_H_
 

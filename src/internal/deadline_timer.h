@@ -31,7 +31,13 @@ class DeadlineTimer {
     MutexLock lock(&mu_);
     const uint64_t id = next_id_++;
     entries_.emplace(std::make_pair(deadline, id), std::move(fn));
-    cv_.SignalAll();
+    // Wake the thread only if it sleeps past this deadline: callers that schedule a deadline and
+    // cancel it a moment later (every transport call, every transfer) then cost no context switch
+    // here. The thread, waking at the time it slept until, re-arms for the earliest entry left.
+    if (deadline < sleeping_until_) {
+      sleeping_until_ = deadline;
+      cv_.SignalAll();
+    }
     return id;
   }
   void Cancel(absl::Time deadline, uint64_t id) {
@@ -44,14 +50,17 @@ class DeadlineTimer {
     MutexLock lock(&mu_);
     while (!stopping_) {
       if (entries_.empty()) {
+        sleeping_until_ = absl::InfiniteFuture();
         cv_.Wait(&mu_);
         continue;
       }
       const auto first = entries_.begin();
       if (absl::Now() < first->first.first) {
+        sleeping_until_ = first->first.first;
         cv_.WaitUntil(&mu_, absl::ToChronoTime(first->first.first));
         continue;
       }
+      sleeping_until_ = absl::InfinitePast();  // running callbacks: it looks again before sleeping
       std::function<void()> fn = std::move(first->second);
       entries_.erase(first);
       mu_.Unlock();
@@ -64,6 +73,9 @@ class DeadlineTimer {
   CondVar cv_;
   std::map<std::pair<absl::Time, uint64_t>, std::function<void()>> entries_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  // When the thread wakes by itself next (InfiniteFuture while it waits for an entry;
+  // InfinitePast while it is awake).
+  absl::Time sleeping_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };

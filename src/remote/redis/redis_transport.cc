@@ -145,6 +145,13 @@ struct RedisTransport::Impl {
         connects{0}, connect_failures{0}, io_errors{0}, deadline_exceeded{0};
   } counters;
 
+  // Connection sets (one connection, like a worker's) for callers that run an Exists batch
+  // themselves (Submit): at most options.connections, each used by one caller at a time.
+  using ConnectionSet = std::vector<std::unique_ptr<RedisConnection>>;
+  internal::Mutex caller_mu;
+  std::vector<ConnectionSet> idle_caller_sets ABSL_GUARDED_BY(caller_mu);
+  int caller_sets_made ABSL_GUARDED_BY(caller_mu) = 0;
+
   internal::DeadlineTimer timer;
   std::vector<std::thread> workers;  // last: started once everything above exists
 
@@ -242,11 +249,13 @@ struct RedisTransport::Impl {
   }
 
   // ---- connections (each worker owns its own, indexed by node) ----
-  // Connects with connect_timeout whatever the callers' deadlines (the timer enforces those), so
-  // a tight deadline never makes a healthy server look down.
+  // A worker (io_bound infinite) connects with connect_timeout whatever the callers' deadlines
+  // (the timer enforces those), so a tight deadline never makes a healthy server look down. A
+  // caller running its own batch (io_bound: its deadline) connects by that deadline, and its
+  // failures leave the node's backoff alone for the same reason.
   absl::StatusOr<RedisConnection*> Connection(int node,
                                               std::vector<std::unique_ptr<RedisConnection>>& conns,
-                                              bool* reused) {
+                                              bool* reused, absl::Time io_bound) {
     if (conns.size() <= static_cast<size_t>(node)) conns.resize(static_cast<size_t>(node) + 1);
     std::unique_ptr<RedisConnection>& conn = conns[static_cast<size_t>(node)];
     if (conn != nullptr && !conn->broken()) {
@@ -271,8 +280,20 @@ struct RedisTransport::Impl {
                  .password = options.password,
                  .database = options.database};
     }
+    const absl::Duration timeout = std::min(options.connect_timeout, io_bound - absl::Now());
+    if (timeout <= absl::ZeroDuration()) {
+      return absl::DeadlineExceededError("redis: deadline passed before connecting");
+    }
     absl::StatusOr<std::unique_ptr<RedisConnection>> made =
-        RedisConnection::Connect(connect, options.connect_timeout);
+        RedisConnection::Connect(connect, timeout);
+    if (!made.ok() && io_bound != absl::InfiniteFuture()) {
+      if (absl::Now() < io_bound) {
+        counters.connect_failures.fetch_add(1);
+        return made.status();
+      }
+      return absl::DeadlineExceededError(
+          absl::StrCat("redis: not connected by the deadline (", made.status().message(), ")"));
+    }
     internal::MutexLock lock(&topo_mu);
     Node& n = nodes[static_cast<size_t>(node)];
     if (!made.ok()) {
@@ -298,10 +319,16 @@ struct RedisTransport::Impl {
 
   // ---- the worker ----
   void WorkerLoop();
-  void Execute(Work work, std::vector<std::unique_ptr<RedisConnection>>& conns);
+  // io_bound: when socket waits give up besides command_timeout (InfiniteFuture on workers,
+  // whose callers' deadlines the timer keeps; the caller's deadline when it runs its own batch).
+  void Execute(Work work, std::vector<std::unique_ptr<RedisConnection>>& conns,
+               absl::Time io_bound = absl::InfiniteFuture());
   void RunOnNode(int node, absl::Span<Item* const> items,
                  std::vector<std::unique_ptr<RedisConnection>>& conns, std::vector<Item*>* retry,
-                 bool* refresh, int* refresh_from);
+                 bool* refresh, int* refresh_from, absl::Time io_bound);
+  // Runs a standalone server's Exists batch on the calling thread (see Submit); false if every
+  // caller set is in use.
+  bool RunOnCaller(Work work);
   void HandleReply(Item* item, const RedisConnection::Reply& reply, int node,
                    std::vector<Item*>* retry, bool* refresh, int* refresh_from);
 
@@ -329,7 +356,8 @@ void RedisTransport::Impl::RefreshSlotMap(std::vector<std::unique_ptr<RedisConne
   for (int node : candidates) {
     if (absl::Now() >= deadline) return;
     bool reused = false;
-    absl::StatusOr<RedisConnection*> conn = Connection(node, conns, &reused);
+    absl::StatusOr<RedisConnection*> conn =
+        Connection(node, conns, &reused, absl::InfiniteFuture());
     if (!conn.ok()) continue;
     (*conn)->Append({"CLUSTER", "SLOTS"});
     std::vector<RedisReplyPtr> replies;
@@ -411,8 +439,8 @@ void RedisTransport::Impl::WorkerLoop() {
   }
 }
 
-void RedisTransport::Impl::Execute(Work work,
-                                   std::vector<std::unique_ptr<RedisConnection>>& conns) {
+void RedisTransport::Impl::Execute(Work work, std::vector<std::unique_ptr<RedisConnection>>& conns,
+                                   absl::Time io_bound) {
   bool map_refreshed = false;
   bool may_hand_off = !work.handed_off;
   std::vector<Item*> items = std::move(work.items);
@@ -420,9 +448,10 @@ void RedisTransport::Impl::Execute(Work work,
     // Group by node, in arrival order within a node.
     std::vector<std::vector<Item*>> by_node;
     absl::Time latest = absl::InfinitePast();
+    const absl::Time now = absl::Now();  // once per pass: a probe is hundreds of items
     for (Item* item : items) {
       if (item->done_already()) continue;
-      if (absl::Now() > item->batch->deadline) {
+      if (now > item->batch->deadline) {
         Finish(item, absl::DeadlineExceededError("redis: deadline passed before sending"));
         continue;
       }
@@ -467,7 +496,8 @@ void RedisTransport::Impl::Execute(Work work,
     int refresh_from = -1;
     for (size_t node = 0; node < by_node.size(); ++node) {
       if (!by_node[node].empty()) {
-        RunOnNode(static_cast<int>(node), by_node[node], conns, &retry, &refresh, &refresh_from);
+        RunOnNode(static_cast<int>(node), by_node[node], conns, &retry, &refresh, &refresh_from,
+                  io_bound);
       }
     }
     if (refresh) RefreshSlotMap(conns, refresh_from, /*force=*/false, latest);
@@ -485,7 +515,8 @@ void RedisTransport::Impl::Execute(Work work,
 
 void RedisTransport::Impl::RunOnNode(int node, absl::Span<Item* const> items,
                                      std::vector<std::unique_ptr<RedisConnection>>& conns,
-                                     std::vector<Item*>* retry, bool* refresh, int* refresh_from) {
+                                     std::vector<Item*>* retry, bool* refresh, int* refresh_from,
+                                     absl::Time io_bound) {
   size_t begin = 0;
   while (begin < items.size()) {
     // One round trip: up to max_pipeline items and kMaxRoundTripBytes of values.
@@ -500,7 +531,7 @@ void RedisTransport::Impl::RunOnNode(int node, absl::Span<Item* const> items,
     begin = end;
 
     bool reused = false;
-    absl::StatusOr<RedisConnection*> conn = Connection(node, conns, &reused);
+    absl::StatusOr<RedisConnection*> conn = Connection(node, conns, &reused, io_bound);
     if (!conn.ok()) {
       for (Item* item : chunk) Finish(item, conn.status());
       continue;
@@ -508,7 +539,8 @@ void RedisTransport::Impl::RunOnNode(int node, absl::Span<Item* const> items,
     // A SET's value is sent from the caller's memory, so the item is owned (the timer cannot
     // complete it) until the send is over, and the send is bounded by its deadline.
     const absl::Time start = absl::Now();
-    absl::Time send_deadline = start + options.command_timeout;
+    const absl::Time io_deadline = std::min(start + options.command_timeout, io_bound);
+    absl::Time send_deadline = io_deadline;
     std::vector<Item*> sent;        // the items in the pipeline, in order
     std::vector<int> command_item;  // per command: index into `sent`, -1 for an ASKING
     sent.reserve(chunk.size());
@@ -573,7 +605,7 @@ void RedisTransport::Impl::RunOnNode(int node, absl::Span<Item* const> items,
     // received into a caller's buffers, the reader's).
     size_t answered = 0;  // items of `sent` with a reply
     const absl::Status io = (*conn)->RoundTripQueued(
-        send_deadline, start + options.command_timeout,
+        send_deadline, io_deadline,
         [&](size_t index, int64_t length) -> RedisConnection::BulkTarget {
           const int i = command_item[index];
           Item* item = i < 0 ? nullptr : sent[static_cast<size_t>(i)];
@@ -717,6 +749,20 @@ std::vector<Completion> RedisTransport::Impl::Submit(std::shared_ptr<Batch> batc
     return out;
   }
   batch->remaining.store(live);
+  // An existence probe is waited for by its caller (a cache matching a prompt), and its replies
+  // are a few bytes: on a standalone server the caller runs the round trip itself when a caller
+  // set is free, sparing the hand-off to a worker and back (two thread wake-ups, most of a
+  // loopback probe's time), and with no deadline timer: its socket waits end by the deadline
+  // themselves. Cluster batches (slot map, redirects, other nodes) go to the workers.
+  if (!options.cluster && std::all_of(batch->items.begin(), batch->items.end(),
+                                      [](const auto& i) { return i->op == Op::kExists; })) {
+    Work work;
+    for (const auto& item : batch->items) {
+      if (!item->done_already()) work.items.push_back(item.get());
+    }
+    work.owners.push_back(batch);
+    if (RunOnCaller(std::move(work))) return out;
+  }
   if (batch->deadline != absl::InfiniteFuture()) {
     // Scheduled before the batch is queued, so a worker that finishes it can cancel the entry.
     batch->timer_id = timer.Schedule(batch->deadline, [this, batch] {
@@ -751,6 +797,48 @@ std::vector<Completion> RedisTransport::Impl::Submit(std::shared_ptr<Batch> batc
   }
   queue_cv.Signal();
   return out;
+}
+
+bool RedisTransport::Impl::RunOnCaller(Work work) {
+  ConnectionSet conns;
+  {
+    internal::MutexLock lock(&caller_mu);
+    if (!idle_caller_sets.empty()) {
+      conns = std::move(idle_caller_sets.back());
+      idle_caller_sets.pop_back();
+    } else if (caller_sets_made < options.connections) {
+      ++caller_sets_made;
+    } else {
+      return false;
+    }
+  }
+  // Data commands are sent with MSG_NOSIGNAL, but a connect's AUTH and SELECT go through
+  // hiredis's write(): block SIGPIPE on this thread meanwhile (as the workers do for good), and
+  // take a SIGPIPE raised here before restoring the caller's mask.
+  // (Only when it may connect: a live connection's commands cannot raise it.)
+  const absl::Time bound = work.owners.front()->deadline;
+  if (!conns.empty() && conns[0] != nullptr && !conns[0]->broken()) {
+    Execute(std::move(work), conns, bound);
+  } else {
+    sigset_t pipe;
+    sigset_t old_mask;
+    sigset_t pending_before;
+    sigset_t pending_after;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, &old_mask);
+    sigpending(&pending_before);
+    Execute(std::move(work), conns, bound);
+    sigpending(&pending_after);
+    if (sigismember(&pending_after, SIGPIPE) == 1 && sigismember(&pending_before, SIGPIPE) == 0) {
+      const timespec zero{};
+      (void)sigtimedwait(&pipe, nullptr, &zero);
+    }
+    pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+  }
+  internal::MutexLock lock(&caller_mu);
+  idle_caller_sets.push_back(std::move(conns));
+  return true;
 }
 
 // ---------------------------------------------------------------------------------------------

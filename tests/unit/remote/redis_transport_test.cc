@@ -407,6 +407,51 @@ TEST_F(RedisStandaloneTest, IdleConnectionKilledByServerIsRetried) {
   EXPECT_EQ(t->stats().connects, 2);
 }
 
+// Exists runs on the calling thread (its answers are in when it returns), bounded by its
+// deadline even when the server does not answer, and the same transport serves again after.
+TEST_F(RedisStandaloneTest, ExistsRunsOnTheCallerAndEndsByItsDeadline) {
+  auto t = Make({.command_timeout = absl::Seconds(5)});
+  const std::vector<std::byte> v = Bytes("v");
+  KVTIER_ASSERT_OK(t->Put({{.key = "e", .value = v}}, In(absl::Seconds(5)))[0].Wait());
+  const int64_t trips = t->stats().round_trips;
+  std::vector<Completion> found =
+      t->Exists(std::vector<std::string>{"e", "none"}, In(absl::Seconds(5)));
+  ASSERT_TRUE(found[0].done() && found[1].done()) << "Exists returned before its answers";
+  KVTIER_EXPECT_OK(found[0].status());
+  EXPECT_THAT(found[1].status(), IsError(StatusCode::kNotFound, "none"));
+  EXPECT_EQ(t->stats().round_trips, trips + 1);
+
+  ASSERT_EQ(*server_->Command({"CLIENT", "PAUSE", "1500", "ALL"}), "OK");
+  const absl::Time start = absl::Now();
+  std::vector<Completion> paused = t->Exists({{"e"}}, start + absl::Milliseconds(300));
+  const absl::Duration waited = absl::Now() - start;
+  ASSERT_TRUE(paused[0].done());
+  EXPECT_THAT(paused[0].status(), IsError(StatusCode::kDeadlineExceeded, ""));
+  EXPECT_GE(waited, absl::Milliseconds(250));  // it did wait for the server
+  EXPECT_LT(waited, absl::Milliseconds(800)) << "returned well after the deadline";
+  absl::SleepFor(absl::Milliseconds(1600) - (absl::Now() - start));
+  KVTIER_EXPECT_OK(t->Exists({{"e"}}, In(absl::Seconds(5)))[0].Wait());
+}
+
+// A killed server: Exists fails (kUnavailable, never SIGPIPE), and once it is back the caller's
+// connection is made again.
+TEST_F(RedisStandaloneTest, ExistsOnTheCallerSurvivesAServerRestart) {
+  auto t = Make({.connections = 1,
+                 .reconnect_backoff_min = absl::Milliseconds(10),
+                 .reconnect_backoff_max = absl::Milliseconds(50)});
+  const std::vector<std::byte> v = Bytes("v");
+  KVTIER_ASSERT_OK(t->Put({{.key = "k", .value = v}}, In(absl::Seconds(5)))[0].Wait());
+  KVTIER_ASSERT_OK(t->Exists({{"k"}}, In(absl::Seconds(5)))[0].Wait());
+  ASSERT_TRUE(server_->Kill().ok());
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_THAT(t->Exists({{"k"}}, In(absl::Seconds(2)))[0].Wait(),
+                IsError(StatusCode::kUnavailable, ""));
+  }
+  ASSERT_TRUE(server_->Restart().ok());
+  KVTIER_ASSERT_OK(t->Put({{.key = "k", .value = v}}, In(absl::Seconds(5)))[0].Wait());
+  KVTIER_EXPECT_OK(t->Exists({{"k"}}, In(absl::Seconds(5)))[0].Wait());
+}
+
 TEST_F(RedisStandaloneTest, DestroyingWithQueuedWorkCancelsIt) {
   auto t = Make({.command_timeout = absl::Seconds(5), .connections = 1});
   ASSERT_EQ(*server_->Command({"CLIENT", "PAUSE", "500", "ALL"}), "OK");
@@ -518,6 +563,10 @@ TEST(RedisFakeServerTest, ATightDeadlineDoesNotMarkTheServerDown) {
               IsError(StatusCode::kDeadlineExceeded, ""));
   EXPECT_THAT((*t)->Get({{.key = "k", .value = &out}}, In(absl::Seconds(3)))[0].Wait(),
               IsError(StatusCode::kNotFound, ""));
+  EXPECT_EQ((*t)->stats().connect_failures, 0);
+  // The same for Exists, which connects on the caller's thread by the caller's deadline.
+  EXPECT_THAT((*t)->Exists({{"k"}}, In(absl::Milliseconds(10)))[0].Wait(),
+              IsError(StatusCode::kDeadlineExceeded, ""));
   EXPECT_EQ((*t)->stats().connect_failures, 0);
 }
 

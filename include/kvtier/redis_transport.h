@@ -53,6 +53,9 @@ struct RedisTransportOptions {
   int database = 0;  // SELECT on every new connection; Redis Cluster only has database 0
   // Expiry of every value written (SET ... PX ms); zero: no expiry.
   absl::Duration ttl = absl::ZeroDuration();
+  // With a ttl: every Get also restarts the value's expiry (GETEX ... PX ms, Redis >= 6.2), so
+  // blocks still being read outlive those nobody reads (a sliding expiry). Needs ttl > 0.
+  bool refresh_ttl_on_get = false;
   absl::Duration connect_timeout = absl::Milliseconds(500);
   // Bound on one round trip, besides the caller's deadline (whichever is sooner).
   absl::Duration command_timeout = absl::Seconds(2);

@@ -575,7 +575,11 @@ void RedisTransport::Impl::RunOnNode(int node, absl::Span<Item* const> items,
           break;
         }
         case Op::kGet:
-          (*conn)->Queue({{"GET"}, {key}});
+          if (options.refresh_ttl_on_get) {
+            (*conn)->Queue({{"GETEX"}, {key}, {"PX"}, {ttl_ms}});
+          } else {
+            (*conn)->Queue({{"GET"}, {key}});
+          }
           break;
         case Op::kExists:
           (*conn)->Queue({{"EXISTS"}, {key}});
@@ -868,6 +872,9 @@ absl::StatusOr<std::unique_ptr<RedisTransport>> RedisTransport::Create(
   if (options.ttl < absl::ZeroDuration() ||
       (options.ttl > absl::ZeroDuration() && options.ttl < absl::Milliseconds(1))) {
     return bad("ttl = ", absl::FormatDuration(options.ttl), "; zero (none) or >= 1ms");
+  }
+  if (options.refresh_ttl_on_get && options.ttl == absl::ZeroDuration()) {
+    return bad("refresh_ttl_on_get needs a ttl");
   }
   if (options.connect_timeout <= absl::ZeroDuration() ||
       options.command_timeout <= absl::ZeroDuration()) {

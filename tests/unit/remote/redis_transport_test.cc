@@ -282,6 +282,34 @@ TEST_F(RedisStandaloneTest, TtlExpiresValues) {
               IsError(StatusCode::kNotFound, ""));
 }
 
+// With refresh_ttl_on_get a read restarts the expiry: a value read every 400 ms outlives its
+// 1 s TTL, one never read expires; without it, reads change nothing.
+TEST_F(RedisStandaloneTest, GetRefreshesTheTtlWhenAsked) {
+  auto sliding = Make({.ttl = absl::Seconds(1), .refresh_ttl_on_get = true});
+  auto fixed = Make({.ttl = absl::Seconds(1)});
+  const std::vector<std::byte> v = Bytes("v");
+  for (const char* key : {"read", "unread", "fixed"}) {
+    KVTIER_ASSERT_OK(sliding->Put({{.key = key, .value = v}}, In(absl::Seconds(5)))[0].Wait());
+  }
+  std::vector<std::byte> out;
+  for (int i = 0; i < 4; ++i) {  // 1.6 s in all: past the TTL
+    absl::SleepFor(absl::Milliseconds(400));
+    KVTIER_ASSERT_OK(
+        sliding->Get({{.key = "read", .value = &out}}, In(absl::Seconds(5)))[0].Wait());
+    (void)fixed->Get({{.key = "fixed", .value = &out}}, In(absl::Seconds(5)))[0].Wait();
+  }
+  EXPECT_EQ(out, v);
+  const int64_t pttl = std::stoll(*server_->Command({"PTTL", "read"}));
+  EXPECT_GT(pttl, 0);
+  EXPECT_LE(pttl, 1000);
+  KVTIER_EXPECT_OK(sliding->Exists({{"read"}}, In(absl::Seconds(5)))[0].Wait());
+  EXPECT_THAT(sliding->Exists({{"unread"}}, In(absl::Seconds(5)))[0].Wait(),
+              IsError(StatusCode::kNotFound, ""));
+  EXPECT_THAT(sliding->Exists({{"fixed"}}, In(absl::Seconds(5)))[0].Wait(),
+              IsError(StatusCode::kNotFound, ""));
+  EXPECT_FALSE(RedisTransport::Create({.refresh_ttl_on_get = true}).ok()) << "needs a ttl";
+}
+
 TEST_F(RedisStandaloneTest, SelectsTheDatabase) {
   auto t = Make({.database = 3});
   const std::vector<std::byte> v = Bytes("in-db-3");

@@ -479,7 +479,9 @@ void RedisTransport::Impl::Execute(Work work, std::vector<std::unique_ptr<RedisC
       if (by_node[node].size() > by_node[mine].size()) mine = node;
     }
     bool handed_off = false;
-    {
+    size_t groups = 0;
+    for (const std::vector<Item*>& g : by_node) groups += g.empty() ? 0 : 1;
+    if (groups > 1) {  // one node (always, standalone): nothing to hand off, no queue lock
       internal::MutexLock lock(&queue_mu);
       if (!stopping && may_hand_off) {
         for (size_t node = 0; node < by_node.size(); ++node) {

@@ -23,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "internal/status_macros.h"
 #include "kvtier/cache_namespace.h"
+#include "kvtier/device_block_table.h"
 #include "kvtier/kv_cache.h"
 #include "kvtier/kv_geometry.h"
 #include "kvtier/tier_stack.h"
@@ -36,6 +37,16 @@ inline constexpr int kB = testing::KvCacheEnv::kTokensPerBlock;
 inline constexpr int kRemote = TierIndex(Tier::kRemote);
 
 inline SequenceId Seq(uint64_t id) { return SequenceId(id); }
+
+// Expects blocks 0..count-1 of `table` to hold the bytes a kernel wrote from seed + i
+// (kv_cache_fixture.h's pattern), naming the first block that does not.
+inline void ExpectBlocksFromSeed(const KvGeometry& g, const DeviceBlockTable& table, size_t count,
+                                 uint32_t seed) {
+  for (size_t i = 0; i < count; ++i) {
+    EXPECT_EQ(testing::BlockPatternMismatches(g, table, i, seed + static_cast<uint32_t>(i)), 0)
+        << "block " << i;
+  }
+}
 
 // The cache tests' namespace (tiny model, layer-first HBM) with weights `weights`, over
 // `geometry` (KvCacheEnv::Geometry(): 512-byte blocks, unless a test needs larger ones).

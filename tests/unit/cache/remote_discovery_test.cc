@@ -46,6 +46,7 @@ namespace {
 
 using ::absl::StatusCode;
 using ::kvtier::discovery_testing::ComputeAndStore;
+using ::kvtier::discovery_testing::ExpectBlocksFromSeed;
 using ::kvtier::discovery_testing::ExpectHealthy;
 using ::kvtier::discovery_testing::kRemote;
 using ::kvtier::discovery_testing::NamespaceWithWeights;
@@ -251,11 +252,7 @@ TEST_P(SharedStoreTest, FreshCacheFindsAndOnboardsAnotherCachesBlocksByteExact) 
 
   KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket t, b->EnsureResident(Seq(2), 0, 16));
   ASSERT_THAT(t.block_status(), Each(BlockResidency::kResident));
-  for (size_t i = 0; i < 4; ++i) {
-    EXPECT_EQ(
-        BlockPatternMismatches(ns.geometry(), t.block_table(), i, 40 + static_cast<uint32_t>(i)), 0)
-        << "block " << i;
-  }
+  ExpectBlocksFromSeed(ns.geometry(), t.block_table(), 4, 40);
   KVTIER_ASSERT_OK(b->ReleaseTicket(t));
   KVTIER_ASSERT_OK(b->Release(Seq(2)));
   EXPECT_EQ(b->stats().blocks_moved[kRemote][TierIndex(Tier::kHbm)], 4);
@@ -380,11 +377,7 @@ TEST_P(SharedStoreTest, BlocksWrittenByAnotherProcessAreFoundAndOnboarded) {
   EXPECT_EQ(r.attached_blocks_by_tier[kRemote], 5) << StatsString(b->stats());
   KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket t, b->EnsureResident(Seq(1), 0, 20));
   ASSERT_THAT(t.block_status(), Each(BlockResidency::kResident));
-  for (size_t i = 0; i < 5; ++i) {
-    EXPECT_EQ(
-        BlockPatternMismatches(ns.geometry(), t.block_table(), i, 70 + static_cast<uint32_t>(i)), 0)
-        << "block " << i;
-  }
+  ExpectBlocksFromSeed(ns.geometry(), t.block_table(), 5, 70);
   KVTIER_ASSERT_OK(b->ReleaseTicket(t));
   KVTIER_ASSERT_OK(b->Release(Seq(1)));
   ExpectHealthy(*b);
@@ -421,11 +414,7 @@ TEST(RemoteDiscoveryTest, ProbeStartsWhereTheLocalMatchEnds) {
   EXPECT_EQ(store->exists_keys() - keys_before, 4);    // blocks 2..5 only
   KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket t, b->EnsureResident(Seq(2), 0, 24));
   ASSERT_THAT(t.block_status(), Each(BlockResidency::kResident));
-  for (size_t i = 0; i < 6; ++i) {
-    EXPECT_EQ(
-        BlockPatternMismatches(ns.geometry(), t.block_table(), i, 90 + static_cast<uint32_t>(i)), 0)
-        << "block " << i;
-  }
+  ExpectBlocksFromSeed(ns.geometry(), t.block_table(), 6, 90);
   KVTIER_ASSERT_OK(b->ReleaseTicket(t));
   KVTIER_ASSERT_OK(b->Release(Seq(2)));
   ExpectHealthy(*b);
@@ -472,11 +461,7 @@ TEST(RemoteDiscoveryTest, OnboardingReadsARequestsRemoteBlocksInOneBatch) {
   ASSERT_THAT(t.block_status(), Each(BlockResidency::kResident));
   EXPECT_EQ(store->get_calls() - calls, 1);
   EXPECT_EQ(store->get_keys() - keys, 8);
-  for (size_t i = 0; i < 8; ++i) {
-    EXPECT_EQ(
-        BlockPatternMismatches(ns.geometry(), t.block_table(), i, 60 + static_cast<uint32_t>(i)), 0)
-        << "block " << i;
-  }
+  ExpectBlocksFromSeed(ns.geometry(), t.block_table(), 8, 60);
   KVTIER_ASSERT_OK(b->ReleaseTicket(t));
   KVTIER_ASSERT_OK(b->Release(Seq(2)));
   ExpectHealthy(*b);
@@ -581,12 +566,7 @@ TEST(RemoteDiscoveryTest, CorruptValueInTheStoreIsACountedMissNeverABlock) {
   ASSERT_EQ(again.attached_blocks_by_tier[kRemote], 4);
   KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket whole, c->EnsureResident(Seq(4), 0, 16));
   ASSERT_THAT(whole.block_status(), Each(BlockResidency::kResident));
-  for (size_t i = 0; i < 4; ++i) {
-    EXPECT_EQ(BlockPatternMismatches(ns.geometry(), whole.block_table(), i,
-                                     40 + static_cast<uint32_t>(i)),
-              0)
-        << "block " << i;
-  }
+  ExpectBlocksFromSeed(ns.geometry(), whole.block_table(), 4, 40);
   KVTIER_ASSERT_OK(c->ReleaseTicket(whole));
   KVTIER_ASSERT_OK(c->Release(Seq(4)));
   EXPECT_EQ(c->stats().tiers[kRemote].corrupt_reads, 0);

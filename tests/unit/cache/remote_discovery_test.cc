@@ -30,6 +30,7 @@
 #include "kvtier/directory_transport.h"
 #include "kvtier/in_process_transport.h"
 #include "kvtier/kv_cache.h"
+#include "kvtier/nvme_tier.h"
 #include "kvtier/redis_transport.h"
 #include "kvtier/remote_tier.h"
 #include "kvtier/tier_stack.h"
@@ -464,6 +465,62 @@ TEST(RemoteDiscoveryTest, OnboardingReadsARequestsRemoteBlocksInOneBatch) {
   ExpectBlocksFromSeed(ns.geometry(), t.block_table(), 8, 60);
   KVTIER_ASSERT_OK(b->ReleaseTicket(t));
   KVTIER_ASSERT_OK(b->Release(Seq(2)));
+  ExpectHealthy(*b);
+}
+
+// Restart: a cache destroyed and made again over the same NVMe file and the same shared
+// directory finds its blocks in both tiers (the NVMe tier by its own warm restart, the store by
+// discovery) and onboards them byte-exact. Write-back, 16 HBM blocks, 4 NVMe blocks: of six
+// 4-block prompts, HBM evicts the two oldest (LRU) to NVMe, which demotes the oldest on to the
+// store; what was only in HBM is gone with the process.
+TEST(RemoteDiscoveryTest, RecreatedCacheFindsItsBlocksInNvmeAndTheStoreByteExact) {
+  testing::TempDir dir;
+  const CacheNamespace ns = NamespaceWithWeights("w0");
+  auto store = DirectoryTransport::Create({.root = dir.File("store")});
+  ASSERT_TRUE(store.ok()) << store.status();
+  const std::shared_ptr<Transport> shared = *std::move(store);
+  const std::string nvme_path = dir.File("nvme.bin");
+  const auto with_nvme = [&](KvCacheOptions& o) {
+    const KvGeometry& g = ns.geometry();
+    auto nvme =
+        NvmeTier::Create(g, {.path = nvme_path, .capacity_bytes = 4 * NvmeTier::SlotBytes(g)});
+    ASSERT_TRUE(nvme.ok()) << nvme.status();
+    o.tiers[TierIndex(Tier::kNvme)] = std::move(*nvme);
+    o.write_policy = WritePolicy::kWriteBack;
+  };
+  const auto prompt = [](int p) { return Iota(16, 1000 * (p + 1)); };
+  const auto seed = [](int p) { return static_cast<uint32_t>(10 * (p + 1)); };
+  {
+    KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> a, NewCache(ns, shared, 32, with_nvme));
+    for (int p = 0; p < 6; ++p) {
+      ASSERT_NO_FATAL_FAILURE(
+          ComputeAndStore(*a, static_cast<uint64_t>(p + 1), prompt(p), seed(p)));
+    }
+    ExpectHealthy(*a);
+    EXPECT_EQ(a->stats().tiers[TierIndex(Tier::kNvme)].demotions, 4) << StatsString(a->stats());
+  }
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> b, NewCache(ns, shared, 32, with_nvme));
+  for (int p = 0; p < 6; ++p) {
+    std::vector<int32_t> query = prompt(p);
+    query.push_back(1);
+    KVTIER_ASSERT_OK_AND_ASSIGN(PrefixLookup where, b->Lookup(query));
+    EXPECT_EQ(where.blocks_by_tier[kRemote], p == 0 ? 4 : 0) << "prompt " << p;
+    EXPECT_EQ(where.blocks_by_tier[TierIndex(Tier::kNvme)], p == 1 ? 4 : 0) << "prompt " << p;
+    const uint64_t id = static_cast<uint64_t>(100 + p);
+    KVTIER_ASSERT_OK(b->CreateSequence(Seq(id)));
+    KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult r, b->AttachPrefix(Seq(id), query));
+    EXPECT_EQ(r.attached_tokens, p < 2 ? 16 : 0) << "prompt " << p;
+    if (r.attached_tokens == 16) {
+      KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket t, b->EnsureResident(Seq(id), 0, 16));
+      ASSERT_THAT(t.block_status(), Each(BlockResidency::kResident));
+      ExpectBlocksFromSeed(ns.geometry(), t.block_table(), 4, seed(p));
+      KVTIER_ASSERT_OK(b->ReleaseTicket(t));
+    }
+    KVTIER_ASSERT_OK(b->Release(Seq(id)));
+  }
+  EXPECT_EQ(b->stats().remote_probe.blocks_indexed, 4);
+  EXPECT_EQ(b->stats().blocks_moved[TierIndex(Tier::kNvme)][TierIndex(Tier::kHbm)], 4);
+  EXPECT_EQ(b->stats().blocks_moved[kRemote][TierIndex(Tier::kHbm)], 4);
   ExpectHealthy(*b);
 }
 

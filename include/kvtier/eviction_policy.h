@@ -5,7 +5,7 @@
 // never be hit) are candidates; the caller Adds a block when it becomes one and Removes it when
 // it stops being one (pinned again, a child cached, evicted).
 //
-// Two policies behind one interface:
+// Three policies behind one interface:
 //   lru         the block touched longest ago (what vLLM, SGLang and LMCache ship); a retention
 //               priority p counts, while it lasts, as a touch p x 30 minutes later.
 //   cost_aware  the block of lowest hit density per byte, after LHD (Beckmann, Chen and Cidon,
@@ -34,6 +34,24 @@
 //       in the policy simulator on the Mooncake trace, it favoured deep blocks and cost hit ratio
 //       at every capacity.
 //
+//   reuse_index the leaf of lowest learned reuse index (kvtier/reuse_life_table.h), after the
+//               recipe of ../shared/policy/README.md. It learns from every request, not only from
+//               candidates: the caller hands it each request's blocks (ObserveRequest), and each
+//               block's access is a birth in an online censored life table per class, its outcome
+//               the time to the block's next access. A block's class at an access: the root (the
+//               first block of its chain); otherwise turn {1, 2, 3, 4-5, >=6} x its prior
+//               accesses {0, 1-2, >=3} x new blocks the request added {<=4, >4}. Turn: with h the
+//               request's leading blocks some earlier request had, 1 if h <= 1, else the turn of
+//               the latest request holding block h-1, plus 1. A block a request never named (a
+//               decode block, say) is of its own class from its Add. Its rank is the index of its
+//               class at its age (time since its last access) x (1 + retention priority while it
+//               lasts); Victim ranks sample_size random candidates (all when fewer, or when 0) and
+//               returns the lowest, the oldest on ties; with no data yet it is oldest-first.
+//               Parent follows: when the victim's parent becomes a candidate (the caller Added it
+//               after Removing the victim) and ranks no higher than the victim did, the next Victim
+//               at the same time returns it, so a dead chain goes in one pass. bytes is not weighed
+//               (a tier's blocks are all one size).
+//
 // Times are absl::Time (the caller's clock, so a replay can run on trace time). Thread-safety:
 // not thread-safe; the caller serializes (KvCache holds its lock). Keys must be unique. A policy
 // owns only copies of the keys and traits it is given.
@@ -47,7 +65,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "kvtier/block_key.h"
+#include "kvtier/reuse_life_table.h"
 
 namespace kvtier {
 
@@ -73,6 +93,17 @@ class EvictionPolicy {
   // Whether Add and Touch read BlockTraits::run_blocks. A caller may leave it at its default
   // (1) for a policy that does not: computing it walks up to 31 parents (lru: false).
   virtual bool reads_run_blocks() const { return true; }
+
+  // Whether the policy learns from ObserveRequest (reuse_index: true). A caller may skip the
+  // call (and building its argument) for a policy that does not.
+  virtual bool observes_requests() const { return false; }
+  // A request named `blocks` (its prompt's full blocks, root first: blocks[i] the parent of
+  // blocks[i+1]) at `now`: each is accessed, cached or not. Called once per request, before the
+  // request's blocks are Added or Touched at `now`. Default: ignored.
+  virtual void ObserveRequest(absl::Span<const BlockKey> blocks, absl::Time now) {
+    (void)blocks;
+    (void)now;
+  }
 
   // `key` became a candidate, last touched (used) at `now`. kAlreadyExists if it is one;
   // kInvalidArgument for traits out of range.
@@ -106,7 +137,21 @@ struct CostAwareOptions {
 absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeCostAwarePolicy(
     const CostAwareOptions& options = {});
 
-// "lru" or "cost_aware" with default options. Errors: kInvalidArgument naming the choices.
+struct ReuseIndexOptions {
+  int sample_size = 64;  // candidates ranked per Victim call, >= 0; 0: all of them
+  uint64_t seed = 1;     // of the sampling RNG (splitmix64): runs repeat exactly
+  // How long a block's access history (class, turn, accesses) is kept after its last access while
+  // it is not a candidate, > 0: bounds the memory to the blocks accessed that recently (about 100
+  // bytes each). A request whose predecessor is older than this counts as a first turn.
+  absl::Duration history = absl::Hours(2);
+  ReuseLifeTableOptions table;  // empty edges / horizons: the recipe's
+};
+// Errors: kInvalidArgument for an option out of range (named), or those of ReuseLifeTable::Create.
+absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeReuseIndexPolicy(
+    const ReuseIndexOptions& options = {});
+
+// "lru", "cost_aware" or "reuse_index" with default options. Errors: kInvalidArgument naming the
+// choices.
 absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(std::string_view name);
 
 }  // namespace kvtier

@@ -30,11 +30,12 @@
 //     admit_after_uses times (2 = "on NVMe only when seen twice").
 //   * Eviction is leaf-first: a block with a copy of one of its children in the same tier is not
 //     a candidate (that child could never be hit without it). Candidates are ranked by the
-//     eviction policy (eviction_policy.h: lru or cost_aware). Blocks held by sequences, pinned by
-//     tickets or read by transfers are never candidates. An evicted block is demoted to the next
-//     tier that admits it and lacks it, or dropped (counted in evictions). A tier whose store
-//     just failed is no demotion target for a back-off (100 ms, doubling to 10 s while its
-//     stores keep failing, reset by one that lands): a dead store is bypassed, not re-tried.
+//     eviction policy (eviction_policy.h: lru, cost_aware or reuse_index). Blocks held by
+//     sequences, pinned by tickets or read by transfers are never candidates. An evicted block is
+//     demoted to the next tier that admits it and lacks it, or dropped (counted in evictions). A
+//     tier whose store just failed is no demotion target for a back-off (100 ms, doubling to 10 s
+//     while its stores keep failing, reset by one that lands): a dead store is bypassed, not
+//     re-tried.
 //   * Restore versus recompute: AttachPrefix restores the leading matched blocks the cost model
 //     (cost_model.h: restore = latency + bytes / bandwidth per tier, measured online; recompute
 //     = prefill FLOPs / FLOP rate) says are cheaper to restore, and the caller recomputes the rest.
@@ -95,8 +96,11 @@ struct KvCacheOptions {
   // namespace's geometry. The cache takes ownership.
   std::array<std::unique_ptr<TierBackend>, kNumTiers> tiers;
   HashAlgorithm hash = HashAlgorithm::kXxh3_128;
-  std::string eviction_policy = "lru";  // "lru" or "cost_aware", used in every tier
-  CostAwareOptions cost_aware;          // for "cost_aware"
+  // "lru", "cost_aware" or "reuse_index", one instance per tier. reuse_index is given each
+  // AttachPrefix's prompt blocks (EvictionPolicy::ObserveRequest) in every tier.
+  std::string eviction_policy = "lru";
+  CostAwareOptions cost_aware;    // for "cost_aware"
+  ReuseIndexOptions reuse_index;  // for "reuse_index"
   WritePolicy write_policy = WritePolicy::kWriteBack;
   TierInclusion inclusion = TierInclusion::kInclusive;  // kExclusive needs kWriteBack
   // Admission per tier below HBM: uses (attach hits + the first write) a block needs before it
@@ -284,9 +288,9 @@ class KvCache {
  public:
   // Errors: kInvalidArgument for a missing HBM tier, a tier at the wrong index or built for
   // another block size, an HBM tier without a device pool, an unknown eviction policy or bad
-  // cost_aware options, kExclusive with kWriteThrough, admit_after_uses < 1 (or != 1 for HBM), a
-  // prefill_cost or link that is not positive and finite, event_buffer < 1, room_wait < 0,
-  // bounce_buffers < 1; PrefixHasher's errors; kResourceExhausted if the bounce buffers cannot
+  // cost_aware or reuse_index options, kExclusive with kWriteThrough, admit_after_uses < 1 (or != 1
+  // for HBM), a prefill_cost or link that is not positive and finite, event_buffer < 1, room_wait <
+  // 0, bounce_buffers < 1; PrefixHasher's errors; kResourceExhausted if the bounce buffers cannot
   // be allocated; remote_probe_window_blocks outside [0, 4096] or a remote_probe_timeout that is
   // not positive and finite (with a window > 0).
   static absl::StatusOr<std::unique_ptr<KvCache>> Create(const CacheNamespace& ns,

@@ -44,10 +44,11 @@ absl::Status KvCache::Impl::ValidateOptions(const CacheNamespace& ns,
     return absl::InvalidArgumentError(absl::StrCat("KvCache: the HBM tier ", hbm->info().name,
                                                    " has no device pool for block tables"));
   }
-  if (options.eviction_policy != "lru" && options.eviction_policy != "cost_aware") {
-    return absl::InvalidArgumentError(absl::StrCat("KvCache: eviction_policy \"",
-                                                   options.eviction_policy,
-                                                   "\" is not one of \"lru\", \"cost_aware\""));
+  if (options.eviction_policy != "lru" && options.eviction_policy != "cost_aware" &&
+      options.eviction_policy != "reuse_index") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KvCache: eviction_policy \"", options.eviction_policy,
+                     "\" is not one of \"lru\", \"cost_aware\", \"reuse_index\""));
   }
   if (options.write_policy != WritePolicy::kWriteBack &&
       options.write_policy != WritePolicy::kWriteThrough) {
@@ -140,6 +141,8 @@ absl::StatusOr<KvCache::Impl::Policies> KvCache::Impl::MakePolicies(const KvCach
     if (options.tiers[t] == nullptr) continue;
     if (options.eviction_policy == "lru") {
       policies[t] = MakeLruPolicy();
+    } else if (options.eviction_policy == "reuse_index") {
+      KVTIER_ASSIGN_OR_RETURN(policies[t], MakeReuseIndexPolicy(options.reuse_index));
     } else {
       KVTIER_ASSIGN_OR_RETURN(policies[t], MakeCostAwarePolicy(options.cost_aware));
     }

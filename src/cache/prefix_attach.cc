@@ -47,6 +47,11 @@ absl::StatusOr<AttachResult> KvCache::Impl::AttachKeys(SequenceId id, uint64_t g
     return absl::FailedPreconditionError(absl::StrCat(
         "AttachPrefix: ", SeqName(id), " already has ", seq->tokens.size(), " tokens"));
   }
+  const absl::Time now = Now();
+  // A policy that learns from requests sees every block the prompt names, cached or not.
+  for (const std::unique_ptr<EvictionPolicy>& p : policy) {
+    if (p != nullptr && p->observes_requests()) p->ObserveRequest(keys, now);
+  }
   std::vector<BlockLocation> where;
   std::vector<BlockMap::value_type*> entries;  // valid to the end: nothing below erases a block
   std::vector<uint8_t> candidate;              // their candidacy bits, unchanged until phase 2
@@ -108,7 +113,6 @@ absl::StatusOr<AttachResult> KvCache::Impl::AttachKeys(SequenceId id, uint64_t g
     DropRef(pinned[i]);
   }
   pinned.resize(static_cast<size_t>(plan.restore_blocks));
-  const absl::Time now = Now();
   for (size_t i = 0; i < pinned.size(); ++i) {
     BlockEntry& m = entries[i]->second;
     ++m.uses;

@@ -16,22 +16,12 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "internal/strings.h"
+#include "policy/traits_check.h"
 
 namespace kvtier {
 namespace {
 
-absl::Status CheckTraits(const BlockTraits& t) {
-  auto finite_at_least = [](double v, double low) { return std::isfinite(v) && v >= low; };
-  if (!finite_at_least(t.expected_reuse, 0) || t.expected_reuse == 0 ||
-      !finite_at_least(t.recompute_seconds, 0) || t.bytes <= 0 ||
-      !finite_at_least(t.retention_priority, 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("eviction policy: traits out of range (expected_reuse ", t.expected_reuse,
-                     " > 0, recompute_seconds ", t.recompute_seconds, " >= 0, bytes ", t.bytes,
-                     " > 0, retention_priority ", t.retention_priority, " >= 0)"));
-  }
-  return absl::OkStatus();
-}
+using internal::CheckTraits;
 
 double SinceEpoch(absl::Time t) { return absl::ToDoubleSeconds(t - absl::UnixEpoch()); }
 
@@ -489,8 +479,9 @@ absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeCostAwarePolicy(
 absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(std::string_view name) {
   if (name == "lru") return MakeLruPolicy();
   if (name == "cost_aware") return MakeCostAwarePolicy();
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown eviction policy \"", internal::ToAbsl(name), "\" (lru, cost_aware)"));
+  if (name == "reuse_index") return MakeReuseIndexPolicy();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown eviction policy \"", internal::ToAbsl(name), "\" (lru, cost_aware, reuse_index)"));
 }
 
 }  // namespace kvtier

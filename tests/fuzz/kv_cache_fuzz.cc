@@ -387,7 +387,7 @@ Config DecodeConfig(Input& in) {
   c.present[TierIndex(Tier::kNvme)] = (a & 4) == 0;
   c.present[TierIndex(Tier::kRemote)] = (a & 8) != 0;
   c.write_policy = (a & 16) != 0 ? WritePolicy::kWriteThrough : WritePolicy::kWriteBack;
-  c.eviction_policy = (a & 32) != 0 ? "cost_aware" : "lru";
+  c.eviction_policy = (a & 32) == 0 ? "lru" : (d & 128) != 0 ? "reuse_index" : "cost_aware";
   c.demote_on_evict = (a & 64) == 0;
   c.nvme_engine = (a & 128) != 0 ? NvmeEngine::kThreadPool : NvmeEngine::kAuto;
   c.hbm_blocks = 6 + (b & 7);

@@ -57,6 +57,11 @@ class Simulator {
       SimBlock& b = blocks_[chain[j]];
       if (b.parent == kNoParent) b.parent = chain[j - 1];
     }
+    if (policy_.observes_requests()) {
+      named_.clear();
+      for (int64_t j = 0; j < n; ++j) named_.push_back(SimBlockKey(chain[j]));
+      policy_.ObserveRequest(named_, now);
+    }
     int64_t hits = 0;
     while (hits < n && blocks_[chain[hits]].cached) ++hits;
     for (int64_t j = 0; j < hits; ++j) {
@@ -137,6 +142,7 @@ class Simulator {
   const PolicySimOptions& options_;
   std::vector<SimBlock> blocks_;
   int64_t size_ = 0;
+  std::vector<BlockKey> named_;  // the request ObserveRequest is given, reused
 };
 
 }  // namespace

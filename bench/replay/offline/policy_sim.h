@@ -4,6 +4,8 @@
 //
 // The model (bounds.h's, with the policy choosing the victims). Requests are taken one at a time,
 // in trace order, each at time UnixEpoch + arrival_seconds. For each request:
+//   0. observe: a policy that observes_requests() is given the chain (ObserveRequest, as
+//      KvCache gives it a prompt's full blocks);
 //   1. lookup: its hit is the longest leading run of its chain (block_chains.h) that is cached;
 //      the hit blocks are used: uses + 1, last use = now, and they are pinned (a block that was
 //      an eviction candidate is Removed from the policy);

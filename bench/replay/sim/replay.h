@@ -85,7 +85,7 @@ struct ReplayOptions {
   std::array<TierCapacity, kNumTiers> capacity;  // index TierIndex; HBM must be present
   // Cost of restoring into HBM from each tier (HBM ignored); also the cache's cost model links.
   std::array<TierLinkCost, kNumTiers> links;
-  std::string policy = "lru";  // "lru" or "cost_aware"
+  std::string policy = "lru";  // "lru", "cost_aware" or "reuse_index"
   PayloadMode payload = PayloadMode::kNone;
   int payload_bytes_per_token = 4;  // kScaled: multiple of 4, in [4, 65536]
   HintMode hints = HintMode::kPause;

@@ -738,7 +738,7 @@ std::string ParamName(const ::testing::TestParamInfo<Param>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, KvCachePropertyTest,
-                         ::testing::Combine(::testing::Values("lru", "cost_aware"),
+                         ::testing::Combine(::testing::Values("lru", "cost_aware", "reuse_index"),
                                             ::testing::Values(WritePolicy::kWriteBack,
                                                               WritePolicy::kWriteThrough),
                                             ::testing::Values(uint64_t{1}, uint64_t{2})),

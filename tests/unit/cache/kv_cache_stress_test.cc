@@ -329,5 +329,7 @@ TEST(KvCacheStress, ConcurrentRequestsCostAwareWriteThrough) {
   RunStress({.policy = "cost_aware", .write = WritePolicy::kWriteThrough});
 }
 
+TEST(KvCacheStress, ConcurrentRequestsReuseIndexWriteBack) { RunStress({.policy = "reuse_index"}); }
+
 }  // namespace
 }  // namespace kvtier

@@ -174,7 +174,7 @@ TEST(ReplayTest, UnlimitedCapacitiesGiveTheUnlimitedBound) {
   }
   KVTIER_ASSERT_OK_AND_ASSIGN(BoundResult bound, UnlimitedBound(trace, 64));
   ASSERT_GT(bound.hit_tokens, 0);
-  for (const char* policy : {"lru", "cost_aware"}) {
+  for (const char* policy : {"lru", "cost_aware", "reuse_index"}) {
     o.policy = policy;
     KVTIER_ASSERT_OK_AND_ASSIGN(ReplayReport r, RunReplay(trace, o));
     EXPECT_EQ(r.hit_tokens, bound.hit_tokens) << policy;
@@ -196,7 +196,7 @@ TEST(ReplayTest, NoPolicyBeatsTheOptimalBoundInHbmAlone) {
     o.hints = HintMode::kNone;
     KVTIER_ASSERT_OK_AND_ASSIGN(BoundResult optimal, OptimalBound(trace, 64, blocks));
     KVTIER_ASSERT_OK_AND_ASSIGN(BoundResult unlimited, UnlimitedBound(trace, 64));
-    for (const char* policy : {"lru", "cost_aware"}) {
+    for (const char* policy : {"lru", "cost_aware", "reuse_index"}) {
       o.policy = policy;
       KVTIER_ASSERT_OK_AND_ASSIGN(ReplayReport r, RunReplay(trace, o));
       EXPECT_LE(r.hit_tokens, optimal.hit_tokens) << policy << " at " << blocks;

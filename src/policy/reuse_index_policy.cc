@@ -1,0 +1,246 @@
+// The reuse_index eviction policy (eviction_policy.h): per-block access history, classes after
+// ../shared/policy/README.md, an online life table (reuse_life_table.h) and sampled victims with
+// the parent-follows rule.
+#include <algorithm>
+#include <cstdint>
+#include <deque>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/container/node_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "kvtier/eviction_policy.h"
+#include "kvtier/reuse_life_table.h"
+#include "policy/traits_check.h"
+
+namespace kvtier {
+namespace {
+
+// Classes: the root, a block no request named, then turn x prior accesses x delta.
+constexpr int kRootClass = 0;
+constexpr int kUnnamedClass = 1;
+constexpr int kTurnBuckets = 5, kAccessBuckets = 3, kDeltaBuckets = 2;
+constexpr int kNumClasses = 2 + kTurnBuckets * kAccessBuckets * kDeltaBuckets;
+
+int TurnBucket(uint32_t turn) {
+  return turn <= 1 ? 0 : turn == 2 ? 1 : turn == 3 ? 2 : turn <= 5 ? 3 : 4;
+}
+int AccessBucket(uint32_t prior) { return prior == 0 ? 0 : prior <= 2 ? 1 : 2; }
+
+int ClassOf(size_t depth, uint32_t turn, uint32_t prior_accesses, size_t delta) {
+  if (depth == 0) return kRootClass;
+  return 2 + (TurnBucket(turn) * kAccessBuckets + AccessBucket(prior_accesses)) * kDeltaBuckets +
+         (delta > 4 ? 1 : 0);
+}
+
+// Each class's hazard shrinks towards its group's: the root, unnamed blocks, and the rest.
+std::vector<int> ClassGroups() {
+  std::vector<int> g(kNumClasses, 2);
+  g[kRootClass] = 0;
+  g[kUnnamedClass] = 1;
+  return g;
+}
+
+class ReuseIndexPolicy final : public EvictionPolicy {
+ public:
+  ReuseIndexPolicy(const ReuseIndexOptions& options, ReuseLifeTable table)
+      : options_(options), rng_state_(options.seed), table_(std::move(table)) {}
+
+  std::string_view name() const override { return "reuse_index"; }
+  bool reads_run_blocks() const override { return false; }
+  bool observes_requests() const override { return true; }
+
+  void ObserveRequest(absl::Span<const BlockKey> blocks, absl::Time now) override {
+    Prune(now);
+    table_.Advance(now);
+    // h: the leading blocks an earlier request named; the predecessor holds block h-1.
+    size_t seen = 0;
+    while (seen < blocks.size() && records_.contains(blocks[seen])) ++seen;
+    uint32_t turn = 1;
+    if (seen > 1) turn = records_.find(blocks[seen - 1])->second.turn + 1;
+    const size_t delta = blocks.size() - seen;
+    for (size_t d = 0; d < blocks.size(); ++d) {
+      auto [it, inserted] = records_.try_emplace(blocks[d]);
+      Record& r = it->second;
+      if (!inserted) table_.Reuse(r.birth, now);
+      r.cls = static_cast<uint8_t>(ClassOf(d, turn, r.accesses, delta));
+      r.turn = turn;
+      ++r.accesses;
+      r.observed_at_last_access = true;
+      Access(blocks[d], r, now);
+    }
+  }
+
+  absl::Status Add(const BlockKey& key, const BlockTraits& traits, absl::Time now) override {
+    if (absl::Status s = internal::CheckTraits(traits); !s.ok()) return s;
+    auto [it, inserted] = records_.try_emplace(key);
+    Record& r = it->second;
+    if (r.candidate >= 0) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("reuse_index: block ", key.ToHex(), " is a candidate already"));
+    }
+    if (inserted) {  // never named by a request: its own class, born now
+      r.cls = kUnnamedClass;
+      r.accesses = 1;
+      Access(key, r, now);
+    }
+    r.parent = traits.parent;
+    r.retention_priority = traits.retention_priority;
+    r.priority_until = traits.priority_until;
+    r.candidate = static_cast<int64_t>(candidates_.size());
+    candidates_.push_back(&*it);
+    return absl::OkStatus();
+  }
+
+  absl::Status Touch(const BlockKey& key, const BlockTraits& traits, absl::Time now) override {
+    if (absl::Status s = internal::CheckTraits(traits); !s.ok()) return s;
+    auto it = records_.find(key);
+    if (it == records_.end() || it->second.candidate < 0) return NotACandidate(key);
+    Record& r = it->second;
+    r.retention_priority = traits.retention_priority;
+    r.priority_until = traits.priority_until;
+    if (now > r.last_access) {  // a use no ObserveRequest named: an access of the same class
+      table_.Reuse(r.birth, now);
+      ++r.accesses;
+      r.observed_at_last_access = false;
+      Access(key, r, now);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Remove(const BlockKey& key) override {
+    auto it = records_.find(key);
+    if (it == records_.end() || it->second.candidate < 0) return NotACandidate(key);
+    const int64_t pos = it->second.candidate;
+    candidates_[pos] = candidates_.back();
+    candidates_[pos]->second.candidate = pos;
+    candidates_.pop_back();
+    it->second.candidate = -1;
+    return absl::OkStatus();
+  }
+
+  std::optional<BlockKey> Victim(absl::Time now) override {
+    if (candidates_.empty()) return std::nullopt;
+    table_.Advance(now);
+    if (follow_ && follow_->time == now && follow_->parent != kRootBlockKey) {
+      auto it = records_.find(follow_->parent);
+      if (it != records_.end() && it->second.candidate >= 0 &&
+          Rank(it->second, now) <= follow_->rank) {
+        follow_->parent = it->second.parent;  // and its parent after it, at the same bar
+        return it->first;
+      }
+    }
+    const Entry* best = nullptr;
+    double best_rank = 0;
+    auto consider = [&](const Entry* e) {
+      const double rank = Rank(e->second, now);
+      if (best == nullptr || rank < best_rank ||
+          (rank == best_rank && Older(e->second, best->second))) {
+        best = e;
+        best_rank = rank;
+      }
+    };
+    const size_t n = candidates_.size();
+    if (options_.sample_size == 0 || n <= static_cast<size_t>(options_.sample_size)) {
+      for (const Entry* e : candidates_) consider(e);
+    } else {
+      for (int i = 0; i < options_.sample_size; ++i) consider(candidates_[NextRandom() % n]);
+    }
+    follow_ = Follow{.time = now, .parent = best->second.parent, .rank = best_rank};
+    return best->first;
+  }
+
+  int64_t size() const override { return static_cast<int64_t>(candidates_.size()); }
+
+ private:
+  struct Record {
+    absl::Time last_access = absl::InfinitePast();
+    uint64_t birth = 0;  // in table_, of the last access
+    uint32_t accesses = 0;
+    uint32_t turn = 1;  // of the latest request that named it
+    uint8_t cls = kUnnamedClass;
+    bool observed_at_last_access = false;
+    int64_t candidate = -1;  // position in candidates_, or -1
+    BlockKey parent = kRootBlockKey;
+    double retention_priority = 0;
+    absl::Time priority_until = absl::InfinitePast();
+  };
+  using Entry = std::pair<const BlockKey, Record>;
+  struct Follow {
+    absl::Time time;
+    BlockKey parent;
+    double rank = 0;
+  };
+
+  static absl::Status NotACandidate(const BlockKey& key) {
+    return absl::NotFoundError(
+        absl::StrCat("reuse_index: block ", key.ToHex(), " is not a candidate"));
+  }
+
+  static bool Older(const Record& a, const Record& b) { return a.last_access < b.last_access; }
+
+  double Rank(const Record& r, absl::Time now) const {
+    const double index = table_.Index(r.cls, now - r.last_access);
+    const bool boosted = r.retention_priority > 0 && now < r.priority_until;
+    return boosted ? index * (1 + r.retention_priority) : index;
+  }
+
+  void Access(const BlockKey& key, Record& r, absl::Time now) {
+    r.birth = table_.Birth(r.cls, now);
+    r.last_access = now;
+    history_.emplace_back(now, key);
+  }
+
+  // Forgets blocks last accessed more than `history` ago that are not candidates.
+  void Prune(absl::Time now) {
+    while (!history_.empty() && history_.front().first < now - options_.history) {
+      auto [t, key] = history_.front();
+      history_.pop_front();
+      auto it = records_.find(key);
+      if (it != records_.end() && it->second.last_access == t && it->second.candidate < 0) {
+        records_.erase(it);
+      }
+    }
+  }
+
+  uint64_t NextRandom() {  // splitmix64: fixed output on every platform
+    uint64_t z = (rng_state_ += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+
+  ReuseIndexOptions options_;
+  uint64_t rng_state_;
+  ReuseLifeTable table_;
+  // Node map: candidates_ points at its elements, which stay put until erased.
+  absl::node_hash_map<BlockKey, Record> records_;
+  std::vector<Entry*> candidates_;
+  std::deque<std::pair<absl::Time, BlockKey>> history_;  // accesses, oldest first
+  std::optional<Follow> follow_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeReuseIndexPolicy(
+    const ReuseIndexOptions& options) {
+  if (options.sample_size < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reuse_index: sample_size = ", options.sample_size, " must be >= 0"));
+  }
+  if (options.history <= absl::ZeroDuration() || options.history == absl::InfiniteDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reuse_index: history = ", absl::FormatDuration(options.history),
+                     " must be positive and finite"));
+  }
+  absl::StatusOr<ReuseLifeTable> table = ReuseLifeTable::Create(ClassGroups(), options.table);
+  if (!table.ok()) return table.status();
+  return std::make_unique<ReuseIndexPolicy>(options, *std::move(table));
+}
+
+}  // namespace kvtier

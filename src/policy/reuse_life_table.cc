@@ -1,0 +1,221 @@
+// The online censored life table and its reuse index (reuse_life_table.h).
+#include "kvtier/reuse_life_table.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace kvtier {
+namespace {
+
+constexpr double kUnknown = std::numeric_limits<double>::infinity();
+
+std::vector<double> DefaultEdges() {
+  std::vector<double> e;
+  for (int a = 0; a < 120; a += 10) e.push_back(a);
+  for (int a = 120; a < 600; a += 30) e.push_back(a);
+  for (int a = 600; a < 1800; a += 120) e.push_back(a);
+  for (double a : {1800.0, 2400.0, 3600.0}) e.push_back(a);
+  return e;
+}
+
+}  // namespace
+
+ReuseLifeTableOptions WithReuseLifeTableDefaults(ReuseLifeTableOptions options) {
+  if (options.edges_seconds.empty()) options.edges_seconds = DefaultEdges();
+  if (options.horizons_seconds.empty()) {
+    options.horizons_seconds = {15, 30, 60, 120, 240, 480, 960, 1920};
+  }
+  return options;
+}
+
+absl::StatusOr<ReuseLifeTable> ReuseLifeTable::Create(std::vector<int> group_of_class,
+                                                      ReuseLifeTableOptions options) {
+  options = WithReuseLifeTableDefaults(std::move(options));
+  auto bad = [](const char* what) {
+    return absl::InvalidArgumentError(absl::StrCat("ReuseLifeTable: ", what));
+  };
+  if (group_of_class.empty()) return bad("no classes");
+  int groups = 0;
+  for (int g : group_of_class) {
+    if (g < 0) return bad("a negative class group");
+    groups = std::max(groups, g + 1);
+  }
+  const std::vector<double>& e = options.edges_seconds;
+  if (e.size() < 2 || e[0] != 0) return bad("edges_seconds must start at 0 and have two or more");
+  for (size_t k = 1; k < e.size(); ++k) {
+    if (!(e[k] > e[k - 1]) || !std::isfinite(e[k])) {
+      return bad("edges_seconds must be finite and strictly increasing");
+    }
+  }
+  if (!(options.prior >= 0) || !std::isfinite(options.prior)) return bad("prior must be >= 0");
+  if (options.refresh <= absl::ZeroDuration() || options.refresh == absl::InfiniteDuration()) {
+    return bad("refresh must be positive and finite");
+  }
+  const double grid = options.grid_seconds;
+  if (!(grid > 0) || !std::isfinite(grid)) return bad("grid_seconds must be > 0");
+  ReuseLifeTable t;
+  for (double h : options.horizons_seconds) {
+    const double steps = h / grid;
+    if (!(h > 0) || !std::isfinite(h) || steps != std::floor(steps)) {
+      return bad("every horizon must be > 0 and a multiple of grid_seconds");
+    }
+    t.horizon_steps_.push_back(static_cast<int>(steps));
+  }
+  if (t.horizon_steps_.empty()) return bad("no horizons");
+  t.group_ = std::move(group_of_class);
+  t.num_groups_ = groups;
+  t.edges_ = e;
+  t.prior_ = options.prior;
+  t.refresh_ = absl::ToDoubleSeconds(options.refresh);
+  t.grid_ = grid;
+  t.rows_ = static_cast<int>(std::floor(e.back() / grid)) + 1;
+  const size_t cells = t.group_.size() * (e.size() - 1);
+  t.counted_.assign(e.size() - 1, 0);
+  t.at_risk_.assign(cells, 0);
+  t.events_.assign(cells, 0);
+  t.index_.assign(t.group_.size() * static_cast<size_t>(t.rows_), 0.0);
+  t.survival_.assign(t.group_.size() * e.size(), 1.0);
+  return t;
+}
+
+double ReuseLifeTable::Seconds(absl::Time t) {
+  if (!started_) {
+    started_ = true;
+    origin_ = t;
+    next_refresh_ = 0;
+  }
+  latest_ = std::max(latest_, absl::ToDoubleSeconds(t - origin_));
+  return latest_;
+}
+
+uint64_t ReuseLifeTable::Birth(int cls, absl::Time now) {
+  cls = std::clamp(cls, 0, num_classes() - 1);
+  const double s = Seconds(now);
+  log_.push_back(Life{.time = s, .outcome = kUnknown, .cls = cls});
+  return log_base_ + log_.size() - 1;
+}
+
+void ReuseLifeTable::Reuse(uint64_t birth, absl::Time now) {
+  const double s = Seconds(now);
+  if (birth < log_base_ || birth >= log_base_ + log_.size()) return;
+  Life& life = log_[birth - log_base_];
+  if (life.outcome == kUnknown) life.outcome = s - life.time;
+}
+
+void ReuseLifeTable::Count(double cut) {
+  const uint64_t end = log_base_ + log_.size();
+  for (int k = 0; k < num_buckets(); ++k) {
+    const double lo = edges_[k], hi = edges_[k + 1];
+    const double limit = cut - hi;
+    uint64_t& next = counted_[k];
+    while (next < end && log_[next - log_base_].time <= limit) {
+      const Life& life = log_[next - log_base_];
+      if (life.outcome >= lo) {
+        ++at_risk_[Cell(life.cls, k)];
+        if (life.outcome < hi) ++events_[Cell(life.cls, k)];
+      }
+      ++next;
+    }
+  }
+  // The last bucket's edge is the largest, so its count is the furthest behind.
+  while (!log_.empty() && log_base_ < counted_.back()) {
+    log_.pop_front();
+    ++log_base_;
+  }
+}
+
+bool ReuseLifeTable::Advance(absl::Time now) {
+  const double s = Seconds(now);
+  if (s < next_refresh_) return false;
+  const double point = std::floor(s / refresh_) * refresh_;
+  next_refresh_ = point + refresh_;
+  Count(point);
+  Rebuild();
+  return true;
+}
+
+void ReuseLifeTable::Rebuild() {
+  ++rebuilds_;
+  const int buckets = num_buckets();
+  const int classes = num_classes();
+  std::vector<double> pooled_events(buckets, 0), pooled_risk(buckets, 0);
+  std::vector<double> group_events(static_cast<size_t>(num_groups_) * buckets, 0);
+  std::vector<double> group_risk(group_events.size(), 0);
+  for (int c = 0; c < classes; ++c) {
+    for (int k = 0; k < buckets; ++k) {
+      const size_t g = static_cast<size_t>(group_[c]) * buckets + k;
+      pooled_events[k] += static_cast<double>(events_[Cell(c, k)]);
+      pooled_risk[k] += static_cast<double>(at_risk_[Cell(c, k)]);
+      group_events[g] += static_cast<double>(events_[Cell(c, k)]);
+      group_risk[g] += static_cast<double>(at_risk_[Cell(c, k)]);
+    }
+  }
+  const int max_steps = *std::max_element(horizon_steps_.begin(), horizon_steps_.end());
+  const int points = rows_ + max_steps + 1;
+  std::vector<double> s(points), integral(points);
+  for (int c = 0; c < classes; ++c) {
+    double* edge_s = &survival_[static_cast<size_t>(c) * edges_.size()];
+    edge_s[0] = 1.0;
+    for (int k = 0; k < buckets; ++k) {
+      double h = 0;
+      if (pooled_risk[k] > 0) {
+        const size_t g = static_cast<size_t>(group_[c]) * buckets + k;
+        const double pooled = pooled_events[k] / pooled_risk[k];
+        const double group = (group_events[g] + prior_ * pooled) / (group_risk[g] + prior_);
+        const double risk = static_cast<double>(at_risk_[Cell(c, k)]);
+        const double denom = risk + prior_;
+        h = denom > 0 ? (static_cast<double>(events_[Cell(c, k)]) + prior_ * group) / denom : 0;
+      }
+      edge_s[k + 1] = edge_s[k] * (1 - h);
+    }
+    int k = 0;
+    for (int i = 0; i < points; ++i) {
+      const double x = i * grid_;
+      while (k < buckets && x >= edges_[k + 1]) ++k;
+      if (k >= buckets) {
+        s[i] = edge_s[buckets];
+      } else {
+        const double f = (x - edges_[k]) / (edges_[k + 1] - edges_[k]);
+        s[i] = edge_s[k] + f * (edge_s[k + 1] - edge_s[k]);
+      }
+      integral[i] = i == 0 ? 0 : integral[i - 1] + 0.5 * (s[i - 1] + s[i]) * grid_;
+    }
+    double* row = &index_[static_cast<size_t>(c) * rows_];
+    for (int i = 0; i < rows_; ++i) {
+      double best = 0;
+      for (int steps : horizon_steps_) {
+        const double held = integral[i + steps] - integral[i];
+        if (held > 0) best = std::max(best, (s[i] - s[i + steps]) / held);
+      }
+      row[i] = best;
+    }
+  }
+}
+
+double ReuseLifeTable::Index(int cls, absl::Duration age) const {
+  cls = std::clamp(cls, 0, num_classes() - 1);
+  const double a = std::max(0.0, absl::ToDoubleSeconds(age));
+  const int i = std::min(rows_ - 1, static_cast<int>(std::min(a / grid_, 1e9)));
+  return index_[static_cast<size_t>(cls) * rows_ + i];
+}
+
+double ReuseLifeTable::Survival(int cls, double age_seconds) const {
+  cls = std::clamp(cls, 0, num_classes() - 1);
+  const double* edge_s = &survival_[static_cast<size_t>(cls) * edges_.size()];
+  const int buckets = num_buckets();
+  if (!(age_seconds > 0)) return 1.0;
+  for (int k = 0; k < buckets; ++k) {
+    if (age_seconds < edges_[k + 1]) {
+      const double f = (age_seconds - edges_[k]) / (edges_[k + 1] - edges_[k]);
+      return edge_s[k] + f * (edge_s[k + 1] - edge_s[k]);
+    }
+  }
+  return edge_s[buckets];
+}
+
+}  // namespace kvtier

@@ -1,0 +1,130 @@
+// The reuse_index policy (eviction_policy.h): classes learned from ObserveRequest, the
+// oldest-first cold start, the parent-follows rule and the interface's errors.
+#include <memory>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kvtier/eviction_policy.h"
+#include "tests/testing/status_matchers.h"
+
+namespace kvtier {
+namespace {
+
+using ::absl::StatusCode;
+using ::kvtier::testing::IsError;
+
+const absl::Time kT0 = absl::FromUnixSeconds(1'700'000'000);
+absl::Time At(double seconds) { return kT0 + absl::Seconds(seconds); }
+BlockKey Key(uint64_t i) { return BlockKey{i, i * 7 + 1}; }
+BlockTraits Child(BlockKey parent) { return {.parent = parent}; }
+
+std::unique_ptr<EvictionPolicy> Make(int sample_size = 0) {
+  auto p = MakeReuseIndexPolicy({.sample_size = sample_size});
+  EXPECT_TRUE(p.ok()) << p.status();
+  return *std::move(p);
+}
+
+TEST(ReuseIndexPolicyTest, NamedAndObservesRequests) {
+  auto p = Make();
+  EXPECT_EQ(p->name(), "reuse_index");
+  EXPECT_TRUE(p->observes_requests());
+  EXPECT_FALSE(p->reads_run_blocks());
+  auto by_name = MakeEvictionPolicy("reuse_index");
+  KVTIER_ASSERT_OK(by_name.status());
+  EXPECT_EQ((*by_name)->name(), "reuse_index");
+}
+
+TEST(ReuseIndexPolicyTest, ColdStartIsOldestFirst) {
+  auto p = Make();
+  EXPECT_FALSE(p->Victim(At(0)).has_value());
+  for (uint64_t i = 0; i < 3; ++i) {
+    p->ObserveRequest({Key(10 + i), Key(i)}, At(static_cast<double>(i)));
+  }
+  KVTIER_ASSERT_OK(p->Add(Key(2), Child(Key(12)), At(2)));
+  KVTIER_ASSERT_OK(p->Add(Key(0), Child(Key(10)), At(0)));
+  KVTIER_ASSERT_OK(p->Add(Key(1), Child(Key(11)), At(1)));
+  EXPECT_EQ(p->size(), 3);
+  EXPECT_EQ(p->Victim(At(3)), Key(0));
+  KVTIER_ASSERT_OK(p->Remove(Key(0)));
+  EXPECT_EQ(p->Victim(At(4)), Key(1));
+  // A request naming block 1 again makes it the youngest.
+  p->ObserveRequest({Key(11), Key(1)}, At(5));
+  EXPECT_EQ(p->Victim(At(6)), Key(2));
+}
+
+// Block 5 was last accessed at 5, after block 9 (at 1), but the victim's parent follows it when
+// it ranks no higher: with no data every rank is 0.
+TEST(ReuseIndexPolicyTest, TheVictimsParentFollowsIt) {
+  auto p = Make();
+  p->ObserveRequest({Key(5), Key(6)}, At(0));
+  p->ObserveRequest({Key(9)}, At(1));
+  p->ObserveRequest({Key(5)}, At(5));
+  KVTIER_ASSERT_OK(p->Add(Key(6), Child(Key(5)), At(0)));
+  KVTIER_ASSERT_OK(p->Add(Key(9), {}, At(1)));
+  ASSERT_EQ(p->Victim(At(10)), Key(6));
+  KVTIER_ASSERT_OK(p->Remove(Key(6)));
+  KVTIER_ASSERT_OK(p->Add(Key(5), {}, At(5)));  // its last child gone: a leaf
+  EXPECT_EQ(p->Victim(At(10)), Key(5));         // not 9, the oldest
+  // At a later time the rule no longer applies: oldest first again.
+  EXPECT_EQ(p->Victim(At(11)), Key(9));
+}
+
+// Train: every 30 s a request names a root block R and a fresh child; R comes back each time,
+// no child ever does. Once the tables know it, an old R outranks a young child, which
+// oldest-first would keep.
+TEST(ReuseIndexPolicyTest, LearnsWhichClassComesBack) {
+  auto p = Make();
+  const BlockKey root = Key(1);
+  uint64_t next = 100;
+  for (int s = 0; s <= 1200; s += 30) p->ObserveRequest({root, Key(next++)}, At(s));
+  const BlockKey child = Key(next++);
+  p->ObserveRequest({Key(7000), child}, At(1215));
+  KVTIER_ASSERT_OK(p->Add(root, {}, At(1200)));
+  KVTIER_ASSERT_OK(p->Add(child, Child(Key(7000)), At(1215)));
+  EXPECT_EQ(p->Victim(At(1225)), child);  // R is 25 s old, the child 10 s
+  // The same pair on a fresh policy, with no data: oldest first.
+  auto cold = Make();
+  KVTIER_ASSERT_OK(cold->Add(root, {}, At(1200)));
+  KVTIER_ASSERT_OK(cold->Add(child, Child(Key(7000)), At(1215)));
+  EXPECT_EQ(cold->Victim(At(1225)), root);
+}
+
+TEST(ReuseIndexPolicyTest, ABlockNoRequestNamedIsRankedToo) {
+  auto p = Make();
+  KVTIER_ASSERT_OK(p->Add(Key(1), {}, At(3)));
+  KVTIER_ASSERT_OK(p->Add(Key(2), {}, At(1)));
+  EXPECT_EQ(p->Victim(At(4)), Key(2));
+  KVTIER_ASSERT_OK(p->Touch(Key(2), {}, At(5)));  // a use: now the younger
+  EXPECT_EQ(p->Victim(At(6)), Key(1));
+}
+
+TEST(ReuseIndexPolicyTest, SampledVictimsStayCandidates) {
+  auto p = Make(/*sample_size=*/4);
+  for (uint64_t i = 0; i < 100; ++i) KVTIER_ASSERT_OK(p->Add(Key(i), {}, At(i)));
+  for (int n = 0; n < 100; ++n) {
+    std::optional<BlockKey> v = p->Victim(At(200));
+    ASSERT_TRUE(v.has_value());
+    KVTIER_ASSERT_OK(p->Remove(*v));
+  }
+  EXPECT_EQ(p->size(), 0);
+  EXPECT_FALSE(p->Victim(At(200)).has_value());
+}
+
+TEST(ReuseIndexPolicyTest, Errors) {
+  auto p = Make();
+  KVTIER_ASSERT_OK(p->Add(Key(1), {}, At(0)));
+  EXPECT_THAT(p->Add(Key(1), {}, At(0)), IsError(StatusCode::kAlreadyExists, "candidate"));
+  EXPECT_THAT(p->Remove(Key(2)), IsError(StatusCode::kNotFound, "not a candidate"));
+  EXPECT_THAT(p->Touch(Key(2), {}, At(0)), IsError(StatusCode::kNotFound, "not a candidate"));
+  EXPECT_THAT(p->Add(Key(3), {.bytes = 0}, At(0)), IsError(StatusCode::kInvalidArgument, "bytes"));
+  EXPECT_THAT(MakeReuseIndexPolicy({.sample_size = -1}).status(),
+              IsError(StatusCode::kInvalidArgument, "sample_size"));
+  EXPECT_THAT(MakeReuseIndexPolicy({.history = absl::ZeroDuration()}).status(),
+              IsError(StatusCode::kInvalidArgument, "history"));
+  ReuseIndexOptions bad;
+  bad.table.prior = -1;
+  EXPECT_THAT(MakeReuseIndexPolicy(bad).status(), IsError(StatusCode::kInvalidArgument, "prior"));
+}
+
+}  // namespace
+}  // namespace kvtier

@@ -56,7 +56,7 @@ set(KVTIER_LAYER_remote_HEADERS
 set(KVTIER_LAYER_cuda_HEADERS cuda_hbm.h)
 set(KVTIER_LAYER_stack_HEADERS tier_stack.h)
 set(KVTIER_LAYER_policy_HEADERS cost_model.h eviction_candidacy.h eviction_policy.h
-  reuse_life_table.h)
+  reuse_life_table.h session_hints.h)
 set(KVTIER_LAYER_cache_HEADERS kv_cache.h kv_cache_stats.h)
 
 # abseil is in the public headers, so every layer links it PUBLIC (the header check too).

@@ -51,6 +51,16 @@
 //               after Removing the victim) and ranks no higher than the victim did, the next Victim
 //               at the same time returns it, so a dead chain goes in one pass. bytes is not weighed
 //               (a tier's blocks are all one size).
+//               Sessions (ObserveRelease): a block a session let go is ranked by when the session
+//               comes back instead: -1 (first to go) once the session has sent a request that did
+//               not name it (it moved on: a compaction, a rewrite); otherwise the index of the
+//               release's class at the time since the release, from a second life table whose
+//               births are releases and whose outcome is the time to the session's next request.
+//               Class: stop reason x the expected idle's bucket (none, < 10 s, < 30 s, < 60 s,
+//               < 300 s, longer), each shrunk towards its idle bucket's hazard, so an estimate is
+//               worth what its outcomes show it is worth (a good one sorts returns by time; a
+//               useless one is learned to be). Source: the hint-g policy of
+//               ../shared/policy/policy_lab_agentic.py.
 //
 // Times are absl::Time (the caller's clock, so a replay can run on trace time). Thread-safety:
 // not thread-safe; the caller serializes (KvCache holds its lock). Keys must be unique. A policy
@@ -68,6 +78,7 @@
 #include "absl/types/span.h"
 #include "kvtier/block_key.h"
 #include "kvtier/reuse_life_table.h"
+#include "kvtier/session_hints.h"
 
 namespace kvtier {
 
@@ -86,6 +97,27 @@ struct BlockTraits {
   int run_blocks = 1;
 };
 
+// One request, as the policy learns from it.
+struct RequestObservation {
+  // The prompt's full blocks, root first: blocks[i] is the parent of blocks[i+1].
+  absl::Span<const BlockKey> blocks;
+  absl::Time now;
+  uint64_t session = 0;  // the agent session it belongs to; 0: none
+};
+
+// A request of a session that let its blocks go (KvCache::Release, or Pause: a tool wait).
+struct ReleaseObservation {
+  absl::Span<const BlockKey> blocks;  // its written full blocks, root first
+  absl::Time now;
+  uint64_t session = 0;  // 0: none (then nothing is learned)
+  StopReason stop_reason = StopReason::kUnknown;
+  // The caller's estimate of the time to the session's next request, if it gave one (>= 0).
+  std::optional<absl::Duration> expected_idle;
+  // A later request of the session started before this one let go (an agent's resumed turn
+  // released once its successor attached): no return of its own to wait for.
+  bool superseded = false;
+};
+
 class EvictionPolicy {
  public:
   virtual ~EvictionPolicy() = default;
@@ -94,16 +126,15 @@ class EvictionPolicy {
   // (1) for a policy that does not: computing it walks up to 31 parents (lru: false).
   virtual bool reads_run_blocks() const { return true; }
 
-  // Whether the policy learns from ObserveRequest (reuse_index: true). A caller may skip the
-  // call (and building its argument) for a policy that does not.
+  // Whether the policy learns from ObserveRequest and ObserveRelease (reuse_index: true). A
+  // caller may skip the calls (and building their arguments) for a policy that does not.
   virtual bool observes_requests() const { return false; }
-  // A request named `blocks` (its prompt's full blocks, root first: blocks[i] the parent of
-  // blocks[i+1]) at `now`: each is accessed, cached or not. Called once per request, before the
-  // request's blocks are Added or Touched at `now`. Default: ignored.
-  virtual void ObserveRequest(absl::Span<const BlockKey> blocks, absl::Time now) {
-    (void)blocks;
-    (void)now;
-  }
+  // A request named request.blocks: each is accessed, cached or not. Called once per request,
+  // before its blocks are Added or Touched at request.now. Default: ignored.
+  virtual void ObserveRequest(const RequestObservation& request) { (void)request; }
+  // A session's request finished (or paused) and let its blocks go, with what is known of when
+  // the session comes back. Called before the released blocks are Added. Default: ignored.
+  virtual void ObserveRelease(const ReleaseObservation& release) { (void)release; }
 
   // `key` became a candidate, last touched (used) at `now`. kAlreadyExists if it is one;
   // kInvalidArgument for traits out of range.
@@ -145,6 +176,10 @@ struct ReuseIndexOptions {
   // bytes each). A request whose predecessor is older than this counts as a first turn.
   absl::Duration history = absl::Hours(2);
   ReuseLifeTableOptions table;  // empty edges / horizons: the recipe's
+  // The session-return table. Empty edges / horizons: the agent recipe's (edges 0, 5, 10, 15,
+  // 20, 30, 45, 60, 90, 120, 180, 240, 300, 450, 600, 900, 1200, 1800, 2700, 3600, 5400, 7200,
+  // 10800, 14400 s; horizons 5, 10, 20, ..., 5120 s).
+  ReuseLifeTableOptions session_table;
 };
 // Errors: kInvalidArgument for an option out of range (named), or those of ReuseLifeTable::Create.
 absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeReuseIndexPolicy(

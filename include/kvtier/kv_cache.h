@@ -76,6 +76,7 @@
 #include "kvtier/ids.h"
 #include "kvtier/kv_cache_stats.h"
 #include "kvtier/prefix_hasher.h"
+#include "kvtier/session_hints.h"
 #include "kvtier/tier_backend.h"
 
 namespace kvtier {
@@ -156,6 +157,18 @@ struct SequenceOptions {
   // more valuable (eviction_policy.h). It lasts `retention` from the release.
   double retention_priority = 0;  // >= 0
   absl::Duration retention = absl::ZeroDuration();
+  // The agent session (conversation) this request belongs to; 0: none. Not part of the blocks'
+  // identity (two sessions share their common prefix): it tells the eviction policy whose
+  // return a released block waits for (session_hints.h, eviction_policy.h reuse_index).
+  uint64_t session = 0;
+};
+
+// What is known, when a request finishes, about its session's next request (session_hints.h).
+struct ReleaseHints {
+  StopReason stop_reason = StopReason::kUnknown;
+  // About how long until the session's next request (a tool's expected run time), if known;
+  // >= 0 and finite.
+  std::optional<absl::Duration> expected_idle;
 };
 
 // A prompt with the keys of its full blocks, hashed once (KvCache::HashPrompt) for the calls that
@@ -359,10 +372,19 @@ class KvCache {
   // partial block and blocks never written are freed. Its tickets stay valid until released.
   // Errors: kNotFound for an unknown id; kFailedPrecondition for a second release.
   absl::Status Release(SequenceId id);
+  // Release, with what is known of the session's next request: the policy ranks the released
+  // blocks by when the session is expected back (reuse_index learns what each stop reason and
+  // idle estimate is worth; lru and cost_aware ignore both). The release itself happens whatever
+  // the hints are. Outcome: kAccepted; kRejected for a sequence without a session (nothing to
+  // tie the hint to) or an expected_idle that is negative or infinite (the stop reason is then
+  // still taken); blocks = the written full blocks released. Errors: as Release.
+  absl::StatusOr<HintOutcome> Release(SequenceId id, const ReleaseHints& hints);
 
   // ---- Hints
 
-  // The sequence will be idle for about `expected_idle` (an agent waiting on a tool). Its
+  // The sequence will be idle for about `expected_idle` (an agent waiting on a tool: stop reason
+  // kToolUse). The policy ranks its HBM copies, droppable from now on, by it as by a Release's
+  // hints (for a sequence with a session). Its
   // written full blocks get a copy one tier down (started now, if missing), and the sequence's
   // references move there, so its HBM copies become droppable: kept while HBM has room, evicted
   // without loss when it does not. Errors: as Release; kInvalidArgument for a negative duration;

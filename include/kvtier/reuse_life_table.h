@@ -29,7 +29,6 @@
 #define KVTIER_REUSE_LIFE_TABLE_H_
 
 #include <cstdint>
-#include <deque>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -79,14 +78,16 @@ class ReuseLifeTable {
   int64_t events(int cls, int bucket) const { return events_[Cell(cls, bucket)]; }
   int num_classes() const { return static_cast<int>(group_.size()); }
   int num_buckets() const { return static_cast<int>(edges_.size()) - 1; }
-  int64_t births_kept() const { return static_cast<int64_t>(log_.size()); }
+  int64_t births_kept() const { return static_cast<int64_t>(log_.size() - head_); }
   int64_t rebuilds() const { return rebuilds_; }
 
  private:
+  // 12 bytes: floats hold seconds since origin_ to about a millisecond over a day, well inside
+  // the narrowest bucket.
   struct Life {
-    double time = 0;     // of the birth, seconds since origin_
-    double outcome = 0;  // seconds to the next access; +inf while unknown
-    int cls = 0;
+    float time = 0;     // of the birth, seconds since origin_
+    float outcome = 0;  // seconds to the next access; +inf while unknown
+    uint32_t cls = 0;
   };
   ReuseLifeTable() = default;
   size_t Cell(int cls, int bucket) const {
@@ -110,8 +111,12 @@ class ReuseLifeTable {
   absl::Time origin_;
   double latest_ = 0;
   double next_refresh_ = 0;
-  std::deque<Life> log_;
-  uint64_t log_base_ = 0;          // id of log_.front()
+  // Births not yet counted by every bucket: log_[head_, end), the first with id log_base_. A
+  // vector with a moving head (compacted when half is dead): scanned once per bucket per
+  // refresh, so it is kept contiguous.
+  std::vector<Life> log_;
+  size_t head_ = 0;
+  uint64_t log_base_ = 0;
   std::vector<uint64_t> counted_;  // per bucket: births [base, counted_) are counted there
   std::vector<int64_t> at_risk_, events_;
   std::vector<double> index_;     // class x rows_

@@ -117,6 +117,29 @@ void KvCache::Impl::SetLeaving(const BlockKey& key, Tier t, bool leaving) {
   if (!leaving) MaybeEraseMeta(parent);
 }
 
+void KvCache::Impl::ObserveRelease(const Sequence& seq, StopReason stop,
+                                   const std::optional<absl::Duration>& expected_idle,
+                                   absl::Time now) {
+  if (seq.options.session == 0) return;
+  const size_t written_full =
+      std::min(seq.keys.size(), static_cast<size_t>(seq.written / block_tokens));
+  ReleaseObservation release{.blocks = absl::MakeConstSpan(seq.keys).first(written_full),
+                             .now = now,
+                             .session = seq.options.session,
+                             .stop_reason = stop,
+                             .expected_idle = expected_idle,
+                             .superseded = false};
+  for (const auto& [other_id, other] : seqs) {  // a later request of the session is live
+    if (other->options.session == seq.options.session && other->generation > seq.generation) {
+      release.superseded = true;
+      break;
+    }
+  }
+  for (const std::unique_ptr<EvictionPolicy>& p : policy) {
+    if (p != nullptr && p->observes_requests()) p->ObserveRelease(release);
+  }
+}
+
 void KvCache::Impl::TouchRegistered(const BlockKey& key, const BlockEntry& m) {
   for (int t = 0; t < kNumTiers; ++t) {
     if ((m.candidate >> t) & 1) {

@@ -194,6 +194,30 @@ absl::Status KvCache::Release(SequenceId id) {
   return I.ReleaseSequence(id);
 }
 
+absl::StatusOr<HintOutcome> KvCache::Release(SequenceId id, const ReleaseHints& hints) {
+  Impl& I = *impl_;
+  HintOutcome outcome;
+  ReleaseHints taken = hints;
+  if (hints.expected_idle.has_value() && (*hints.expected_idle < absl::ZeroDuration() ||
+                                          *hints.expected_idle == absl::InfiniteDuration())) {
+    taken.expected_idle.reset();
+    outcome.result = HintOutcome::Result::kRejected;
+    outcome.reason = absl::StrCat("expected_idle = ", absl::FormatDuration(*hints.expected_idle),
+                                  " must be >= 0 and finite (the stop reason is taken)");
+  }
+  internal::MutexLock lock(&I.mu);
+  KVTIER_ASSIGN_OR_RETURN(Impl::Sequence * seq, I.FindSeq(id));
+  outcome.blocks = std::min(static_cast<int64_t>(seq->keys.size()), seq->written / I.block_tokens);
+  if (seq->options.session == 0) {
+    outcome.result = HintOutcome::Result::kRejected;
+    outcome.reason =
+        "the sequence has no session (SequenceOptions::session): nothing to tie the "
+        "hint to";
+  }
+  KVTIER_RETURN_IF_ERROR(I.ReleaseSequence(id, taken));
+  return outcome;
+}
+
 // ---- Hints ------------------------------------------------------------------------------------
 
 absl::Status KvCache::Pause(SequenceId id, absl::Duration expected_idle) {
@@ -203,7 +227,7 @@ absl::Status KvCache::Pause(SequenceId id, absl::Duration expected_idle) {
         "Pause: expected_idle = ", absl::FormatDuration(expected_idle), " must not be negative"));
   }
   Impl::CacheScope scope(I);
-  return I.PauseSequence(id, scope.deferred());
+  return I.PauseSequence(id, expected_idle, scope.deferred());
 }
 
 absl::StatusOr<Completion> KvCache::Resume(SequenceId id) {

@@ -410,6 +410,12 @@ struct KvCache::Impl {
 
   // ---- eviction_candidates.cc: candidacy with each tier's policy, and making room.
 
+  // Tells the policies that observe requests that `seq` (of a session) lets its written full
+  // blocks go at `now`, with what is known of its session's return. Before they are Added.
+  void ObserveRelease(const Sequence& seq, StopReason stop,
+                      const std::optional<absl::Duration>& expected_idle, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
   // What tier t's policy is told of the block (CandidateTraits, kvtier/eviction_candidacy.h).
   // run_blocks (a walk of up to 31 parents) only for a policy that reads it.
   BlockTraits Traits(const BlockEntry& m, Tier t) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
@@ -546,7 +552,9 @@ struct KvCache::Impl {
   absl::StatusOr<std::optional<BlockCopy>> ForkSequence(SequenceId parent, SequenceId child,
                                                         int64_t num_tokens, Deferred& d)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  absl::Status ReleaseSequence(SequenceId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // `hints`: what Release(id, hints) was given (none for Release(id)).
+  absl::Status ReleaseSequence(SequenceId id, const ReleaseHints& hints = {})
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // One HBM copy per block key. Once the indexed HBM copy of `key` is no longer pending, each
   // written twin's holders take it instead (RepointBlock; the twin is freed when no ticket pins
   // it; no bytes move: same key, same bytes); with no HBM copy left, the first twin still held
@@ -654,7 +662,8 @@ struct KvCache::Impl {
   struct TicketHolder;
   std::shared_ptr<internal::TicketState> HandOut(std::shared_ptr<internal::TicketState> t);
   // The bodies of Pause, Resume and Prefetch (kv_cache.h), arguments checked.
-  absl::Status PauseSequence(SequenceId id, Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  absl::Status PauseSequence(SequenceId id, absl::Duration expected_idle, Deferred& d)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::Status ResumeSequence(SequenceId id, const std::shared_ptr<internal::OnboardBatch>& t,
                               Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::StatusOr<int64_t> PrefetchBlocks(const std::vector<BlockKey>& keys, int64_t num_tokens,

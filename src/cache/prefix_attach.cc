@@ -50,7 +50,9 @@ absl::StatusOr<AttachResult> KvCache::Impl::AttachKeys(SequenceId id, uint64_t g
   const absl::Time now = Now();
   // A policy that learns from requests sees every block the prompt names, cached or not.
   for (const std::unique_ptr<EvictionPolicy>& p : policy) {
-    if (p != nullptr && p->observes_requests()) p->ObserveRequest(keys, now);
+    if (p != nullptr && p->observes_requests()) {
+      p->ObserveRequest({.blocks = keys, .now = now, .session = seq->options.session});
+    }
   }
   std::vector<BlockLocation> where;
   std::vector<BlockMap::value_type*> entries;  // valid to the end: nothing below erases a block

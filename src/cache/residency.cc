@@ -317,12 +317,14 @@ absl::Status KvCache::Impl::CloseTicket(const std::shared_ptr<internal::TicketSt
   return absl::OkStatus();
 }
 
-absl::Status KvCache::Impl::PauseSequence(SequenceId id, Deferred& d) {
+absl::Status KvCache::Impl::PauseSequence(SequenceId id, absl::Duration expected_idle,
+                                          Deferred& d) {
   KVTIER_ASSIGN_OR_RETURN(Sequence * seq, FindSeq(id));
   if (seq->paused) {
     return absl::FailedPreconditionError(absl::StrCat("Pause: ", SeqName(id), " is paused"));
   }
   seq->paused = true;
+  ObserveRelease(*seq, StopReason::kToolUse, expected_idle, Now());
   const std::optional<Tier> lower = NextLower(Tier::kHbm);
   const int64_t written_full = seq->written / block_tokens;
   for (int64_t j = 0; lower.has_value() && j < written_full; ++j) {

@@ -296,9 +296,10 @@ absl::StatusOr<std::optional<BlockCopy>> KvCache::Impl::ForkSequence(SequenceId 
   return copy;
 }
 
-absl::Status KvCache::Impl::ReleaseSequence(SequenceId id) {
+absl::Status KvCache::Impl::ReleaseSequence(SequenceId id, const ReleaseHints& hints) {
   KVTIER_ASSIGN_OR_RETURN(Sequence * seq, FindSeq(id));
   const absl::Time now = Now();
+  ObserveRelease(*seq, hints.stop_reason, hints.expected_idle, now);
   const absl::Time until = seq->options.retention == absl::InfiniteDuration()
                                ? absl::InfiniteFuture()
                                : now + seq->options.retention;

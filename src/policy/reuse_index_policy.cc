@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/node_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -46,18 +47,63 @@ std::vector<int> ClassGroups() {
   return g;
 }
 
+// Session-return classes: stop reason x expected-idle bucket; each shrinks towards its bucket.
+constexpr int kIdleBuckets = 6;  // none, < 10 s, < 30 s, < 60 s, < 300 s, longer
+constexpr int kNumSessionClasses = kNumStopReasons * kIdleBuckets;
+
+int IdleBucket(const std::optional<absl::Duration>& idle) {
+  if (!idle.has_value()) return 0;
+  const double s = absl::ToDoubleSeconds(*idle);
+  return s < 10 ? 1 : s < 30 ? 2 : s < 60 ? 3 : s < 300 ? 4 : 5;
+}
+
+int SessionClassOf(StopReason stop, const std::optional<absl::Duration>& idle) {
+  const int r = static_cast<int>(stop) < kNumStopReasons ? static_cast<int>(stop) : 0;
+  return r * kIdleBuckets + IdleBucket(idle);
+}
+
+std::vector<int> SessionClassGroups() {
+  std::vector<int> g(kNumSessionClasses);
+  for (int c = 0; c < kNumSessionClasses; ++c) g[c] = c % kIdleBuckets;
+  return g;
+}
+
+ReuseLifeTableOptions SessionTableDefaults(ReuseLifeTableOptions o) {
+  if (o.edges_seconds.empty()) {
+    o.edges_seconds = {0,   5,   10,  15,  20,   30,   45,   60,   90,   120,  180,   240,
+                       300, 450, 600, 900, 1200, 1800, 2700, 3600, 5400, 7200, 10800, 14400};
+  }
+  if (o.horizons_seconds.empty()) {
+    for (double h = 5; h <= 5120; h *= 2) o.horizons_seconds.push_back(h);
+  }
+  return o;
+}
+
 class ReuseIndexPolicy final : public EvictionPolicy {
  public:
-  ReuseIndexPolicy(const ReuseIndexOptions& options, ReuseLifeTable table)
-      : options_(options), rng_state_(options.seed), table_(std::move(table)) {}
+  ReuseIndexPolicy(const ReuseIndexOptions& options, ReuseLifeTable table,
+                   ReuseLifeTable session_table)
+      : options_(options),
+        rng_state_(options.seed),
+        table_(std::move(table)),
+        session_table_(std::move(session_table)) {}
 
   std::string_view name() const override { return "reuse_index"; }
   bool reads_run_blocks() const override { return false; }
   bool observes_requests() const override { return true; }
 
-  void ObserveRequest(absl::Span<const BlockKey> blocks, absl::Time now) override {
+  void ObserveRequest(const RequestObservation& request) override {
+    const absl::Span<const BlockKey> blocks = request.blocks;
+    const absl::Time now = request.now;
     Prune(now);
     table_.Advance(now);
+    session_table_.Advance(now);
+    if (request.session != 0) {
+      Session& s = Touch(request.session, now);
+      if (s.released) session_table_.Reuse(s.release_birth, now);  // the session came back
+      s.released = false;
+      s.last_request = now;
+    }
     // h: the leading blocks an earlier request named; the predecessor holds block h-1.
     size_t seen = 0;
     while (seen < blocks.size() && records_.contains(blocks[seen])) ++seen;
@@ -71,8 +117,35 @@ class ReuseIndexPolicy final : public EvictionPolicy {
       r.cls = static_cast<uint8_t>(ClassOf(d, turn, r.accesses, delta));
       r.turn = turn;
       ++r.accesses;
-      r.observed_at_last_access = true;
       Access(blocks[d], r, now);
+    }
+  }
+
+  void ObserveRelease(const ReleaseObservation& release) override {
+    if (release.session == 0) return;
+    const absl::Time now = release.now;
+    session_table_.Advance(now);
+    Session& s = Touch(release.session, now);
+    const int cls = SessionClassOf(release.stop_reason, release.expected_idle);
+    // One return per request: a release of an earlier request, after a later one started,
+    // waits for no return of its own.
+    if (!release.superseded) {
+      if (s.released) session_table_.Reuse(s.release_birth, now);  // released again, no request
+      s.release_birth = session_table_.Birth(cls, now);
+      s.released = true;
+      s.last_release = now;
+    }
+    for (const BlockKey& key : release.blocks) {
+      auto [it, inserted] = records_.try_emplace(key);
+      Record& r = it->second;
+      if (inserted) {
+        r.cls = kUnnamedClass;
+        r.accesses = 1;
+        Access(key, r, now);
+      }
+      r.session = release.session;
+      r.session_cls = static_cast<uint8_t>(cls);
+      r.released_at = now;
     }
   }
 
@@ -107,7 +180,6 @@ class ReuseIndexPolicy final : public EvictionPolicy {
     if (now > r.last_access) {  // a use no ObserveRequest named: an access of the same class
       table_.Reuse(r.birth, now);
       ++r.accesses;
-      r.observed_at_last_access = false;
       Access(key, r, now);
     }
     return absl::OkStatus();
@@ -127,6 +199,7 @@ class ReuseIndexPolicy final : public EvictionPolicy {
   std::optional<BlockKey> Victim(absl::Time now) override {
     if (candidates_.empty()) return std::nullopt;
     table_.Advance(now);
+    session_table_.Advance(now);
     if (follow_ && follow_->time == now && follow_->parent != kRootBlockKey) {
       auto it = records_.find(follow_->parent);
       if (it != records_.end() && it->second.candidate >= 0 &&
@@ -164,11 +237,20 @@ class ReuseIndexPolicy final : public EvictionPolicy {
     uint32_t accesses = 0;
     uint32_t turn = 1;  // of the latest request that named it
     uint8_t cls = kUnnamedClass;
-    bool observed_at_last_access = false;
+    uint8_t session_cls = 0;  // of its last release by `session`
     int64_t candidate = -1;  // position in candidates_, or -1
     BlockKey parent = kRootBlockKey;
     double retention_priority = 0;
     absl::Time priority_until = absl::InfinitePast();
+    uint64_t session = 0;  // the session that last let it go (ObserveRelease); 0: none
+    absl::Time released_at = absl::InfinitePast();
+  };
+  struct Session {
+    absl::Time last_request = absl::InfinitePast();
+    absl::Time last_release = absl::InfinitePast();
+    uint64_t release_birth = 0;  // in session_table_, while `released`
+    bool released = false;       // released since its last request
+    absl::Time last_seen;        // its latest request or release
   };
   using Entry = std::pair<const BlockKey, Record>;
   struct Follow {
@@ -185,7 +267,15 @@ class ReuseIndexPolicy final : public EvictionPolicy {
   static bool Older(const Record& a, const Record& b) { return a.last_access < b.last_access; }
 
   double Rank(const Record& r, absl::Time now) const {
-    const double index = table_.Index(r.cls, now - r.last_access);
+    double index = 0;
+    if (r.session != 0) {
+      auto s = sessions_.find(r.session);
+      // The session sent a request since, without this block: it moved on.
+      if (s != sessions_.end() && s->second.last_request > r.last_access) return -1;
+      index = session_table_.Index(r.session_cls, now - r.released_at);
+    } else {
+      index = table_.Index(r.cls, now - r.last_access);
+    }
     const bool boosted = r.retention_priority > 0 && now < r.priority_until;
     return boosted ? index * (1 + r.retention_priority) : index;
   }
@@ -196,8 +286,22 @@ class ReuseIndexPolicy final : public EvictionPolicy {
     history_.emplace_back(now, key);
   }
 
-  // Forgets blocks last accessed more than `history` ago that are not candidates.
+  Session& Touch(uint64_t session, absl::Time now) {
+    Session& s = sessions_[session];
+    s.last_seen = now;
+    session_history_.emplace_back(now, session);
+    return s;
+  }
+
+  // Forgets blocks last accessed more than `history` ago that are not candidates, and sessions
+  // last heard of that long ago (a return later than that counts as none).
   void Prune(absl::Time now) {
+    while (!session_history_.empty() && session_history_.front().first < now - options_.history) {
+      auto [t, session] = session_history_.front();
+      session_history_.pop_front();
+      auto it = sessions_.find(session);
+      if (it != sessions_.end() && it->second.last_seen == t) sessions_.erase(it);
+    }
     while (!history_.empty() && history_.front().first < now - options_.history) {
       auto [t, key] = history_.front();
       history_.pop_front();
@@ -218,6 +322,9 @@ class ReuseIndexPolicy final : public EvictionPolicy {
   ReuseIndexOptions options_;
   uint64_t rng_state_;
   ReuseLifeTable table_;
+  ReuseLifeTable session_table_;
+  absl::flat_hash_map<uint64_t, Session> sessions_;
+  std::deque<std::pair<absl::Time, uint64_t>> session_history_;  // oldest first
   // Node map: candidates_ points at its elements, which stay put until erased.
   absl::node_hash_map<BlockKey, Record> records_;
   std::vector<Entry*> candidates_;
@@ -240,7 +347,10 @@ absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeReuseIndexPolicy(
   }
   absl::StatusOr<ReuseLifeTable> table = ReuseLifeTable::Create(ClassGroups(), options.table);
   if (!table.ok()) return table.status();
-  return std::make_unique<ReuseIndexPolicy>(options, *std::move(table));
+  absl::StatusOr<ReuseLifeTable> sessions =
+      ReuseLifeTable::Create(SessionClassGroups(), SessionTableDefaults(options.session_table));
+  if (!sessions.ok()) return sessions.status();
+  return std::make_unique<ReuseIndexPolicy>(options, *std::move(table), *std::move(sessions));
 }
 
 }  // namespace kvtier

@@ -12,7 +12,7 @@
 namespace kvtier {
 namespace {
 
-constexpr double kUnknown = std::numeric_limits<double>::infinity();
+constexpr float kUnknown = std::numeric_limits<float>::infinity();
 
 std::vector<double> DefaultEdges() {
   std::vector<double> e;
@@ -96,36 +96,42 @@ double ReuseLifeTable::Seconds(absl::Time t) {
 uint64_t ReuseLifeTable::Birth(int cls, absl::Time now) {
   cls = std::clamp(cls, 0, num_classes() - 1);
   const double s = Seconds(now);
-  log_.push_back(Life{.time = s, .outcome = kUnknown, .cls = cls});
-  return log_base_ + log_.size() - 1;
+  log_.push_back(
+      Life{.time = static_cast<float>(s), .outcome = kUnknown, .cls = static_cast<uint32_t>(cls)});
+  return log_base_ + (log_.size() - head_) - 1;
 }
 
 void ReuseLifeTable::Reuse(uint64_t birth, absl::Time now) {
   const double s = Seconds(now);
-  if (birth < log_base_ || birth >= log_base_ + log_.size()) return;
-  Life& life = log_[birth - log_base_];
-  if (life.outcome == kUnknown) life.outcome = s - life.time;
+  if (birth < log_base_ || birth >= log_base_ + (log_.size() - head_)) return;
+  Life& life = log_[head_ + (birth - log_base_)];
+  if (life.outcome == kUnknown) life.outcome = static_cast<float>(s) - life.time;
 }
 
 void ReuseLifeTable::Count(double cut) {
-  const uint64_t end = log_base_ + log_.size();
+  const uint64_t end = log_base_ + (log_.size() - head_);
+  const Life* first = log_.data() + head_;  // id log_base_
   for (int k = 0; k < num_buckets(); ++k) {
-    const double lo = edges_[k], hi = edges_[k + 1];
-    const double limit = cut - hi;
-    uint64_t& next = counted_[k];
-    while (next < end && log_[next - log_base_].time <= limit) {
-      const Life& life = log_[next - log_base_];
+    const float lo = static_cast<float>(edges_[k]), hi = static_cast<float>(edges_[k + 1]);
+    const float limit = static_cast<float>(cut - edges_[k + 1]);
+    uint64_t next = counted_[k];
+    while (next < end && first[next - log_base_].time <= limit) {
+      const Life& life = first[next - log_base_];
       if (life.outcome >= lo) {
-        ++at_risk_[Cell(life.cls, k)];
-        if (life.outcome < hi) ++events_[Cell(life.cls, k)];
+        ++at_risk_[Cell(static_cast<int>(life.cls), k)];
+        if (life.outcome < hi) ++events_[Cell(static_cast<int>(life.cls), k)];
       }
       ++next;
     }
+    counted_[k] = next;
   }
   // The last bucket's edge is the largest, so its count is the furthest behind.
-  while (!log_.empty() && log_base_ < counted_.back()) {
-    log_.pop_front();
-    ++log_base_;
+  const uint64_t done = std::min(counted_.back(), end);
+  head_ += static_cast<size_t>(done - log_base_);
+  log_base_ = done;
+  if (head_ > log_.size() / 2) {
+    log_.erase(log_.begin(), log_.begin() + static_cast<std::ptrdiff_t>(head_));
+    head_ = 0;
   }
 }
 

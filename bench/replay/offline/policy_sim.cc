@@ -60,7 +60,7 @@ class Simulator {
     if (policy_.observes_requests()) {
       named_.clear();
       for (int64_t j = 0; j < n; ++j) named_.push_back(SimBlockKey(chain[j]));
-      policy_.ObserveRequest(named_, now);
+      policy_.ObserveRequest({.blocks = named_, .now = now});
     }
     int64_t hits = 0;
     while (hits < n && blocks_[chain[hits]].cached) ++hits;

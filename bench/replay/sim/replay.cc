@@ -291,7 +291,49 @@ auto WithRoom(KvCache& cache, std::deque<std::pair<uint64_t, SequenceId>>& pause
   }
 }
 
+kvtier::StopReason ToCache(StopReason stop) {
+  switch (stop) {
+    case StopReason::kToolUse:
+      return kvtier::StopReason::kToolUse;
+    case StopReason::kEndTurn:
+      return kvtier::StopReason::kEndTurn;
+    case StopReason::kUnknown:
+      break;
+  }
+  return kvtier::StopReason::kUnknown;
+}
+
+// Per request: the seconds to its session's next request, or nullopt (none, or no session).
+std::vector<std::optional<double>> TimeToSessionsNextRequest(const Trace& trace) {
+  std::vector<std::optional<double>> next(trace.requests.size());
+  absl::flat_hash_map<uint64_t, size_t> latest;
+  for (size_t i = 0; i < trace.requests.size(); ++i) {
+    const TraceRequest& q = trace.requests[i];
+    if (q.session == 0) continue;
+    auto [it, inserted] = latest.try_emplace(q.session, i);
+    if (!inserted) {
+      next[it->second] = q.arrival_seconds - trace.requests[it->second].arrival_seconds;
+      it->second = i;
+    }
+  }
+  return next;
+}
+
 }  // namespace
+
+const char* HintModeName(HintMode mode) {
+  switch (mode) {
+    case HintMode::kNone:
+      return "none";
+    case HintMode::kPause:
+      return "pause";
+    case HintMode::kStopReason:
+      return "stop-reason";
+    case HintMode::kOracleIdle:
+      return "oracle-idle";
+  }
+  return "none";
+}
 
 absl::StatusOr<TraceFootprint> MeasureFootprint(const Trace& trace, int tokens_per_block) {
   if (trace.block_tokens <= 0 || tokens_per_block <= 0 ||
@@ -387,6 +429,9 @@ absl::StatusOr<ReplayReport> RunReplay(const Trace& trace, const ReplayOptions& 
   const double model_block_bytes = static_cast<double>(options.geometry.bytes_per_block());
 
   r.name = options.label.empty() ? options.policy : options.label;
+  r.hints = HintModeName(options.hints);
+  // An oracle's figures are never mistaken for a policy's own: the name says so.
+  if (options.hints == HintMode::kOracleIdle) absl::StrAppend(&r.name, "+oracle");
   r.trace = trace.name;
   r.model = options.model_name;
   r.tokens_per_block = B;
@@ -395,6 +440,9 @@ absl::StatusOr<ReplayReport> RunReplay(const Trace& trace, const ReplayOptions& 
   const int64_t n = options.max_requests < 0
                         ? static_cast<int64_t>(trace.requests.size())
                         : std::min<int64_t>(options.max_requests, trace.requests.size());
+  const std::vector<std::optional<double>> next_in_session =
+      options.hints == HintMode::kOracleIdle ? TimeToSessionsNextRequest(trace)
+                                             : std::vector<std::optional<double>>();
   PrefillQueue queue(options.prefill_instances);
   std::vector<double> ttft;
   ttft.reserve(static_cast<size_t>(n));
@@ -437,7 +485,7 @@ absl::StatusOr<ReplayReport> RunReplay(const Trace& trace, const ReplayOptions& 
       }
     }
 
-    if (absl::Status s = cache.CreateSequence(id); !s.ok()) return s;
+    if (absl::Status s = cache.CreateSequence(id, {.session = q.session}); !s.ok()) return s;
     auto attach = WithRoom(cache, paused, paused_by_session,
                            [&] { return cache.AttachHashedPrefix(id, *hashed); });
     if (!attach.ok()) return attach.status();
@@ -551,11 +599,18 @@ absl::StatusOr<ReplayReport> RunReplay(const Trace& trace, const ReplayOptions& 
     // Pause on a tool call (the agent comes back in seconds), else release.
     const bool pause = !failed && options.hints == HintMode::kPause && q.session != 0 &&
                        q.stop == StopReason::kToolUse;
+    ReleaseHints release;
+    if (options.hints == HintMode::kStopReason || options.hints == HintMode::kOracleIdle) {
+      release.stop_reason = ToCache(q.stop);
+    }
+    if (options.hints == HintMode::kOracleIdle && next_in_session[static_cast<size_t>(i)]) {
+      release.expected_idle = absl::Seconds(*next_in_session[static_cast<size_t>(i)]);
+    }
     if (pause && cache.Pause(id, absl::Seconds(9)).ok()) {
       paused_by_session[q.session] = id;
       paused.emplace_back(q.session, id);
-    } else if (absl::Status s = cache.Release(id); !s.ok()) {
-      return s;
+    } else if (auto s = cache.Release(id, release); !s.ok()) {
+      return s.status();
     }
     // Every copy lands before the next request, so runs are deterministic and both payload
     // modes decide alike.

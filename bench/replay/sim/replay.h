@@ -56,10 +56,18 @@
 namespace kvtier::replay {
 
 enum class PayloadMode : uint8_t { kNone = 0, kScaled = 1 };
+// What the replay tells the cache when a request of a session finishes. Every mode names the
+// request's session (SequenceOptions::session); they differ in the signals that come with it.
 enum class HintMode : uint8_t {
-  kNone = 0,   // Release after every request
-  kPause = 1,  // Pause after a kToolUse stop, Resume at the session's next request
+  kNone = 0,        // Release, no signal
+  kPause = 1,       // Pause after a kToolUse stop (expected idle 9 s, the traces' median after
+                    // tool_use), Resume at the session's next request; else Release
+  kStopReason = 2,  // Release with the request's stop reason (ReleaseHints::stop_reason)
+  kOracleIdle = 3,  // Release with the stop reason and, as expected_idle, the true time to the
+                    // session's next request: an ORACLE (no engine knows it), labelled so
 };
+// "none", "pause", "stop-reason", "oracle-idle".
+const char* HintModeName(HintMode mode);
 
 // One tier's size. A tier is present with a number of blocks, or unlimited (as many blocks as
 // the trace can ever fill), or absent.
@@ -119,6 +127,8 @@ struct RestoreVsRecompute {
 
 struct ReplayReport {
   std::string name;   // "lru", "cost_aware", "unlimited", "optimal", "recompute_all", ...
+  // The hint mode the run gave the cache (HintModeName); "oracle-idle" marks an oracle run.
+  std::string hints;
   std::string trace;  // Trace::name
   std::string model;
   int tokens_per_block = 0;

@@ -278,7 +278,10 @@ int Main(int argc, char** argv) {
   app.add_option("--payload", f.payload, "none (metadata only) or scaled (real, verified bytes)");
   app.add_option("--payload-bytes-per-token", f.payload_bytes_per_token,
                  "payload scaled: bytes per token, multiple of 4");
-  app.add_option("--hints", f.hints, "none, or pause (Pause after tool_use, Resume on return)");
+  app.add_option("--hints", f.hints,
+                 "none, pause (Pause after tool_use, Resume on return), stop-reason (Release with "
+                 "the stop reason), or oracle-idle (stop reason and the true time to the "
+                 "session's next request: an oracle)");
   app.add_option("--prefill-flops", f.prefill_flops,
                  "sustained FLOP/s of one prefill instance (default 8 x H200 at 40% MFU)");
   app.add_option("--prefill-instances", f.prefill_instances, "prefill instances serving the queue");
@@ -366,10 +369,17 @@ int Main(int argc, char** argv) {
   }
   o.payload = f.payload == "scaled" ? PayloadMode::kScaled : PayloadMode::kNone;
   o.payload_bytes_per_token = f.payload_bytes_per_token;
-  if (f.hints != "none" && f.hints != "pause") {
-    return fail(absl::InvalidArgumentError("--hints: none or pause"), 2);
+  if (f.hints == "none") {
+    o.hints = HintMode::kNone;
+  } else if (f.hints == "pause") {
+    o.hints = HintMode::kPause;
+  } else if (f.hints == "stop-reason") {
+    o.hints = HintMode::kStopReason;
+  } else if (f.hints == "oracle-idle") {
+    o.hints = HintMode::kOracleIdle;
+  } else {
+    return fail(absl::InvalidArgumentError("--hints: none, pause, stop-reason or oracle-idle"), 2);
   }
-  o.hints = f.hints == "pause" ? HintMode::kPause : HintMode::kNone;
   o.work_dir = f.nvme_path;
   o.remote_url = f.remote;
   o.keep_state_dir = f.keep_state;
@@ -446,11 +456,12 @@ int Main(int argc, char** argv) {
     if (f.compare) {
       double lru = 0, opt = 0;
       for (const ReplayReport& r : *reports) {
-        if (r.name == "lru") lru = r.hit_ratio;
+        if (absl::StartsWith(r.name, "lru")) lru = r.hit_ratio;
         if (r.name == "optimal") opt = r.hit_ratio;
       }
       for (const ReplayReport& r : *reports) {
-        if (opt > lru && (r.name == "cost_aware" || r.name == "reuse_index")) {
+        if (opt > lru &&
+            (absl::StartsWith(r.name, "cost_aware") || absl::StartsWith(r.name, "reuse_index"))) {
           std::printf("gap closed by %s: %.1f%% of (optimal - lru)\n", r.name.c_str(),
                       100.0 * (r.hit_ratio - lru) / (opt - lru));
         }

@@ -24,6 +24,8 @@ nlohmann::json ToJson(const ReplayReport& r) {
   j["model"] = r.model;
   j["tokens_per_block"] = r.tokens_per_block;
   j["payload"] = r.payload;
+  j["hints"] = r.hints;
+  j["oracle"] = r.hints == "oracle-idle";
   nlohmann::json cap = nlohmann::json::object();
   nlohmann::json by_tier = nlohmann::json::object();
   for (int t = 0; t < kNumTiers; ++t) {
@@ -137,6 +139,14 @@ std::string ReportTable(const std::vector<ReplayReport>& reports) {
         r.prefill_seconds_saved, bound ? "-" : FormatBytes(onboarded),
         bound ? "-" : FormatBytes(offloaded), bound ? "-" : absl::StrCat(r.corrupt_blocks),
         r.wall_seconds);
+  }
+  for (const ReplayReport& r : reports) {
+    if (r.hints != "oracle-idle") continue;
+    out +=
+        "+oracle: the run was told each session's true time to its next request "
+        "(--hints oracle-idle), which no engine knows: a bound on what an idle estimate is "
+        "worth, not a policy's figure\n";
+    break;
   }
   // Remote discovery, for runs whose cache probed the store (none in payload none).
   for (const ReplayReport& r : reports) {

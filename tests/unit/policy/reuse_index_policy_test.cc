@@ -18,6 +18,11 @@ absl::Time At(double seconds) { return kT0 + absl::Seconds(seconds); }
 BlockKey Key(uint64_t i) { return BlockKey{i, i * 7 + 1}; }
 BlockTraits Child(BlockKey parent) { return {.parent = parent}; }
 
+void Observe(EvictionPolicy& p, std::vector<BlockKey> blocks, absl::Time now,
+             uint64_t session = 0) {
+  p.ObserveRequest({.blocks = blocks, .now = now, .session = session});
+}
+
 std::unique_ptr<EvictionPolicy> Make(int sample_size = 0) {
   auto p = MakeReuseIndexPolicy({.sample_size = sample_size});
   EXPECT_TRUE(p.ok()) << p.status();
@@ -38,7 +43,7 @@ TEST(ReuseIndexPolicyTest, ColdStartIsOldestFirst) {
   auto p = Make();
   EXPECT_FALSE(p->Victim(At(0)).has_value());
   for (uint64_t i = 0; i < 3; ++i) {
-    p->ObserveRequest({Key(10 + i), Key(i)}, At(static_cast<double>(i)));
+    Observe(*p, {Key(10 + i), Key(i)}, At(static_cast<double>(i)));
   }
   KVTIER_ASSERT_OK(p->Add(Key(2), Child(Key(12)), At(2)));
   KVTIER_ASSERT_OK(p->Add(Key(0), Child(Key(10)), At(0)));
@@ -48,7 +53,7 @@ TEST(ReuseIndexPolicyTest, ColdStartIsOldestFirst) {
   KVTIER_ASSERT_OK(p->Remove(Key(0)));
   EXPECT_EQ(p->Victim(At(4)), Key(1));
   // A request naming block 1 again makes it the youngest.
-  p->ObserveRequest({Key(11), Key(1)}, At(5));
+  Observe(*p, {Key(11), Key(1)}, At(5));
   EXPECT_EQ(p->Victim(At(6)), Key(2));
 }
 
@@ -56,9 +61,9 @@ TEST(ReuseIndexPolicyTest, ColdStartIsOldestFirst) {
 // it ranks no higher: with no data every rank is 0.
 TEST(ReuseIndexPolicyTest, TheVictimsParentFollowsIt) {
   auto p = Make();
-  p->ObserveRequest({Key(5), Key(6)}, At(0));
-  p->ObserveRequest({Key(9)}, At(1));
-  p->ObserveRequest({Key(5)}, At(5));
+  Observe(*p, {Key(5), Key(6)}, At(0));
+  Observe(*p, {Key(9)}, At(1));
+  Observe(*p, {Key(5)}, At(5));
   KVTIER_ASSERT_OK(p->Add(Key(6), Child(Key(5)), At(0)));
   KVTIER_ASSERT_OK(p->Add(Key(9), {}, At(1)));
   ASSERT_EQ(p->Victim(At(10)), Key(6));
@@ -76,9 +81,9 @@ TEST(ReuseIndexPolicyTest, LearnsWhichClassComesBack) {
   auto p = Make();
   const BlockKey root = Key(1);
   uint64_t next = 100;
-  for (int s = 0; s <= 1200; s += 30) p->ObserveRequest({root, Key(next++)}, At(s));
+  for (int s = 0; s <= 1200; s += 30) Observe(*p, {root, Key(next++)}, At(s));
   const BlockKey child = Key(next++);
-  p->ObserveRequest({Key(7000), child}, At(1215));
+  Observe(*p, {Key(7000), child}, At(1215));
   KVTIER_ASSERT_OK(p->Add(root, {}, At(1200)));
   KVTIER_ASSERT_OK(p->Add(child, Child(Key(7000)), At(1215)));
   EXPECT_EQ(p->Victim(At(1225)), child);  // R is 25 s old, the child 10 s
@@ -87,6 +92,26 @@ TEST(ReuseIndexPolicyTest, LearnsWhichClassComesBack) {
   KVTIER_ASSERT_OK(cold->Add(root, {}, At(1200)));
   KVTIER_ASSERT_OK(cold->Add(child, Child(Key(7000)), At(1215)));
   EXPECT_EQ(cold->Victim(At(1225)), root);
+}
+
+// A session that sent a request without a block it released has moved on (a compaction): the
+// block goes first, before older blocks of sessions still away.
+TEST(ReuseIndexPolicyTest, ABlockItsSessionMovedOnFromGoesFirst) {
+  auto p = Make();
+  auto release = [&](std::vector<BlockKey> blocks, uint64_t session, double t) {
+    p->ObserveRelease(
+        {.blocks = blocks, .now = At(t), .session = session, .stop_reason = StopReason::kToolUse});
+  };
+  Observe(*p, {Key(1), Key(2)}, At(0), /*session=*/10);
+  release({Key(1), Key(2)}, 10, 0);
+  Observe(*p, {Key(3)}, At(1), /*session=*/11);
+  release({Key(3)}, 11, 1);
+  KVTIER_ASSERT_OK(p->Add(Key(2), Child(Key(1)), At(0)));
+  KVTIER_ASSERT_OK(p->Add(Key(3), {}, At(1)));
+  EXPECT_EQ(p->Victim(At(2)), Key(2));  // no data: oldest first
+  // Session 11 comes back with another prompt, without block 3.
+  Observe(*p, {Key(4)}, At(3), /*session=*/11);
+  EXPECT_EQ(p->Victim(At(4)), Key(3));
 }
 
 TEST(ReuseIndexPolicyTest, ABlockNoRequestNamedIsRankedToo) {

@@ -206,6 +206,28 @@ TEST(ReplayTest, NoPolicyBeatsTheOptimalBoundInHbmAlone) {
   }
 }
 
+// Every hint mode runs; the oracle's run says so in its name, never passing as a policy's.
+TEST(ReplayTest, HintModesRunAndTheOracleIsLabelled) {
+  AgenticOptions a;
+  a.sessions = 6;
+  const Trace trace = GenerateAgenticWorkload(a);
+  ReplayOptions o = SmallOptions(600, PayloadMode::kNone);
+  o.geometry = *KvGeometry::Create(
+      {.num_layers = 2, .num_kv_heads = 2, .head_dim = 16, .tokens_per_block = 64});
+  o.capacity = {TierCapacity::Blocks(600), TierCapacity::Blocks(600), TierCapacity::Absent(),
+                TierCapacity::Absent()};
+  o.policy = "reuse_index";
+  for (HintMode mode :
+       {HintMode::kNone, HintMode::kPause, HintMode::kStopReason, HintMode::kOracleIdle}) {
+    o.hints = mode;
+    KVTIER_ASSERT_OK_AND_ASSIGN(ReplayReport r, RunReplay(trace, o));
+    EXPECT_EQ(r.hints, HintModeName(mode));
+    EXPECT_GT(r.hit_tokens, 0) << r.hints;
+    EXPECT_EQ(r.name, mode == HintMode::kOracleIdle ? "reuse_index+oracle" : "reuse_index");
+  }
+  EXPECT_STREQ(HintModeName(HintMode::kOracleIdle), "oracle-idle");
+}
+
 TEST(ReplayTest, PauseHintsKeepASessionAcrossItsToolCall) {
   // Session 1 pauses after a tool call and comes back; the paused sequence is released only
   // once the next request attached its prefix, so its blocks are hits even with other traffic.

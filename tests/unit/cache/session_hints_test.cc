@@ -1,0 +1,135 @@
+// Session hints through KvCache (kv_cache.h Release(id, hints), Pause; session_hints.h): each
+// answered with its outcome, and their effect on what the reuse_index policy keeps.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "kvtier/kv_cache.h"
+#include "tests/testing/fixtures.h"
+#include "tests/testing/kv_cache_fixture.h"
+#include "tests/testing/status_matchers.h"
+
+namespace kvtier {
+namespace {
+
+using ::absl::StatusCode;
+using ::kvtier::testing::Iota;
+using ::kvtier::testing::IsError;
+using ::kvtier::testing::KvCacheEnv;
+
+constexpr int kB = KvCacheEnv::kTokensPerBlock;
+
+class SessionHintsTest : public ::testing::Test {
+ protected:
+  void Make(const std::string& policy, int64_t hbm_blocks = 16) {
+    env_ = std::make_unique<KvCacheEnv>(
+        testing::KvCacheTestConfig{.hbm_blocks = hbm_blocks, .dram_blocks = 0});
+    auto cache = env_->NewCache([&](KvCacheOptions& o) { o.eviction_policy = policy; });
+    ASSERT_TRUE(cache.ok()) << cache.status();
+    cache_ = *std::move(cache);
+  }
+  void TearDown() override {
+    if (cache_ != nullptr) KVTIER_EXPECT_OK(cache_->CheckInvariants());
+  }
+
+  // A request of `session` with `tokens`, computed and written, not released.
+  void RunWritten(uint64_t id, uint64_t session, const std::vector<int32_t>& tokens) {
+    KVTIER_ASSERT_OK(cache_->CreateSequence(SequenceId(id), {.session = session}));
+    KVTIER_ASSERT_OK(cache_->Append(SequenceId(id), tokens).status());
+    KVTIER_ASSERT_OK(cache_->ReportWritten(SequenceId(id), static_cast<int64_t>(tokens.size())));
+  }
+  HintOutcome ReleaseWith(uint64_t id, ReleaseHints hints) {
+    auto o = cache_->Release(SequenceId(id), hints);
+    EXPECT_TRUE(o.ok()) << o.status();
+    return o.ok() ? *o : HintOutcome{};
+  }
+  int64_t Cached(const std::vector<int32_t>& tokens) {
+    auto l = cache_->Lookup(tokens);
+    EXPECT_TRUE(l.ok()) << l.status();
+    return l.ok() ? l->matched_tokens : -1;
+  }
+
+  std::unique_ptr<KvCacheEnv> env_;
+  std::unique_ptr<KvCache> cache_;
+};
+
+TEST_F(SessionHintsTest, ReleaseAnswersEachHintWithItsOutcome) {
+  Make("reuse_index");
+  RunWritten(1, /*session=*/7, Iota(3 * kB + 1, 100));
+  HintOutcome o =
+      ReleaseWith(1, {.stop_reason = StopReason::kToolUse, .expected_idle = absl::Seconds(9)});
+  EXPECT_EQ(o.result, HintOutcome::Result::kAccepted);
+  EXPECT_EQ(o.reason, "");
+  EXPECT_EQ(o.blocks, 3);  // the written full blocks; the partial one is freed
+  EXPECT_EQ(Cached(Iota(3 * kB + 1, 100)), 3 * kB);
+
+  // A bad idle estimate is rejected, the stop reason taken, and the release still happens.
+  RunWritten(2, 7, Iota(2 * kB, 300));
+  o = ReleaseWith(2, {.stop_reason = StopReason::kEndTurn, .expected_idle = absl::Seconds(-1)});
+  EXPECT_EQ(o.result, HintOutcome::Result::kRejected);
+  EXPECT_NE(o.reason.find("expected_idle"), std::string::npos) << o.reason;
+  EXPECT_THAT(cache_->Release(SequenceId(2)), IsError(StatusCode::kFailedPrecondition, "released"));
+  EXPECT_EQ(Cached(Iota(2 * kB, 300)), 2 * kB);
+
+  // No session: nothing to tie the hint to; released all the same.
+  RunWritten(3, 0, Iota(kB, 500));
+  o = ReleaseWith(3, {.stop_reason = StopReason::kToolUse});
+  EXPECT_EQ(o.result, HintOutcome::Result::kRejected);
+  EXPECT_NE(o.reason.find("no session"), std::string::npos) << o.reason;
+  EXPECT_EQ(o.blocks, 1);
+  EXPECT_THAT(cache_->Release(SequenceId(3)), IsError(StatusCode::kFailedPrecondition, "released"));
+
+  // Errors are the sequence's own.
+  EXPECT_THAT(cache_->Release(SequenceId(99), ReleaseHints{}).status(),
+              IsError(StatusCode::kNotFound, ""));
+}
+
+// 100 sessions: each request ends in tool_use and its session is back 5 s later; that second
+// request ends in end_turn and its session never returns. Then X (tool_use, released first) and
+// Y (end_turn, released after) wait, and a 15-block request leaves room for one of them. LRU keeps
+// Y, the newer; reuse_index, having learned what the stop reasons mean, keeps X.
+TEST_F(SessionHintsTest, StopReasonsDecideWhichReleasedSessionIsKept) {
+  for (const std::string policy : {"lru", "reuse_index"}) {
+    Make(policy);
+    uint64_t id = 1;
+    for (uint64_t s = 1; s <= 100; ++s) {
+      const std::vector<int32_t> first = Iota(kB, static_cast<int32_t>(s * 1000));
+      std::vector<int32_t> second = first;
+      for (int32_t v : Iota(kB, static_cast<int32_t>(s * 1000 + 500))) second.push_back(v);
+      RunWritten(id, s, first);
+      ReleaseWith(id++, {.stop_reason = StopReason::kToolUse});
+      env_->clock().Advance(absl::Seconds(5));
+      KVTIER_ASSERT_OK(cache_->CreateSequence(SequenceId(id), {.session = s}));
+      auto attach = cache_->AttachPrefix(SequenceId(id), second);
+      KVTIER_ASSERT_OK(attach.status());
+      KVTIER_ASSERT_OK(
+          cache_
+              ->Append(SequenceId(id), absl::MakeConstSpan(second).subspan(attach->attached_tokens))
+              .status());
+      KVTIER_ASSERT_OK(cache_->ReportWritten(SequenceId(id), 2 * kB));
+      ReleaseWith(id++, {.stop_reason = StopReason::kEndTurn});
+      env_->clock().Advance(absl::Seconds(7));
+    }
+    const std::vector<int32_t> x = Iota(kB, 900000), y = Iota(kB, 910000);
+    RunWritten(id, 5000, x);
+    ReleaseWith(id++, {.stop_reason = StopReason::kToolUse});
+    env_->clock().Advance(absl::Seconds(1));
+    RunWritten(id, 5001, y);
+    ReleaseWith(id++, {.stop_reason = StopReason::kEndTurn});
+    env_->clock().Advance(absl::Seconds(1));
+    RunWritten(id, 5002, Iota(15 * kB, 920000));  // held: 15 of the 16 HBM slots
+    const bool x_kept = Cached(x) == kB, y_kept = Cached(y) == kB;
+    EXPECT_NE(x_kept, y_kept) << policy;
+    if (policy == "lru") {
+      EXPECT_TRUE(y_kept) << "lru keeps the newer release";
+    } else {
+      EXPECT_TRUE(x_kept) << "reuse_index keeps the session that comes back";
+    }
+    KVTIER_ASSERT_OK(cache_->Release(SequenceId(id)));
+  }
+}
+
+}  // namespace
+}  // namespace kvtier

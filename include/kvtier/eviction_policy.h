@@ -69,9 +69,11 @@
 #define KVTIER_EVICTION_POLICY_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -184,6 +186,42 @@ struct ReuseIndexOptions {
 // Errors: kInvalidArgument for an option out of range (named), or those of ReuseLifeTable::Create.
 absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeReuseIndexPolicy(
     const ReuseIndexOptions& options = {});
+
+// Follows the best of several candidate policies, after miniature simulations (Waldspurger et
+// al., "Cache Modeling and Optimization using Miniature Simulations", USENIX ATC 2017) with
+// spatially hashed sampling (SHARDS, Waldspurger et al., FAST 2015): every candidate ranks the
+// live candidates (each gets every call), and each also runs a shadow cache of
+// capacity_blocks x sample_rate blocks over the blocks whose key hash falls in the sample
+// (the same blocks for every shadow), fed each request's sampled blocks: a block is a hit if its
+// shadow holds it; then the request's sampled blocks are inserted and the shadow's own instance
+// of the candidate evicts down to its capacity (each sampled block a leaf of its own). Victim
+// asks the leader: the candidate whose shadow has the most hits, decayed by half every
+// `half_life_accesses` sampled accesses, once it leads the current one by more than
+// `hysteresis` (relative) plus one hit. The first candidate leads at the start. Shadows see
+// ObserveRequest and ObserveRelease whole, so a learning candidate learns as the live one does.
+// Cost: each candidate's live calls, plus its shadow's on the sampled share (measured in
+// docs/performance.md).
+struct FollowBestOptions {
+  int64_t capacity_blocks = 0;  // of the tier it ranks, > 0
+  // Share of block keys sampled, in (0, 1]; 0: automatic, 2048 / capacity_blocks clamped to
+  // [0.01, 1] (a shadow of at least about 2048 blocks where the tier is that large).
+  double sample_rate = 0;
+  int64_t half_life_accesses = 8192;  // > 0
+  double hysteresis = 0.02;           // >= 0
+};
+// A factory of one candidate: called once for the live ranking and once for its shadow.
+using EvictionPolicyFactory = std::function<absl::StatusOr<std::unique_ptr<EvictionPolicy>>()>;
+// name() is "follow_best"; following() names the leader. Errors: kInvalidArgument for no
+// candidates or an option out of range; a factory's error.
+absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeFollowBestPolicy(
+    std::vector<EvictionPolicyFactory> candidates, const FollowBestOptions& options);
+// The leader of a policy MakeFollowBestPolicy made ("" for any other policy): for tests and stats.
+std::string_view FollowedPolicy(const EvictionPolicy& policy);
+
+// "learned": follow_best over reuse_index and lru (reuse_index's options as given), so the tier
+// is never run by a learned ranking that its shadow shows losing to LRU.
+absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeLearnedPolicy(
+    int64_t capacity_blocks, const ReuseIndexOptions& reuse_index = {});
 
 // "lru", "cost_aware" or "reuse_index" with default options. Errors: kInvalidArgument naming the
 // choices.

@@ -30,7 +30,7 @@
 //     admit_after_uses times (2 = "on NVMe only when seen twice").
 //   * Eviction is leaf-first: a block with a copy of one of its children in the same tier is not
 //     a candidate (that child could never be hit without it). Candidates are ranked by the
-//     eviction policy (eviction_policy.h: lru, cost_aware or reuse_index). Blocks held by
+//     eviction policy (eviction_policy.h: lru, cost_aware, reuse_index or learned). Blocks held by
 //     sequences, pinned by tickets or read by transfers are never candidates. An evicted block is
 //     demoted to the next tier that admits it and lacks it, or dropped (counted in evictions). A
 //     tier whose store just failed is no demotion target for a back-off (100 ms, doubling to 10 s
@@ -97,8 +97,10 @@ struct KvCacheOptions {
   // namespace's geometry. The cache takes ownership.
   std::array<std::unique_ptr<TierBackend>, kNumTiers> tiers;
   HashAlgorithm hash = HashAlgorithm::kXxh3_128;
-  // "lru", "cost_aware" or "reuse_index", one instance per tier. reuse_index is given each
-  // AttachPrefix's prompt blocks (EvictionPolicy::ObserveRequest) in every tier.
+  // "lru", "cost_aware", "reuse_index" or "learned" (follow_best of lru and reuse_index, sized to
+  // each tier: never run by the learned ranking where its shadow loses to LRU), one instance per
+  // tier. reuse_index and learned are given each AttachPrefix's prompt blocks and each release's
+  // session signals (EvictionPolicy::ObserveRequest, ObserveRelease) in every tier.
   std::string eviction_policy = "lru";
   CostAwareOptions cost_aware;    // for "cost_aware"
   ReuseIndexOptions reuse_index;  // for "reuse_index"

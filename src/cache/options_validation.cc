@@ -1,6 +1,7 @@
 // Options validation: every check KvCache::Create makes on KvCacheOptions before it builds
 // anything, and the option-derived parts built before the cache exists (the prefill cost model,
 // one eviction policy per tier). Owns no state.
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <optional>
@@ -45,10 +46,10 @@ absl::Status KvCache::Impl::ValidateOptions(const CacheNamespace& ns,
                                                    " has no device pool for block tables"));
   }
   if (options.eviction_policy != "lru" && options.eviction_policy != "cost_aware" &&
-      options.eviction_policy != "reuse_index") {
+      options.eviction_policy != "reuse_index" && options.eviction_policy != "learned") {
     return absl::InvalidArgumentError(
         absl::StrCat("KvCache: eviction_policy \"", options.eviction_policy,
-                     "\" is not one of \"lru\", \"cost_aware\", \"reuse_index\""));
+                     "\" is not one of \"lru\", \"cost_aware\", \"reuse_index\", \"learned\""));
   }
   if (options.write_policy != WritePolicy::kWriteBack &&
       options.write_policy != WritePolicy::kWriteThrough) {
@@ -141,6 +142,11 @@ absl::StatusOr<KvCache::Impl::Policies> KvCache::Impl::MakePolicies(const KvCach
     if (options.tiers[t] == nullptr) continue;
     if (options.eviction_policy == "lru") {
       policies[t] = MakeLruPolicy();
+    } else if (options.eviction_policy == "learned") {
+      KVTIER_ASSIGN_OR_RETURN(
+          policies[t],
+          MakeLearnedPolicy(std::max<int64_t>(1, options.tiers[t]->info().capacity_blocks),
+                            options.reuse_index));
     } else if (options.eviction_policy == "reuse_index") {
       KVTIER_ASSIGN_OR_RETURN(policies[t], MakeReuseIndexPolicy(options.reuse_index));
     } else {

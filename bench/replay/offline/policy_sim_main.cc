@@ -40,7 +40,7 @@ int Run(int argc, char** argv) {
   std::string trace_path, format = "auto";
   int tokens_per_block = 512;
   std::vector<int64_t> caps = {2000, 5000, 10000};
-  std::vector<std::string> policies = {"lru", "cost_aware", "reuse_index"};
+  std::vector<std::string> policies = {"lru", "cost_aware", "reuse_index", "learned"};
   app.add_option("--trace", trace_path, "Mooncake JSON Lines, or Claude Code file or folder")
       ->required();
   app.add_option("--format", format, "auto, mooncake or claude-code");
@@ -78,7 +78,9 @@ int Run(int argc, char** argv) {
     std::cout << absl::StrFormat("cap %d: optimal %.4f\n", cap, optimal->hit_ratio);
     for (const std::string& name : policies) {
       absl::StatusOr<std::unique_ptr<EvictionPolicy>> policy =
-          name == "reuse_index" ? MakeReuseIndexPolicy(reuse) : MakeEvictionPolicy(name);
+          name == "reuse_index" ? MakeReuseIndexPolicy(reuse)
+          : name == "learned"   ? MakeLearnedPolicy(cap, reuse)
+                                : MakeEvictionPolicy(name);
       if (!policy.ok()) {
         std::cerr << policy.status() << "\n";
         return 2;

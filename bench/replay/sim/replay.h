@@ -93,7 +93,7 @@ struct ReplayOptions {
   std::array<TierCapacity, kNumTiers> capacity;  // index TierIndex; HBM must be present
   // Cost of restoring into HBM from each tier (HBM ignored); also the cache's cost model links.
   std::array<TierLinkCost, kNumTiers> links;
-  std::string policy = "lru";  // "lru", "cost_aware" or "reuse_index"
+  std::string policy = "lru";  // "lru", "cost_aware", "reuse_index" or "learned"
   PayloadMode payload = PayloadMode::kNone;
   int payload_bytes_per_token = 4;  // kScaled: multiple of 4, in [4, 65536]
   HintMode hints = HintMode::kPause;

@@ -153,7 +153,7 @@ absl::StatusOr<std::vector<ReplayReport>> RunAll(const Trace& trace, const Repla
                                                  bool compare, Progress& progress) {
   std::vector<ReplayReport> out;
   const std::vector<std::string> policies =
-      compare ? std::vector<std::string>{"lru", "cost_aware", "reuse_index"}
+      compare ? std::vector<std::string>{"lru", "cost_aware", "reuse_index", "learned"}
               : std::vector<std::string>{base.policy};
   for (const std::string& policy : policies) {
     ReplayOptions o = base;
@@ -268,10 +268,10 @@ int Main(int argc, char** argv) {
   app.add_option("--remote", f.remote,
                  "remote store: redis://[[user]:password@]host:port[/db] or "
                  "redis-cluster://h:p,... (payload scaled; default a directory)");
-  app.add_option("--policy", f.policy, "eviction policy: lru, cost_aware or reuse_index");
-  app.add_flag(
-      "--compare", f.compare,
-      "run lru, cost_aware and reuse_index, the unlimited and optimal bounds, and recompute_all");
+  app.add_option("--policy", f.policy, "eviction policy: lru, cost_aware, reuse_index or learned");
+  app.add_flag("--compare", f.compare,
+               "run lru, cost_aware, reuse_index and learned, the unlimited and optimal bounds, "
+               "and recompute_all");
   app.add_option("--sweep", f.sweep,
                  "capacity sweep, TIER=SIZE,SIZE,... e.g. hbm=2000blocks,5000blocks");
   app.add_option("--plot", f.plot, "with --sweep: draw hit ratio and TTFT to this PNG (gnuplot)");
@@ -461,7 +461,8 @@ int Main(int argc, char** argv) {
       }
       for (const ReplayReport& r : *reports) {
         if (opt > lru &&
-            (absl::StartsWith(r.name, "cost_aware") || absl::StartsWith(r.name, "reuse_index"))) {
+            (absl::StartsWith(r.name, "cost_aware") || absl::StartsWith(r.name, "reuse_index") ||
+             absl::StartsWith(r.name, "learned"))) {
           std::printf("gap closed by %s: %.1f%% of (optimal - lru)\n", r.name.c_str(),
                       100.0 * (r.hit_ratio - lru) / (opt - lru));
         }

@@ -1,0 +1,200 @@
+// follow_best (eviction_policy.h): candidates ranked live, each with a hash-sampled shadow cache
+// that measures it, and the live tier following the best shadow.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "kvtier/eviction_policy.h"
+
+namespace kvtier {
+namespace {
+
+uint64_t Mix(uint64_t z) {  // splitmix64's finalizer: the sample is a fixed function of the key
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+class Shadow {
+ public:
+  Shadow(std::unique_ptr<EvictionPolicy> policy, int64_t capacity)
+      : policy_(std::move(policy)), capacity_(capacity) {}
+
+  EvictionPolicy& policy() { return *policy_; }
+  double hits() const { return hits_; }
+  void Decay() { hits_ *= 0.5; }
+
+  // One request's sampled blocks at `now`: hits counted, then all held while the shadow evicts
+  // down to its capacity, then all candidates again.
+  void Request(absl::Span<const BlockKey> sampled, absl::Time now) {
+    for (const BlockKey& key : sampled) {
+      if (held_.contains(key)) {
+        hits_ += 1;
+        (void)policy_->Remove(key);
+      } else {
+        held_.insert(key);
+      }
+    }
+    while (static_cast<int64_t>(held_.size()) > capacity_) {
+      std::optional<BlockKey> v = policy_->Victim(now);
+      if (!v.has_value()) break;  // all held by this request
+      (void)policy_->Remove(*v);
+      held_.erase(*v);
+    }
+    for (const BlockKey& key : sampled) {
+      if (held_.contains(key)) (void)policy_->Add(key, BlockTraits{}, now);
+    }
+  }
+
+ private:
+  std::unique_ptr<EvictionPolicy> policy_;
+  int64_t capacity_;
+  absl::flat_hash_set<BlockKey> held_;
+  double hits_ = 0;
+};
+
+class FollowBest final : public EvictionPolicy {
+ public:
+  FollowBest(std::vector<std::unique_ptr<EvictionPolicy>> live, std::vector<Shadow> shadows,
+             const FollowBestOptions& options, double rate)
+      : live_(std::move(live)),
+        shadows_(std::move(shadows)),
+        options_(options),
+        // rate x 2^64, saturated (a double of 2^64 does not fit the integer).
+        threshold_(rate >= 1 ? ~uint64_t{0} : static_cast<uint64_t>(std::ldexp(rate, 64))) {
+    for (const auto& p : live_) {
+      observes_ = observes_ || p->observes_requests();
+      run_blocks_ = run_blocks_ || p->reads_run_blocks();
+    }
+  }
+
+  std::string_view name() const override { return "follow_best"; }
+  std::string_view following() const { return live_[leader_]->name(); }
+  bool reads_run_blocks() const override { return run_blocks_; }
+  bool observes_requests() const override { return true; }
+
+  void ObserveRequest(const RequestObservation& request) override {
+    for (auto& p : live_) {
+      if (p->observes_requests()) p->ObserveRequest(request);
+    }
+    sampled_.clear();
+    for (const BlockKey& key : request.blocks) {
+      if (Mix(key.lo ^ Mix(key.hi)) <= threshold_) sampled_.push_back(key);
+    }
+    for (Shadow& s : shadows_) {
+      if (s.policy().observes_requests()) s.policy().ObserveRequest(request);
+      if (!sampled_.empty()) s.Request(sampled_, request.now);
+    }
+    accesses_ += static_cast<int64_t>(sampled_.size());
+    if (accesses_ >= options_.half_life_accesses) {
+      accesses_ = 0;
+      for (Shadow& s : shadows_) s.Decay();
+    }
+    size_t best = leader_;
+    for (size_t i = 0; i < shadows_.size(); ++i) {
+      if (shadows_[i].hits() > shadows_[best].hits()) best = i;
+    }
+    if (best != leader_ &&
+        shadows_[best].hits() > shadows_[leader_].hits() * (1 + options_.hysteresis) + 1) {
+      leader_ = best;
+    }
+  }
+
+  void ObserveRelease(const ReleaseObservation& release) override {
+    for (auto& p : live_) {
+      if (p->observes_requests()) p->ObserveRelease(release);
+    }
+    for (Shadow& s : shadows_) {
+      if (s.policy().observes_requests()) s.policy().ObserveRelease(release);
+    }
+  }
+
+  absl::Status Add(const BlockKey& key, const BlockTraits& traits, absl::Time now) override {
+    return ForEach([&](EvictionPolicy& p) { return p.Add(key, traits, now); });
+  }
+  absl::Status Touch(const BlockKey& key, const BlockTraits& traits, absl::Time now) override {
+    return ForEach([&](EvictionPolicy& p) { return p.Touch(key, traits, now); });
+  }
+  absl::Status Remove(const BlockKey& key) override {
+    return ForEach([&](EvictionPolicy& p) { return p.Remove(key); });
+  }
+  std::optional<BlockKey> Victim(absl::Time now) override { return live_[leader_]->Victim(now); }
+  int64_t size() const override { return live_[0]->size(); }
+
+ private:
+  // Every candidate gets the call (they hold the same candidates); the first error is returned.
+  template <typename Fn>
+  absl::Status ForEach(Fn fn) {
+    absl::Status first;
+    for (auto& p : live_) {
+      absl::Status s = fn(*p);
+      if (first.ok() && !s.ok()) first = s;
+    }
+    return first;
+  }
+
+  std::vector<std::unique_ptr<EvictionPolicy>> live_;
+  std::vector<Shadow> shadows_;
+  FollowBestOptions options_;
+  uint64_t threshold_;
+  size_t leader_ = 0;
+  int64_t accesses_ = 0;
+  bool observes_ = false;
+  bool run_blocks_ = false;
+  std::vector<BlockKey> sampled_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeFollowBestPolicy(
+    std::vector<EvictionPolicyFactory> candidates, const FollowBestOptions& options) {
+  if (candidates.empty()) return absl::InvalidArgumentError("follow_best: no candidates");
+  if (options.capacity_blocks <= 0 || options.half_life_accesses <= 0 ||
+      !(options.hysteresis >= 0) || !(options.sample_rate >= 0 && options.sample_rate <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "follow_best: capacity_blocks = ", options.capacity_blocks, " and half_life_accesses = ",
+        options.half_life_accesses, " must be > 0, hysteresis = ", options.hysteresis,
+        " >= 0, sample_rate = ", options.sample_rate, " in [0, 1]"));
+  }
+  const double rate =
+      options.sample_rate > 0
+          ? options.sample_rate
+          : std::clamp(2048.0 / static_cast<double>(options.capacity_blocks), 0.01, 1.0);
+  const int64_t shadow_capacity =
+      std::max<int64_t>(1, std::llround(rate * static_cast<double>(options.capacity_blocks)));
+  std::vector<std::unique_ptr<EvictionPolicy>> live;
+  std::vector<Shadow> shadows;
+  for (const EvictionPolicyFactory& make : candidates) {
+    absl::StatusOr<std::unique_ptr<EvictionPolicy>> a = make();
+    if (!a.ok()) return a.status();
+    absl::StatusOr<std::unique_ptr<EvictionPolicy>> b = make();
+    if (!b.ok()) return b.status();
+    live.push_back(*std::move(a));
+    shadows.emplace_back(*std::move(b), shadow_capacity);
+  }
+  return std::make_unique<FollowBest>(std::move(live), std::move(shadows), options, rate);
+}
+
+std::string_view FollowedPolicy(const EvictionPolicy& policy) {
+  const auto* f = dynamic_cast<const FollowBest*>(&policy);
+  return f == nullptr ? std::string_view() : f->following();
+}
+
+absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeLearnedPolicy(
+    int64_t capacity_blocks, const ReuseIndexOptions& reuse_index) {
+  std::vector<EvictionPolicyFactory> candidates;
+  candidates.push_back(
+      []() -> absl::StatusOr<std::unique_ptr<EvictionPolicy>> { return MakeLruPolicy(); });
+  candidates.push_back([reuse_index]() { return MakeReuseIndexPolicy(reuse_index); });
+  return MakeFollowBestPolicy(std::move(candidates), {.capacity_blocks = capacity_blocks});
+}
+
+}  // namespace kvtier

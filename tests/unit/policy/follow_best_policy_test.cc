@@ -1,0 +1,133 @@
+// follow_best (eviction_policy.h): the live tier follows the candidate whose shadow cache hits
+// most, so a ranking that loses to LRU on a workload is not the one running it.
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kvtier/eviction_policy.h"
+#include "tests/testing/status_matchers.h"
+
+namespace kvtier {
+namespace {
+
+using ::absl::StatusCode;
+using ::kvtier::testing::IsError;
+
+const absl::Time kT0 = absl::FromUnixSeconds(1'700'000'000);
+absl::Time At(double seconds) { return kT0 + absl::Seconds(seconds); }
+BlockKey Key(uint64_t i) { return BlockKey{i, i * 7 + 1}; }
+
+// Evicts the most recently added candidate: the wrong order for a workload that reuses recent
+// blocks, the right one for a loop larger than the cache.
+class MruPolicy final : public EvictionPolicy {
+ public:
+  std::string_view name() const override { return "mru"; }
+  absl::Status Add(const BlockKey& key, const BlockTraits&, absl::Time now) override {
+    order_.insert({now, key});
+    at_[key] = now;
+    return absl::OkStatus();
+  }
+  absl::Status Touch(const BlockKey& key, const BlockTraits& t, absl::Time now) override {
+    (void)Remove(key);
+    return Add(key, t, now);
+  }
+  absl::Status Remove(const BlockKey& key) override {
+    auto it = at_.find(key);
+    if (it == at_.end()) return absl::NotFoundError("not a candidate");
+    order_.erase({it->second, key});
+    at_.erase(it);
+    return absl::OkStatus();
+  }
+  std::optional<BlockKey> Victim(absl::Time) override {
+    if (order_.empty()) return std::nullopt;
+    return std::prev(order_.end())->second;
+  }
+  int64_t size() const override { return static_cast<int64_t>(at_.size()); }
+
+ private:
+  std::set<std::pair<absl::Time, BlockKey>> order_;
+  std::map<BlockKey, absl::Time> at_;
+};
+
+std::unique_ptr<EvictionPolicy> LruThenMru(int64_t capacity) {
+  std::vector<EvictionPolicyFactory> c;
+  c.push_back([]() -> absl::StatusOr<std::unique_ptr<EvictionPolicy>> { return MakeLruPolicy(); });
+  c.push_back([]() -> absl::StatusOr<std::unique_ptr<EvictionPolicy>> {
+    return std::unique_ptr<EvictionPolicy>(std::make_unique<MruPolicy>());
+  });
+  auto p = MakeFollowBestPolicy(std::move(c), {.capacity_blocks = capacity, .sample_rate = 1});
+  EXPECT_TRUE(p.ok()) << p.status();
+  return *std::move(p);
+}
+
+// Requests of single blocks `keys` in order, one per second, as a cache of one tier would run
+// them: observed, then the block a candidate.
+void Replay(EvictionPolicy& p, const std::vector<uint64_t>& keys, double& t) {
+  for (uint64_t k : keys) {
+    const std::vector<BlockKey> blocks = {Key(k)};
+    p.ObserveRequest({.blocks = blocks, .now = At(t)});
+    (void)p.Remove(Key(k));
+    KVTIER_ASSERT_OK(p.Add(Key(k), {}, At(t)));
+    while (p.size() > 8) {
+      std::optional<BlockKey> v = p.Victim(At(t));
+      ASSERT_TRUE(v.has_value());
+      KVTIER_ASSERT_OK(p.Remove(*v));
+    }
+    t += 1;
+  }
+}
+
+TEST(FollowBestPolicyTest, FollowsLruWhereRecencyWinsAndTheOtherWhereItLoses) {
+  auto p = LruThenMru(8);
+  EXPECT_EQ(p->name(), "follow_best");
+  EXPECT_EQ(FollowedPolicy(*p), "lru");  // the first candidate leads at the start
+  double t = 0;
+  // A loop over 12 blocks with a cache of 8: LRU never hits, MRU keeps 7 of them.
+  std::vector<uint64_t> loop;
+  for (int round = 0; round < 40; ++round) {
+    for (uint64_t k = 0; k < 12; ++k) loop.push_back(k);
+  }
+  Replay(*p, loop, t);
+  EXPECT_EQ(FollowedPolicy(*p), "mru");
+  // Then a hot set of 4 blocks, each reused at once: recency wins, MRU's shadow keeps missing the
+  // blocks it just threw out. Long enough for the old hits to decay.
+  std::vector<uint64_t> hot;
+  for (int round = 0; round < 6000; ++round)
+    hot.push_back(100 + (round % 5 == 4 ? 200 + round : round % 4));
+  Replay(*p, hot, t);
+  EXPECT_EQ(FollowedPolicy(*p), "lru");
+}
+
+TEST(FollowBestPolicyTest, LearnedIsLruAndReuseIndex) {
+  auto p = MakeLearnedPolicy(1000);
+  KVTIER_ASSERT_OK(p.status());
+  EXPECT_EQ((*p)->name(), "follow_best");
+  EXPECT_EQ(FollowedPolicy(**p), "lru");
+  EXPECT_TRUE((*p)->observes_requests());
+  EXPECT_EQ(FollowedPolicy(*MakeLruPolicy()), "");
+}
+
+TEST(FollowBestPolicyTest, Errors) {
+  EXPECT_THAT(MakeFollowBestPolicy({}, {.capacity_blocks = 8}).status(),
+              IsError(StatusCode::kInvalidArgument, "no candidates"));
+  std::vector<EvictionPolicyFactory> c;
+  c.push_back([]() -> absl::StatusOr<std::unique_ptr<EvictionPolicy>> { return MakeLruPolicy(); });
+  EXPECT_THAT(MakeFollowBestPolicy(c, {.capacity_blocks = 0}).status(),
+              IsError(StatusCode::kInvalidArgument, "capacity_blocks"));
+  EXPECT_THAT(MakeFollowBestPolicy(c, {.capacity_blocks = 8, .sample_rate = 2}).status(),
+              IsError(StatusCode::kInvalidArgument, "sample_rate"));
+  std::vector<EvictionPolicyFactory> bad;
+  bad.push_back([]() -> absl::StatusOr<std::unique_ptr<EvictionPolicy>> {
+    return absl::InvalidArgumentError("factory says no");
+  });
+  EXPECT_THAT(MakeFollowBestPolicy(bad, {.capacity_blocks = 8}).status(),
+              IsError(StatusCode::kInvalidArgument, "factory says no"));
+}
+
+}  // namespace
+}  // namespace kvtier

@@ -43,14 +43,15 @@
 //               accesses {0, 1-2, >=3} x new blocks the request added {<=4, >4}. Turn: with h the
 //               request's leading blocks some earlier request had, 1 if h <= 1, else the turn of
 //               the latest request holding block h-1, plus 1. A block a request never named (a
-//               decode block, say) is of its own class from its Add. Its rank is the index of its
-//               class at its age (time since its last access) x (1 + retention priority while it
-//               lasts); Victim ranks sample_size random candidates (all when fewer, or when 0) and
-//               returns the lowest, the oldest on ties; with no data yet it is oldest-first.
-//               Parent follows: when the victim's parent becomes a candidate (the caller Added it
-//               after Removing the victim) and ranks no higher than the victim did, the next Victim
-//               at the same time returns it, so a dead chain goes in one pass. bytes is not weighed
-//               (a tier's blocks are all one size).
+//               decode block, say) is of its own class from its Add, and learns from Touch as
+//               an access (for a named block a Touch is not one). Its rank is the index of its
+//               class at its age (time since its last access); while a retention priority p
+//               lasts, index x (1 + p) + p, above every block without one; Victim ranks sample_size
+//               random candidates (all when fewer, or when 0) and returns the lowest, the oldest on
+//               ties; with no data yet it is oldest-first. Parent follows: when the victim's parent
+//               becomes a candidate (the caller Added it after Removing the victim) and ranks no
+//               higher than the victim did, the next Victim at the same time returns it, so a dead
+//               chain goes in one pass. bytes is not weighed (a tier's blocks are all one size).
 //               Sessions (ObserveRelease): a block a session let go is ranked by when the session
 //               comes back instead: -1 (first to go) once the session has sent a request that did
 //               not name it (it moved on: a compaction, a rewrite); otherwise the index of the

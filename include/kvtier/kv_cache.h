@@ -403,6 +403,28 @@ class KvCache {
   // Errors: kInvalidArgument for bad extras.
   absl::StatusOr<int64_t> Prefetch(absl::Span<const int32_t> tokens,
                                    const SequenceOptions& identity = {});
+  // Retain (vLLM's KV-hint "retain"; SGLang keeping hinted prompts): the cached leading blocks of
+  // `tokens` (hashed under `identity`, matched as AttachPrefix would) count as retention
+  // priority `priority` more valuable for `ttl` from now (eviction_policy.h: lru keeps them as if
+  // used priority x 30 min later, cost_aware scales its rank by 1 + priority, reuse_index ranks
+  // them above every block without retention).
+  // It orders eviction only: a retained block is still evicted when nothing else can go. A later
+  // release of a sequence with its own retention overrides it. Outcome: kAccepted, blocks = the
+  // prompt's full blocks; kClipped when only the first `blocks` of them are cached; kRejected for
+  // priority < 0 or not finite, or ttl <= 0 (nothing changes). Errors: kInvalidArgument for bad
+  // extras (HashPrompt's).
+  absl::StatusOr<HintOutcome> RetainPrefix(absl::Span<const int32_t> tokens, double priority,
+                                           absl::Duration ttl,
+                                           const SequenceOptions& identity = {});
+  // Invalidate (a context compaction: these blocks will not be read again): the blocks of
+  // `tokens` from block floor(from_token / B) on are dropped from every tier now, deepest first,
+  // where nobody holds or reads them and no cached child outside them needs them; the blocks
+  // before stay (a shared system prompt, the kept part of the context). A copy in a shared remote
+  // store is deleted too. Outcome: kAccepted, blocks = the blocks dropped from every tier;
+  // kClipped when some kept a copy (reason: how many, and why); kRejected for from_token < 0.
+  // Errors: kInvalidArgument for bad extras.
+  absl::StatusOr<HintOutcome> InvalidatePrefix(absl::Span<const int32_t> tokens, int64_t from_token,
+                                               const SequenceOptions& identity = {});
 
   // ---- ensure-resident
 

@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "internal/strings.h"
+#include "policy/splitmix.h"
 #include "policy/traits_check.h"
 
 namespace kvtier {
@@ -136,7 +137,7 @@ class LruPolicy final : public KeyedPolicy {
 class HitDensityPolicy final : public EvictionPolicy {
  public:
   explicit HitDensityPolicy(const CostAwareOptions& options)
-      : options_(options), rng_state_(options.seed) {
+      : options_(options), rng_(options.seed) {
     // Bin i covers ages [edge_[i], edge_[i + 1]): 1 s wide at first, each 10% wider, so 96 bins
     // reach past a day with a resolution that suits reuse ages of seconds to hours.
     double width = 1;
@@ -240,7 +241,7 @@ class HitDensityPolicy final : public EvictionPolicy {
     double best_rank = 0;
     absl::Time best_touched;
     for (size_t d = 0; d < draws; ++d) {
-      const BlockKey& key = all ? slots_[d] : slots_[NextRandom() % n];
+      const BlockKey& key = all ? slots_[d] : slots_[rng_.Next() % n];
       const Entry& e = entries_.at(key);
       const double rank = Rank(e, now);
       // Lowest rank first; equal ranks (a cold start knows no reuse) go least recently used.
@@ -428,15 +429,8 @@ class HitDensityPolicy final : public EvictionPolicy {
            (boosted ? 1 + t.retention_priority : 1);
   }
 
-  uint64_t NextRandom() {  // splitmix64: fixed output on every platform
-    uint64_t z = (rng_state_ += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-
   CostAwareOptions options_;
-  uint64_t rng_state_;
+  internal::SplitMix64 rng_;
   std::array<double, kBins + 1> edge_{};
   std::array<Class, kNumClasses> classes_{};
   absl::flat_hash_map<BlockKey, Entry> entries_;

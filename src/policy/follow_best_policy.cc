@@ -13,15 +13,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "kvtier/eviction_policy.h"
+#include "policy/splitmix.h"
 
 namespace kvtier {
 namespace {
-
-uint64_t Mix(uint64_t z) {  // splitmix64's finalizer: the sample is a fixed function of the key
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
 
 class Shadow {
  public:
@@ -87,7 +82,8 @@ class FollowBest final : public EvictionPolicy {
     }
     sampled_.clear();
     for (const BlockKey& key : request.blocks) {
-      if (Mix(key.lo ^ Mix(key.hi)) <= threshold_) sampled_.push_back(key);
+      if (internal::SplitMix64Mix(key.lo ^ internal::SplitMix64Mix(key.hi)) <= threshold_)
+        sampled_.push_back(key);
     }
     for (Shadow& s : shadows_) {
       if (s.policy().observes_requests()) s.policy().ObserveRequest(request);

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "kvtier/eviction_policy.h"
 #include "kvtier/reuse_life_table.h"
+#include "policy/splitmix.h"
 #include "policy/traits_check.h"
 
 namespace kvtier {
@@ -84,7 +85,7 @@ class ReuseIndexPolicy final : public EvictionPolicy {
   ReuseIndexPolicy(const ReuseIndexOptions& options, ReuseLifeTable table,
                    ReuseLifeTable session_table)
       : options_(options),
-        rng_state_(options.seed),
+        rng_(options.seed),
         table_(std::move(table)),
         session_table_(std::move(session_table)) {}
 
@@ -116,6 +117,7 @@ class ReuseIndexPolicy final : public EvictionPolicy {
       if (!inserted) table_.Reuse(r.birth, now);
       r.cls = static_cast<uint8_t>(ClassOf(d, turn, r.accesses, delta));
       r.turn = turn;
+      r.named = true;
       ++r.accesses;
       Access(blocks[d], r, now);
     }
@@ -177,7 +179,10 @@ class ReuseIndexPolicy final : public EvictionPolicy {
     Record& r = it->second;
     r.retention_priority = traits.retention_priority;
     r.priority_until = traits.priority_until;
-    if (now > r.last_access) {  // a use no ObserveRequest named: an access of the same class
+    // For a block requests name, the requests are its accesses: a Touch (KvCache touches the
+    // lower copies of a block a sequence releases, after the request that read it) is none.
+    // A block no request names has only Touches to learn from.
+    if (!r.named && now > r.last_access) {
       table_.Reuse(r.birth, now);
       ++r.accesses;
       Access(key, r, now);
@@ -222,7 +227,7 @@ class ReuseIndexPolicy final : public EvictionPolicy {
     if (options_.sample_size == 0 || n <= static_cast<size_t>(options_.sample_size)) {
       for (const Entry* e : candidates_) consider(e);
     } else {
-      for (int i = 0; i < options_.sample_size; ++i) consider(candidates_[NextRandom() % n]);
+      for (int i = 0; i < options_.sample_size; ++i) consider(candidates_[rng_.Next() % n]);
     }
     follow_ = Follow{.time = now, .parent = best->second.parent, .rank = best_rank};
     return best->first;
@@ -238,6 +243,7 @@ class ReuseIndexPolicy final : public EvictionPolicy {
     uint32_t turn = 1;  // of the latest request that named it
     uint8_t cls = kUnnamedClass;
     uint8_t session_cls = 0;  // of its last release by `session`
+    bool named = false;       // some ObserveRequest named it
     int64_t candidate = -1;  // position in candidates_, or -1
     BlockKey parent = kRootBlockKey;
     double retention_priority = 0;
@@ -277,7 +283,8 @@ class ReuseIndexPolicy final : public EvictionPolicy {
       index = table_.Index(r.cls, now - r.last_access);
     }
     const bool boosted = r.retention_priority > 0 && now < r.priority_until;
-    return boosted ? index * (1 + r.retention_priority) : index;
+    // Retention lifts a block above every block without it, learned data or not.
+    return boosted ? index * (1 + r.retention_priority) + r.retention_priority : index;
   }
 
   void Access(const BlockKey& key, Record& r, absl::Time now) {
@@ -312,15 +319,8 @@ class ReuseIndexPolicy final : public EvictionPolicy {
     }
   }
 
-  uint64_t NextRandom() {  // splitmix64: fixed output on every platform
-    uint64_t z = (rng_state_ += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-
   ReuseIndexOptions options_;
-  uint64_t rng_state_;
+  internal::SplitMix64 rng_;
   ReuseLifeTable table_;
   ReuseLifeTable session_table_;
   absl::flat_hash_map<uint64_t, Session> sessions_;

@@ -131,5 +131,65 @@ TEST_F(SessionHintsTest, StopReasonsDecideWhichReleasedSessionIsKept) {
   }
 }
 
+TEST_F(SessionHintsTest, RetainKeepsAPrefixOverNewerBlocks) {
+  for (const std::string policy : {"lru", "reuse_index"}) {
+    Make(policy, /*hbm_blocks=*/8);
+    const std::vector<int32_t> kept = Iota(2 * kB, 100), other = Iota(2 * kB, 200);
+    RunWritten(1, 1, kept);
+    KVTIER_ASSERT_OK(cache_->Release(SequenceId(1)));
+    env_->clock().Advance(absl::Seconds(1));
+    RunWritten(2, 2, other);
+    KVTIER_ASSERT_OK(cache_->Release(SequenceId(2)));
+    // Three of the prompt's blocks asked for, two cached: clipped to those.
+    std::vector<int32_t> longer = kept;
+    for (int32_t v : Iota(kB, 300)) longer.push_back(v);
+    auto o = cache_->RetainPrefix(longer, 2.0, absl::Minutes(10));
+    KVTIER_ASSERT_OK(o.status());
+    EXPECT_EQ(o->result, HintOutcome::Result::kClipped) << policy;
+    EXPECT_EQ(o->blocks, 2) << policy;
+    env_->clock().Advance(absl::Seconds(1));
+    // 6 new blocks held: two of the four cached ones must go. Without the retention the older
+    // prompt would (both policies evict it first with no other signal).
+    RunWritten(3, 3, Iota(6 * kB, 400));
+    EXPECT_EQ(Cached(kept), 2 * kB) << policy;
+    EXPECT_EQ(Cached(other), 0) << policy;
+    KVTIER_ASSERT_OK(cache_->Release(SequenceId(3)));
+    auto bad = cache_->RetainPrefix(kept, -1, absl::Minutes(1));
+    KVTIER_ASSERT_OK(bad.status());
+    EXPECT_EQ(bad->result, HintOutcome::Result::kRejected);
+  }
+}
+
+TEST_F(SessionHintsTest, InvalidateDropsTheDeadPartOfAContext) {
+  Make("reuse_index");
+  const std::vector<int32_t> context = Iota(4 * kB, 100);
+  RunWritten(1, 1, context);
+  KVTIER_ASSERT_OK(cache_->Release(SequenceId(1)));
+  // A second conversation shares the first block and holds it.
+  std::vector<int32_t> shared(context.begin(), context.begin() + kB);
+  RunWritten(2, 2, shared);
+  // Compaction from token 1 * kB: blocks 1-3 are dead; block 0 stays (and is held anyway).
+  auto o = cache_->InvalidatePrefix(context, kB);
+  KVTIER_ASSERT_OK(o.status());
+  EXPECT_EQ(o->result, HintOutcome::Result::kAccepted) << o->reason;
+  EXPECT_EQ(o->blocks, 3);
+  EXPECT_EQ(Cached(context), kB);
+  // From token 0 the held first block is kept: clipped.
+  o = cache_->InvalidatePrefix(context, 0);
+  KVTIER_ASSERT_OK(o.status());
+  EXPECT_EQ(o->result, HintOutcome::Result::kClipped);
+  EXPECT_EQ(o->blocks, 0);
+  EXPECT_EQ(Cached(context), kB);
+  KVTIER_ASSERT_OK(cache_->Release(SequenceId(2)));
+  o = cache_->InvalidatePrefix(context, 0);
+  KVTIER_ASSERT_OK(o.status());
+  EXPECT_EQ(o->result, HintOutcome::Result::kAccepted);
+  EXPECT_EQ(o->blocks, 1);
+  EXPECT_EQ(Cached(context), 0);
+  auto bad = cache_->InvalidatePrefix(context, -1);
+  KVTIER_ASSERT_OK(bad.status());
+  EXPECT_EQ(bad->result, HintOutcome::Result::kRejected);
+}
+
 }  // namespace
 }  // namespace kvtier

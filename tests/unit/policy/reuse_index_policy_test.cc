@@ -123,6 +123,18 @@ TEST(ReuseIndexPolicyTest, ABlockNoRequestNamedIsRankedToo) {
   EXPECT_EQ(p->Victim(At(6)), Key(1));
 }
 
+// A block requests name learns from the requests only: KvCache's Touch at a release (the request
+// that read it is over) is not another access, so it neither refreshes the age nor adds a life.
+TEST(ReuseIndexPolicyTest, ATouchIsNoAccessOfANamedBlock) {
+  auto p = Make();
+  Observe(*p, {Key(1)}, At(0));
+  Observe(*p, {Key(2)}, At(1));
+  KVTIER_ASSERT_OK(p->Add(Key(1), {}, At(0)));
+  KVTIER_ASSERT_OK(p->Add(Key(2), {}, At(1)));
+  KVTIER_ASSERT_OK(p->Touch(Key(1), {}, At(5)));
+  EXPECT_EQ(p->Victim(At(6)), Key(1));
+}
+
 TEST(ReuseIndexPolicyTest, SampledVictimsStayCandidates) {
   auto p = Make(/*sample_size=*/4);
   for (uint64_t i = 0; i < 100; ++i) KVTIER_ASSERT_OK(p->Add(Key(i), {}, At(i)));

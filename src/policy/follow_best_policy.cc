@@ -66,7 +66,6 @@ class FollowBest final : public EvictionPolicy {
         // rate x 2^64, saturated (a double of 2^64 does not fit the integer).
         threshold_(rate >= 1 ? ~uint64_t{0} : static_cast<uint64_t>(std::ldexp(rate, 64))) {
     for (const auto& p : live_) {
-      observes_ = observes_ || p->observes_requests();
       run_blocks_ = run_blocks_ || p->reads_run_blocks();
     }
   }
@@ -143,7 +142,6 @@ class FollowBest final : public EvictionPolicy {
   uint64_t threshold_;
   size_t leader_ = 0;
   int64_t accesses_ = 0;
-  bool observes_ = false;
   bool run_blocks_ = false;
   std::vector<BlockKey> sampled_;
 };

@@ -135,7 +135,6 @@ class ReuseIndexPolicy final : public EvictionPolicy {
       if (s.released) session_table_.Reuse(s.release_birth, now);  // released again, no request
       s.release_birth = session_table_.Birth(cls, now);
       s.released = true;
-      s.last_release = now;
     }
     for (const BlockKey& key : release.blocks) {
       auto [it, inserted] = records_.try_emplace(key);
@@ -253,7 +252,6 @@ class ReuseIndexPolicy final : public EvictionPolicy {
   };
   struct Session {
     absl::Time last_request = absl::InfinitePast();
-    absl::Time last_release = absl::InfinitePast();
     uint64_t release_birth = 0;  // in session_table_, while `released`
     bool released = false;       // released since its last request
     absl::Time last_seen;        // its latest request or release

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/testing/policy_testing.h"
 #include "tests/testing/status_matchers.h"
 
 namespace kvtier {
@@ -18,9 +19,8 @@ namespace {
 using ::absl::StatusCode;
 using ::kvtier::testing::IsError;
 
-const absl::Time kT0 = absl::FromUnixSeconds(1'700'000'000);
-absl::Time At(double seconds) { return kT0 + absl::Seconds(seconds); }
-BlockKey Key(uint64_t i) { return BlockKey{i, i * 7 + 1}; }
+using ::kvtier::testing::At;
+using ::kvtier::testing::Key;
 BlockTraits Value(double recompute_seconds, int64_t bytes = 1 << 20) {
   return {.expected_reuse = 1, .recompute_seconds = recompute_seconds, .bytes = bytes};
 }

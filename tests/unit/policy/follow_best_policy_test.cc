@@ -10,6 +10,7 @@
 
 #include "gtest/gtest.h"
 #include "kvtier/eviction_policy.h"
+#include "tests/testing/policy_testing.h"
 #include "tests/testing/status_matchers.h"
 
 namespace kvtier {
@@ -18,9 +19,8 @@ namespace {
 using ::absl::StatusCode;
 using ::kvtier::testing::IsError;
 
-const absl::Time kT0 = absl::FromUnixSeconds(1'700'000'000);
-absl::Time At(double seconds) { return kT0 + absl::Seconds(seconds); }
-BlockKey Key(uint64_t i) { return BlockKey{i, i * 7 + 1}; }
+using ::kvtier::testing::At;
+using ::kvtier::testing::Key;
 
 // Evicts the most recently added candidate: the wrong order for a workload that reuses recent
 // blocks, the right one for a loop larger than the cache.

@@ -5,6 +5,7 @@
 
 #include "gtest/gtest.h"
 #include "kvtier/eviction_policy.h"
+#include "tests/testing/policy_testing.h"
 #include "tests/testing/status_matchers.h"
 
 namespace kvtier {
@@ -13,9 +14,8 @@ namespace {
 using ::absl::StatusCode;
 using ::kvtier::testing::IsError;
 
-const absl::Time kT0 = absl::FromUnixSeconds(1'700'000'000);
-absl::Time At(double seconds) { return kT0 + absl::Seconds(seconds); }
-BlockKey Key(uint64_t i) { return BlockKey{i, i * 7 + 1}; }
+using ::kvtier::testing::At;
+using ::kvtier::testing::Key;
 BlockTraits Child(BlockKey parent) { return {.parent = parent}; }
 
 void Observe(EvictionPolicy& p, std::vector<BlockKey> blocks, absl::Time now,

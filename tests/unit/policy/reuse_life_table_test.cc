@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/testing/policy_testing.h"
 #include "tests/testing/status_matchers.h"
 
 namespace kvtier {
@@ -11,8 +12,7 @@ namespace {
 using ::absl::StatusCode;
 using ::kvtier::testing::IsError;
 
-const absl::Time kT0 = absl::FromUnixSeconds(1'700'000'000);
-absl::Time At(double seconds) { return kT0 + absl::Seconds(seconds); }
+using ::kvtier::testing::At;
 
 ReuseLifeTableOptions Small(std::vector<double> edges, std::vector<double> horizons,
                             double prior = 0) {

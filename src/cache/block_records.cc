@@ -1,6 +1,7 @@
-// Block records: the one entry of each block (its copies per tier, parent, child copies, readers)
-// and the SlotOwner of each slot, changed together so they agree; and the cache's event log
-// (events, next_event) of copies stored and removed.
+// Block records: the one entry of each block (its copies per tier, parent, child copies, and its
+// ColdFields: readers, children leaving, retention) and the SlotOwner of each slot, changed
+// together so they agree; and the cache's event log (events, next_event) of copies stored and
+// removed.
 #include <optional>
 
 #include "absl/status/status.h"
@@ -18,16 +19,19 @@ void KvCache::Impl::Event(CacheEventKind kind, const BlockKey& key, Tier tier) {
 void KvCache::Impl::MaybeEraseMeta(const BlockKey& key) {
   auto it = blocks.find(key);
   if (it == blocks.end()) return;
-  const BlockEntry& m = it->second;
+  BlockEntry& m = it->second;
+  const ColdFields* c = ColdOf(m);
   for (int t = 0; t < kNumTiers; ++t) {
-    if (m.child_copies[t] != 0 || m.readers[t] != 0 || m.leaving_children[t] != 0) return;
+    if (m.child_copies[t] != 0) return;
+    if (c != nullptr && (c->readers[t] != 0 || c->leaving_children[t] != 0)) return;
   }
   if (m.copies.has_copy()) return;
+  if (m.has_cold) cold.erase(&m);  // a retention priority goes with its block
   blocks.erase(it);
 }
 
 absl::Status KvCache::Impl::AddCopy(const BlockKey& key, Tier t, SlotId slot, CopyState state,
-                                    const BlockKey& parent, int64_t first_token) {
+                                    const BlockKey& parent) {
   // Checked before the entry is made, so a refused copy leaves no entry behind (BlockRecord's
   // checks and errors, as the index gave).
   if (TierIndex(t) < 0 || TierIndex(t) >= kNumTiers || !slot.valid() ||
@@ -38,11 +42,10 @@ absl::Status KvCache::Impl::AddCopy(const BlockKey& key, Tier t, SlotId slot, Co
   BlockEntry& m = element.second;
   const bool had_copy = m.copies.has_copy();
   KVTIER_RETURN_IF_ERROR(m.copies.AddCopy(key, t, slot, state));
-  if (!had_copy) {  // a new block, or one only its children knew (parent and position set now)
+  if (!had_copy) {  // a new block, or one only its children knew (parent set now)
     ++indexed_blocks;
     m.parent = parent;
-    m.first_token = first_token;
-    m.last_use = Now();
+    m.set_last_use(Now());
   }
   owner[TierIndex(t)][slot.value()] = SlotOwner{key, &element};
   // Copied: read again after the parent is found or made below.
@@ -114,7 +117,7 @@ void KvCache::Impl::DropCopy(const BlockKey& key, Tier t) {
 
 void KvCache::Impl::DropIfDroppable(const BlockKey& key, Tier t) {
   auto m = blocks.find(key);
-  if (m == blocks.end() || t == Tier::kHbm || m->second.readers[TierIndex(t)] != 0 ||
+  if (m == blocks.end() || t == Tier::kHbm || Readers(m->second, TierIndex(t)) != 0 ||
       ((m->second.evict_after >> TierIndex(t)) & 1)) {
     return;
   }

@@ -23,31 +23,32 @@ namespace {
 constexpr absl::Duration kStoreBackoffMin = absl::Milliseconds(100);
 constexpr absl::Duration kStoreBackoffMax = absl::Seconds(10);
 
-// What ranks the block of entry `m` (eviction_candidacy.h). Templates, so the cache's private
-// BlockEntry need not be named here.
-template <typename Entry>
-CandidateFacts FactsOf(const Entry& m) {
+// What ranks the block of entry `m` with ColdFields `c` (nullptr: none) (eviction_candidacy.h).
+// Templates, so the cache's private BlockEntry need not be named here.
+template <typename Entry, typename Cold>
+CandidateFacts FactsOf(const Entry& m, const Cold* c) {
   return CandidateFacts{.uses = m.uses,
-                        .retention_priority = m.retention_priority,
-                        .priority_until = m.priority_until,
+                        .retention_priority = c != nullptr ? c->retention_priority : 0,
+                        .priority_until = c != nullptr ? c->priority_until : absl::InfinitePast(),
                         .parent = m.parent,
-                        .last_use = m.last_use};
-}
-
-// The facts of the block of `key` in `blocks`, or nullopt if it has no entry.
-template <typename Map>
-std::optional<CandidateFacts> FactsAt(const Map& blocks, const BlockKey& key) {
-  auto it = blocks.find(key);
-  if (it == blocks.end()) return std::nullopt;
-  return FactsOf(it->second);
+                        .last_use = m.last_use()};
 }
 
 }  // namespace
 
+CandidateFacts KvCache::Impl::Facts(const BlockEntry& m) const { return FactsOf(m, ColdOf(m)); }
+
+std::optional<CandidateFacts> KvCache::Impl::FactsAt(const BlockKey& key) const {
+  auto it = blocks.find(key);
+  if (it == blocks.end()) return std::nullopt;
+  return Facts(it->second);
+}
+
 BlockTraits KvCache::Impl::Traits(const BlockEntry& m, Tier t) const {
-  const auto* map = &blocks;  // the walk runs under mu (held here), unseen through the lambda
-  return CandidateTraits(*policy[TierIndex(t)], FactsOf(m), block_bytes,
-                         [map](const BlockKey& key) { return FactsAt(*map, key); });
+  // The walk runs under mu (held here), unseen through the lambda.
+  return CandidateTraits(*policy[TierIndex(t)], Facts(m), block_bytes,
+                         [this](const BlockKey& key)
+                             ABSL_NO_THREAD_SAFETY_ANALYSIS { return FactsAt(key); });
 }
 
 // `m` is the entry of the key (every caller's), so its copies are the indexed ones.
@@ -57,13 +58,13 @@ bool KvCache::Impl::WantCandidate(const BlockEntry& m, Tier t,
   const CopyFacts copy{.ready = m.copies.state(t) == CopyState::kReady,
                        .leaving = ((m.evict_after >> ti) & 1) != 0,
                        .child_copies = m.child_copies[ti],
-                       .leaving_children = m.leaving_children[ti]};
+                       .leaving_children = LeavingChildren(m, ti)};
   const SlotId slot = m.copies.slots[ti];
   const uint32_t* pins = ticket_refs.data();  // read under mu (held here)
   // Held: read by a transfer, pinned by a ticket, or held by a sequence (the slot's state, read
   // under the engine's lock unless the caller just did; asked only when all else allows).
   return IsEvictionCandidate(copy, [&] {
-    return m.readers[ti] != 0 || (t == Tier::kHbm && pins[slot.value()] != 0) ||
+    return Readers(m, ti) != 0 || (t == Tier::kHbm && pins[slot.value()] != 0) ||
            (slot_state.has_value() ? *slot_state : StateOf(t, slot)) != SlotState::kCached;
   });
 }
@@ -82,11 +83,10 @@ void KvCache::Impl::SyncCandidate(BlockMap::value_type& entry, Tier t,
   BlockEntry& m = entry.second;
   const uint8_t bit = static_cast<uint8_t>(1u << TierIndex(t));
   bool registered = (m.candidate & bit) != 0;
-  const auto* map = &blocks;  // as in Traits
   // An Add the policy refuses leaves the copy unregistered; a Remove always unregisters it.
   (void)SyncCandidacy(
-      *policy[TierIndex(t)], key, WantCandidate(m, t, slot_state), FactsOf(m), block_bytes,
-      [map](const BlockKey& k) { return FactsAt(*map, k); }, &registered);
+      *policy[TierIndex(t)], key, WantCandidate(m, t, slot_state), Facts(m), block_bytes,
+      [this](const BlockKey& k) ABSL_NO_THREAD_SAFETY_ANALYSIS { return FactsAt(k); }, &registered);
   m.candidate = registered ? static_cast<uint8_t>(m.candidate | bit)
                            : static_cast<uint8_t>(m.candidate & ~bit);
 }
@@ -109,9 +109,10 @@ void KvCache::Impl::SetLeaving(const BlockKey& key, Tier t, bool leaving) {
   auto p = blocks.find(parent);
   if (p == blocks.end()) return;
   if (leaving) {
-    ++p->second.leaving_children[TierIndex(t)];
+    ++MutableCold(p->second).leaving_children[TierIndex(t)];
   } else {
-    --p->second.leaving_children[TierIndex(t)];
+    --MutableCold(p->second).leaving_children[TierIndex(t)];
+    TrimCold(p->second);
   }
   UpdateCandidate(parent, t);
   if (!leaving) MaybeEraseMeta(parent);
@@ -143,7 +144,7 @@ void KvCache::Impl::ObserveRelease(const Sequence& seq, StopReason stop,
 void KvCache::Impl::TouchRegistered(const BlockKey& key, const BlockEntry& m) {
   for (int t = 0; t < kNumTiers; ++t) {
     if ((m.candidate >> t) & 1) {
-      (void)policy[t]->Touch(key, Traits(m, static_cast<Tier>(t)), m.last_use);
+      (void)policy[t]->Touch(key, Traits(m, static_cast<Tier>(t)), m.last_use());
     }
   }
 }

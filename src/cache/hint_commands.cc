@@ -35,8 +35,10 @@ absl::StatusOr<HintOutcome> KvCache::RetainPrefix(absl::Span<const int32_t> toke
   for (const BlockKey& key : keys) {
     auto m = I.blocks.find(key);
     if (m == I.blocks.end() || !m->second.copies.has_copy()) break;  // the cached prefix ends
-    m->second.retention_priority = priority;
-    m->second.priority_until = until;
+    KvCache::Impl::ColdFields& c = I.MutableCold(m->second);
+    c.retention_priority = priority;
+    c.priority_until = until;
+    I.TrimCold(m->second);  // priority 0 with an infinite ttl is no retention
     // Registered again with the new traits, at its own last use (not a use: no recency bump).
     for (int t = 0; t < kNumTiers; ++t) {
       if (((m->second.candidate >> t) & 1) == 0) continue;

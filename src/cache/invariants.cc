@@ -72,7 +72,7 @@ absl::Status KvCache::Impl::CheckInvariantsLocked() {
                 return fail(ToAbsl(TierName(static_cast<Tier>(t))), " slot ", s,
                             " names an entry that is not its block's");
               }
-              readers_here = m->second.readers[t];
+              readers_here = Readers(m->second, t);
             }
             const bool ticketed = t == 0 && (*pinned)[static_cast<size_t>(s)] != 0;
             if (state == SlotState::kWritable) {
@@ -123,6 +123,18 @@ absl::Status KvCache::Impl::CheckInvariantsLocked() {
   if (with_copies != indexed_blocks) {
     return fail("indexed_blocks = ", indexed_blocks, ", blocks with a copy ", with_copies);
   }
+  // Cold fields: one element per entry with has_cold, none all zero (TrimCold drops those).
+  int64_t with_cold = 0;
+  for (const auto& [key, m] : blocks) {
+    if (!m.has_cold) continue;
+    ++with_cold;
+    auto c = cold.find(&m);
+    if (c == cold.end()) return fail("block ", key.ToHex(), " has_cold without cold fields");
+    if (c->second.Empty()) return fail("block ", key.ToHex(), " keeps all-zero cold fields");
+  }
+  if (with_cold != static_cast<int64_t>(cold.size())) {
+    return fail(cold.size(), " cold elements, ", with_cold, " entries with has_cold");
+  }
   for (const auto& [key, m] : blocks) {
     const std::optional<BlockRecord> rec = IndexedCopies(key);
     auto cc = child_count.find(key);
@@ -130,8 +142,8 @@ absl::Status KvCache::Impl::CheckInvariantsLocked() {
       const uint32_t expect = cc == child_count.end() ? 0 : cc->second[t];
       auto lc = leaving_count.find(key);
       const uint32_t leaving = lc == leaving_count.end() ? 0 : lc->second[t];
-      if (m.leaving_children[t] != leaving) {
-        return fail("block ", key.ToHex(), " counts ", m.leaving_children[t], " children leaving ",
+      if (LeavingChildren(m, t) != leaving) {
+        return fail("block ", key.ToHex(), " counts ", LeavingChildren(m, t), " children leaving ",
                     ToAbsl(TierName(static_cast<Tier>(t))), ", there are ", leaving);
       }
       if (m.child_copies[t] != expect) {

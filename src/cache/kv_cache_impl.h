@@ -18,7 +18,7 @@
 //     sequence is released waits in orphan_partials). This keeps EnsureResident on resident
 //     blocks to a counter increment per block.
 //   * A transfer's source is pinned by the transfer engine while it runs; the cache counts its
-//     own readers per copy (BlockEntry::readers) so a copy being read is never a candidate.
+//     own readers per copy (ColdFields::readers) so a copy being read is never a candidate.
 //   * A block's entry (`blocks`, BlockEntry::copies) lists the copies that are readable
 //     (kReady) or being written (kPending). A slot some sequence holds but no entry lists (a
 //     block computed twice, never written, or found corrupt) is private: freed when its last
@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -53,6 +54,7 @@
 #include "internal/deadline_timer.h"
 #include "internal/mutex.h"
 #include "kvtier/block_index.h"
+#include "kvtier/eviction_candidacy.h"
 #include "kvtier/kv_cache.h"
 #include "kvtier/transfer_engine.h"
 
@@ -126,31 +128,44 @@ struct KvCache::Impl {
   // policy state. The one per-block record (`blocks`): an entry exists while the block has a
   // copy in some tier (copies.has_copy()), or while a child, a reader or a demotion still counts
   // on it; an entry without a copy is "not indexed" (Match stops there, as at a missing key).
-  // Fields are ordered by how often an attach or a release reads them, so that with its key
-  // the fields every hit and release touches (copies, candidate, uses, last_use, child_copies,
-  // leaving_children) lie in the first 96 bytes, and small ones pack behind `copies`.
+  // 72 bytes (88 with its key: one 96-byte heap chunk): what only some blocks have for a while
+  // (readers, children leaving, a retention priority) lives apart in `cold` (ColdFields), and
+  // the last use is kept in nanoseconds (the cache's clocks tick in whole nanoseconds).
   struct BlockEntry {
     BlockRecord copies;       // per tier: slot, kPending/kReady (20 bytes)
     uint8_t candidate = 0;    // bit t: registered with policy[t]
     uint8_t evict_after = 0;  // bit t: drop the copy in t once its demotion lands
-    uint32_t uses = 0;  // first write + attach hits (admission, cost_aware reuse)
-    absl::Time last_use = absl::InfinitePast();  // the policy's "last touched"
+    bool has_cold = false;    // `cold` has an element for this entry
+    uint32_t uses = 0;        // first write + attach hits (admission, cost_aware reuse)
     // Copies of its children, per tier (uint32: a block may have more than 65535 children).
     std::array<uint32_t, kNumTiers> child_copies{};
-    // Of those, copies being demoted away (evict_after set): a parent whose children are all
-    // leaving is a leaf for eviction, so a chain is evicted from its tail on without waiting.
-    std::array<uint32_t, kNumTiers> leaving_children{};
+    int64_t last_use_ns = kNeverUsed;  // the policy's "last touched" (last_use())
+    BlockKey parent;                   // kRootBlockKey for a sequence's first block
+
+    static constexpr int64_t kNeverUsed = std::numeric_limits<int64_t>::min();
+    absl::Time last_use() const {
+      return last_use_ns == kNeverUsed ? absl::InfinitePast() : absl::FromUnixNanos(last_use_ns);
+    }
+    // `t` is a time of the cache's clock: finite, in whole nanoseconds.
+    void set_last_use(absl::Time t) { last_use_ns = absl::ToUnixNanos(t); }
+  };
+  // What few entries have at a time, and then not for long (all zero: no element).
+  struct ColdFields {
     std::array<uint16_t, kNumTiers> readers{};  // this cache's transfers reading the copy
-    BlockKey parent;           // kRootBlockKey for a sequence's first block
-    int64_t first_token = -1;  // position of its first token; -1 while only a child refers to it
+    // Of child_copies, the copies being demoted away (evict_after set): a parent whose children
+    // are all leaving is a leaf for eviction, so a chain is evicted from its tail on.
+    std::array<uint32_t, kNumTiers> leaving_children{};
     double retention_priority = 0;
     absl::Time priority_until = absl::InfinitePast();
+    bool Empty() const {
+      for (int t = 0; t < kNumTiers; ++t) {
+        if (readers[t] != 0 || leaving_children[t] != 0) return false;
+      }
+      return retention_priority == 0 && priority_until == absl::InfinitePast();
+    }
   };
-  // The one map of block records; its elements (key and entry) are what the cache's parts hand
-  // each other when one has just found a block, so the next does not look it up again. A node
-  // map: an element stays where it is until it is erased (a flat map moves them when it grows),
-  // and the table itself is 8 bytes a slot, so its slack at a power-of-two capacity costs little
-  // (bytes_per_block 309 -> 181 at 1M blocks, docs/performance.md).
+  // A node map: an element stays where it is until it is erased (so the parts hand each other
+  // elements, and `cold` keys on their addresses), and its table is 8 bytes a slot.
   using BlockMap = absl::node_hash_map<BlockKey, BlockEntry>;
 
   struct SeqBlock {
@@ -260,6 +275,8 @@ struct KvCache::Impl {
   // block_records.cc: the one record per block, and who each slot belongs to.
   BlockMap blocks ABSL_GUARDED_BY(mu);
   int64_t indexed_blocks ABSL_GUARDED_BY(mu) = 0;  // entries with copies.has_copy()
+  // The ColdFields of the entries with has_cold, by entry (a node map's elements stay put).
+  absl::flat_hash_map<const BlockEntry*, ColdFields> cold ABSL_GUARDED_BY(mu);
   std::array<std::vector<SlotOwner>, kNumTiers> owner ABSL_GUARDED_BY(mu);
   std::deque<CacheEvent> events ABSL_GUARDED_BY(mu);
   uint64_t next_event ABSL_GUARDED_BY(mu) = 1;
@@ -397,8 +414,34 @@ struct KvCache::Impl {
   // Erases the entry of `key` once nothing keeps it: no copy, child, reader or leaving child.
   void MaybeEraseMeta(const BlockKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::Status AddCopy(const BlockKey& key, Tier t, SlotId slot, CopyState state,
-                       const BlockKey& parent, int64_t first_token)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+                       const BlockKey& parent) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // The entry's ColdFields, or nullptr where it has none (all zero).
+  const ColdFields* ColdOf(const BlockEntry& m) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (!m.has_cold) return nullptr;
+    auto it = cold.find(&m);
+    return it == cold.end() ? nullptr : &it->second;
+  }
+  uint16_t Readers(const BlockEntry& m, int t) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    const ColdFields* c = ColdOf(m);
+    return c == nullptr ? 0 : c->readers[t];
+  }
+  uint32_t LeavingChildren(const BlockEntry& m, int t) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    const ColdFields* c = ColdOf(m);
+    return c == nullptr ? 0 : c->leaving_children[t];
+  }
+  // The entry's ColdFields for a change (made if it has none); TrimCold after the change.
+  ColdFields& MutableCold(BlockEntry& m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    m.has_cold = true;
+    return cold[&m];
+  }
+  // Drops the entry's ColdFields once they are all zero again.
+  void TrimCold(BlockEntry& m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (!m.has_cold) return;
+    auto it = cold.find(&m);
+    if (it != cold.end() && !it->second.Empty()) return;
+    if (it != cold.end()) cold.erase(it);
+    m.has_cold = false;
+  }
   void MarkReady(const BlockKey& key, Tier t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Forgets the copy of `key` in `t` (the slot itself is the caller's business).
   void RemoveCopy(const BlockKey& key, Tier t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
@@ -416,6 +459,10 @@ struct KvCache::Impl {
                       const std::optional<absl::Duration>& expected_idle, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
+  // What ranks the block of entry `m`, and of the block of `key` (nullopt: no entry).
+  CandidateFacts Facts(const BlockEntry& m) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  std::optional<CandidateFacts> FactsAt(const BlockKey& key) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // What tier t's policy is told of the block (CandidateTraits, kvtier/eviction_candidacy.h).
   // run_blocks (a walk of up to 31 parents) only for a policy that reads it.
   BlockTraits Traits(const BlockEntry& m, Tier t) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
@@ -438,7 +485,10 @@ struct KvCache::Impl {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     const BlockEntry& m = entry.second;
     const int ti = TierIndex(t);
-    if (((m.candidate >> ti) & 1) == 0 && m.child_copies[ti] != m.leaving_children[ti]) return;
+    if (((m.candidate >> ti) & 1) == 0 && m.child_copies[ti] != 0 &&
+        (!m.has_cold || m.child_copies[ti] != LeavingChildren(m, ti))) {
+      return;
+    }
     SyncCandidate(entry, t, slot_state);
   }
   // UpdateCandidate's general case.

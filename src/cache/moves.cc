@@ -52,10 +52,9 @@ absl::StatusOr<std::shared_ptr<KvCache::Impl::Move>> KvCache::Impl::StartMove(co
   move->pin = pin;
   move->completion = transfer.completion;
   const BlockKey parent = m->second.parent;
-  const int64_t first = m->second.first_token;
   // Cannot fail: the destination tier was checked to have no copy above.
-  (void)AddCopy(key, to, move->dst, CopyState::kPending, parent, first);
-  ++blocks[key].readers[TierIndex(from)];
+  (void)AddCopy(key, to, move->dst, CopyState::kPending, parent);
+  ++MutableCold(blocks[key]).readers[TierIndex(from)];
   UpdateCandidate(key, from);
   ++moves_in_flight;
   if (to == Tier::kHbm) {
@@ -143,8 +142,9 @@ void KvCache::Impl::OnMoveDone(const std::shared_ptr<Move>& move, const absl::St
     Deferred& d = scope.deferred();
     const BlockKey& key = move->key;
     const int from = TierIndex(move->from);
-    if (auto m = blocks.find(key); m != blocks.end() && m->second.readers[from] > 0) {
-      --m->second.readers[from];
+    if (auto m = blocks.find(key); m != blocks.end() && Readers(m->second, from) > 0) {
+      --MutableCold(m->second).readers[from];
+      TrimCold(m->second);
     }
     if (move->to == Tier::kHbm) {
       auto it = onboarding.find(key);
@@ -207,7 +207,7 @@ void KvCache::Impl::OnMoveDone(const std::shared_ptr<Move>& move, const absl::St
           RemoveCopy(key, move->from);
           // Another transfer may still read it; the last reader's callback settles it.
           auto mm = blocks.find(key);
-          if (mm == blocks.end() || mm->second.readers[from] == 0) {
+          if (mm == blocks.end() || Readers(mm->second, from) == 0) {
             SettleSlot(move->from, move->src);
           }
         }
@@ -237,7 +237,7 @@ void KvCache::Impl::OnMoveDone(const std::shared_ptr<Move>& move, const absl::St
     // The source may have lost its last holder while it was read (a sequence released it): once
     // no transfer of the cache reads it, settle it (a candidate again, or freed if private).
     auto src_meta = blocks.find(key);
-    if (src_meta == blocks.end() || src_meta->second.readers[from] == 0) {
+    if (src_meta == blocks.end() || Readers(src_meta->second, from) == 0) {
       SettleSlot(move->from, move->src);
     }
   }

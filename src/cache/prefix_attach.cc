@@ -118,7 +118,7 @@ absl::StatusOr<AttachResult> KvCache::Impl::AttachKeys(SequenceId id, uint64_t g
   for (size_t i = 0; i < pinned.size(); ++i) {
     BlockEntry& m = entries[i]->second;
     ++m.uses;
-    m.last_use = now;
+    m.set_last_use(now);
     TouchCandidates(entries[i]->first, m);
     ++result.attached_blocks_by_tier[TierIndex(pinned[i].tier)];
     ++counters.tiers[TierIndex(pinned[i].tier)].hits;

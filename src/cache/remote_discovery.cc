@@ -94,7 +94,7 @@ void KvCache::Impl::AdoptDiscovered(SequenceId id, uint64_t generation,
     }
     const BlockKey parent = i == 0 ? kRootBlockKey : keys[static_cast<size_t>(i - 1)];
     if (!tiers[TierIndex(kR)]->AdoptStoredBlock(slot, key).ok() ||
-        !AddCopy(key, kR, slot, CopyState::kReady, parent, i * block_tokens).ok()) {
+        !AddCopy(key, kR, slot, CopyState::kReady, parent).ok()) {
       (void)Alloc(kR, [&](BlockAllocator& a) { return a.Evict(slot); });
       break;
     }

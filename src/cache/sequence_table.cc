@@ -168,7 +168,7 @@ absl::Status KvCache::Impl::PublishWritten(SequenceId id, int64_t num_tokens, Co
       if (list.empty()) twins.erase(key);
       continue;
     }
-    if (AddCopy(key, Tier::kHbm, b.slot, CopyState::kPending, parent, j * b_tokens).ok()) {
+    if (AddCopy(key, Tier::kHbm, b.slot, CopyState::kPending, parent).ok()) {
       publish.emplace_back(key, b.slot);
     }
   }
@@ -215,7 +215,7 @@ void KvCache::Impl::SettleTwins(const BlockKey& key) {
         continue;
       }
       if (!indexed) {  // the first copy failed or is gone: this one is the block now
-        if (AddCopy(key, Tier::kHbm, tw.slot, CopyState::kReady, tw.parent, tw.first_token).ok()) {
+        if (AddCopy(key, Tier::kHbm, tw.slot, CopyState::kReady, tw.parent).ok()) {
           tiers[0]->EndDeviceWrite(tw.slot, key);
           ++blocks[key].uses;
         }
@@ -324,10 +324,11 @@ absl::Status KvCache::Impl::ReleaseSequence(SequenceId id, const ReleaseHints& h
     BlockMap::value_type* entry = i < found.size() ? found[i] : nullptr;
     if (entry != nullptr) {
       BlockEntry& m = entry->second;
-      m.last_use = now;  // in use until now
+      m.set_last_use(now);  // in use until now
       if (seq->options.retention_priority > 0) {
-        m.retention_priority = seq->options.retention_priority;
-        m.priority_until = until;
+        ColdFields& c = MutableCold(m);
+        c.retention_priority = seq->options.retention_priority;
+        c.priority_until = until;
       }
       TouchCandidates(entry->first, m);
     }

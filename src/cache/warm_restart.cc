@@ -13,7 +13,7 @@ void KvCache::Impl::AdoptRecoveredBlocks() {
       if (b.slot.value() >= owner[t].size() || StateOf(tier, b.slot) != SlotState::kCached) {
         continue;
       }
-      if (AddCopy(b.key, tier, b.slot, CopyState::kReady, kRootBlockKey, -1).ok()) {
+      if (AddCopy(b.key, tier, b.slot, CopyState::kReady, kRootBlockKey).ok()) {
         UpdateCandidate(b.key, tier);
       }
     }

@@ -10,7 +10,7 @@ set(KVTIER_LAYERS internal core platform tiers transfer remote cuda stack policy
 # include headers of these layers and of theirs in turn, nothing else: the check follows the
 # link graph, so an include it accepts is one the link line satisfies. Each names only layers
 # listed before it in KVTIER_LAYERS.
-#   internal  mutex, host regions, SHA-256, XXH3, stream workers: helpers with no kvtier types.
+#   internal  mutex, host regions, SHA-256, XXH3, stream workers, a hash map whose elements stay put: helpers with no kvtier types.
 #   core      geometry, namespaces, block keys, hashing, allocator, index, completion.
 #   platform  the CUDA runtime for host code below the CUDA tier: the device probe and self-test
 #             (kvtier/cuda_device.h) and host-memory registration (platform/cuda_host.h), so the

@@ -22,7 +22,7 @@ void KvCache::Impl::MaybeEraseMeta(const BlockKey& key) {
   BlockEntry& m = it->second;
   const ColdFields* c = ColdOf(m);
   for (int t = 0; t < kNumTiers; ++t) {
-    if (m.child_copies[t] != 0) return;
+    if (m.small_child(t) != 0) return;
     if (c != nullptr && (c->readers[t] != 0 || c->leaving_children[t] != 0)) return;
   }
   if (m.copies.has_copy()) return;
@@ -44,15 +44,15 @@ absl::Status KvCache::Impl::AddCopy(const BlockKey& key, Tier t, SlotId slot, Co
   KVTIER_RETURN_IF_ERROR(m.copies.AddCopy(key, t, slot, state));
   if (!had_copy) {  // a new block, or one only its children knew (parent set now)
     ++indexed_blocks;
-    m.parent = parent;
+    // The parent's element is found or made here; it stays while this copy counts in it.
+    m.parent = parent == kRootBlockKey ? BlockEntry::kNoParent
+                                       : BlockMap::handle(blocks.try_emplace(parent).first);
     m.set_last_use(Now());
   }
   owner[TierIndex(t)][slot.value()] = SlotOwner{key, &element};
-  // Copied: read again after the parent is found or made below.
-  const BlockKey parent_key = m.parent;
-  if (parent_key != kRootBlockKey) {
-    ++blocks[parent_key].child_copies[TierIndex(t)];
-    UpdateCandidate(parent_key, t);
+  if (BlockMap::value_type* p = Parent(m); p != nullptr) {
+    AddChildCopy(p->second, TierIndex(t), +1);
+    UpdateCandidate(*p, t);
   }
   if (state == CopyState::kReady) {
     Event(CacheEventKind::kStored, key, t);
@@ -90,14 +90,15 @@ void KvCache::Impl::RemoveCopy(const BlockKey& key, Tier t) {
       (void)policy[TierIndex(t)]->Remove(key);
       it->second.candidate &= static_cast<uint8_t>(~bit);
     }
-    const BlockKey parent = it->second.parent;
-    if (parent != kRootBlockKey) {
-      auto p = blocks.find(parent);
-      if (p != blocks.end() && p->second.child_copies[TierIndex(t)] > 0) {
-        --p->second.child_copies[TierIndex(t)];
-        UpdateCandidate(parent, t);
-        MaybeEraseMeta(parent);
-      }
+    if (BlockMap::value_type* p = Parent(it->second);
+        p != nullptr && ChildCopies(p->second, TierIndex(t)) > 0) {
+      const BlockKey parent = p->first.key();
+      if (!it->second.copies.has_copy()) it->second.parent = BlockEntry::kNoParent;
+      AddChildCopy(p->second, TierIndex(t), -1);
+      UpdateCandidate(*p, t);
+      MaybeEraseMeta(parent);
+    } else if (!it->second.copies.has_copy()) {
+      it->second.parent = BlockEntry::kNoParent;
     }
   }
   if (was_ready) Event(CacheEventKind::kRemoved, key, t);
@@ -118,7 +119,7 @@ void KvCache::Impl::DropCopy(const BlockKey& key, Tier t) {
 void KvCache::Impl::DropIfDroppable(const BlockKey& key, Tier t) {
   auto m = blocks.find(key);
   if (m == blocks.end() || t == Tier::kHbm || Readers(m->second, TierIndex(t)) != 0 ||
-      ((m->second.evict_after >> TierIndex(t)) & 1)) {
+      EvictAfter(m->second, TierIndex(t))) {
     return;
   }
   const std::optional<BlockRecord> rec = IndexedCopies(key);

@@ -26,17 +26,19 @@ constexpr absl::Duration kStoreBackoffMax = absl::Seconds(10);
 // What ranks the block of entry `m` with ColdFields `c` (nullptr: none) (eviction_candidacy.h).
 // Templates, so the cache's private BlockEntry need not be named here.
 template <typename Entry, typename Cold>
-CandidateFacts FactsOf(const Entry& m, const Cold* c) {
-  return CandidateFacts{.uses = m.uses,
+CandidateFacts FactsOf(const Entry& m, const Cold* c, uint32_t uses, const BlockKey& parent) {
+  return CandidateFacts{.uses = uses,
                         .retention_priority = c != nullptr ? c->retention_priority : 0,
                         .priority_until = c != nullptr ? c->priority_until : absl::InfinitePast(),
-                        .parent = m.parent,
+                        .parent = parent,
                         .last_use = m.last_use()};
 }
 
 }  // namespace
 
-CandidateFacts KvCache::Impl::Facts(const BlockEntry& m) const { return FactsOf(m, ColdOf(m)); }
+CandidateFacts KvCache::Impl::Facts(const BlockEntry& m) const {
+  return FactsOf(m, ColdOf(m), Uses(m), ParentKey(m));
+}
 
 std::optional<CandidateFacts> KvCache::Impl::FactsAt(const BlockKey& key) const {
   auto it = blocks.find(key);
@@ -56,8 +58,8 @@ bool KvCache::Impl::WantCandidate(const BlockEntry& m, Tier t,
                                   std::optional<SlotState> slot_state) {
   const int ti = TierIndex(t);
   const CopyFacts copy{.ready = m.copies.state(t) == CopyState::kReady,
-                       .leaving = ((m.evict_after >> ti) & 1) != 0,
-                       .child_copies = m.child_copies[ti],
+                       .leaving = EvictAfter(m, ti),
+                       .child_copies = ChildCopies(m, ti),
                        .leaving_children = LeavingChildren(m, ti)};
   const SlotId slot = m.copies.slots[ti];
   const uint32_t* pins = ticket_refs.data();  // read under mu (held here)
@@ -79,7 +81,7 @@ void KvCache::Impl::UpdateCandidate(const BlockKey& key, Tier t,
 void KvCache::Impl::SyncCandidate(BlockMap::value_type& entry, Tier t,
                                   std::optional<SlotState> slot_state) {
   if (!Present(t)) return;
-  const BlockKey& key = entry.first;
+  const BlockKey key = entry.first.key();
   BlockEntry& m = entry.second;
   const uint8_t bit = static_cast<uint8_t>(1u << TierIndex(t));
   bool registered = (m.candidate & bit) != 0;
@@ -100,10 +102,11 @@ void KvCache::Impl::SetLeaving(const BlockKey& key, Tier t, bool leaving) {
   auto it = blocks.find(key);
   if (it == blocks.end()) return;
   const uint8_t bit = static_cast<uint8_t>(1u << TierIndex(t));
-  if (((it->second.evict_after & bit) != 0) == leaving) return;
-  it->second.evict_after =
-      leaving ? (it->second.evict_after | bit) : (it->second.evict_after & ~bit);
-  const BlockKey parent = it->second.parent;
+  if (EvictAfter(it->second, TierIndex(t)) == leaving) return;
+  ColdFields& c = MutableCold(it->second);
+  c.evict_after = static_cast<uint8_t>(leaving ? (c.evict_after | bit) : (c.evict_after & ~bit));
+  TrimCold(it->second);
+  const BlockKey parent = ParentKey(it->second);
   UpdateCandidate(key, t);
   if (parent == kRootBlockKey) return;
   auto p = blocks.find(parent);
@@ -167,7 +170,7 @@ std::optional<Tier> KvCache::Impl::DemotionTarget(const BlockEntry& m, Tier t) c
   for (int i = TierIndex(t) + 1; i < kNumTiers; ++i) {
     const bool backing_off =
         store_backoff_until[i] != absl::InfinitePast() && absl::Now() < store_backoff_until[i];
-    if (tiers[i] != nullptr && m.uses >= static_cast<uint32_t>(admit_after_uses[i]) &&
+    if (tiers[i] != nullptr && Uses(m) >= static_cast<uint32_t>(admit_after_uses[i]) &&
         !backing_off) {
       return static_cast<Tier>(i);
     }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "cache/kv_cache_impl.h"
@@ -109,14 +110,26 @@ absl::Status KvCache::Impl::CheckInvariantsLocked() {
   int64_t with_copies = 0;
   absl::flat_hash_map<BlockKey, std::array<uint32_t, kNumTiers>> child_count;
   absl::flat_hash_map<BlockKey, std::array<uint32_t, kNumTiers>> leaving_count;
-  for (const auto& [key, m] : blocks) {
+  absl::flat_hash_set<uint32_t> handles;  // of the live elements
+  for (auto it = blocks.begin(); it != blocks.end(); ++it) handles.insert(BlockMap::handle(it));
+  for (const auto& [packed, m] : blocks) {
+    const BlockKey key = packed.key();
     const std::optional<BlockRecord> rec = IndexedCopies(key);
-    if (!rec.has_value()) continue;
+    if (!rec.has_value()) {
+      if (m.parent != BlockEntry::kNoParent) {
+        return fail("block ", key.ToHex(), " has no copy but keeps a parent handle");
+      }
+      continue;
+    }
     ++with_copies;
-    if (m.parent != kRootBlockKey) {
+    if (m.parent != BlockEntry::kNoParent) {
+      if (!handles.contains(m.parent)) {
+        return fail("block ", key.ToHex(), "'s parent handle ", m.parent, " names no element");
+      }
+      const BlockKey parent = ParentKey(m);
       for (int t = 0; t < kNumTiers; ++t) {
-        if (rec->state(static_cast<Tier>(t)) != CopyState::kAbsent) ++child_count[m.parent][t];
-        if ((m.evict_after >> t) & 1) ++leaving_count[m.parent][t];
+        if (rec->state(static_cast<Tier>(t)) != CopyState::kAbsent) ++child_count[parent][t];
+        if (EvictAfter(m, t)) ++leaving_count[parent][t];
       }
     }
   }
@@ -125,17 +138,34 @@ absl::Status KvCache::Impl::CheckInvariantsLocked() {
   }
   // Cold fields: one element per entry with has_cold, none all zero (TrimCold drops those).
   int64_t with_cold = 0;
-  for (const auto& [key, m] : blocks) {
-    if (!m.has_cold) continue;
-    ++with_cold;
-    auto c = cold.find(&m);
-    if (c == cold.end()) return fail("block ", key.ToHex(), " has_cold without cold fields");
-    if (c->second.Empty()) return fail("block ", key.ToHex(), " keeps all-zero cold fields");
+  for (const auto& [packed, m] : blocks) {
+    const BlockKey key = packed.key();
+    const ColdFields* c = nullptr;
+    if (m.has_cold) {
+      ++with_cold;
+      auto it = cold.find(&m);
+      if (it == cold.end()) return fail("block ", key.ToHex(), " has_cold without cold fields");
+      if (it->second.Empty()) return fail("block ", key.ToHex(), " keeps all-zero cold fields");
+      c = &it->second;
+    }
+    // A counter is in `cold` exactly while it does not fit its field.
+    if ((m.small_uses == BlockEntry::kUsesInCold) !=
+        (c != nullptr && c->uses >= BlockEntry::kUsesInCold)) {
+      return fail("block ", key.ToHex(), " keeps its uses in both or neither place");
+    }
+    for (int t = 0; t < kNumTiers; ++t) {
+      if ((m.small_child(t) == BlockEntry::kChildCopiesInCold) !=
+          (c != nullptr && c->child_copies[t] >= BlockEntry::kChildCopiesInCold)) {
+        return fail("block ", key.ToHex(), " keeps its child copies in ",
+                    ToAbsl(TierName(static_cast<Tier>(t))), " in both or neither place");
+      }
+    }
   }
   if (with_cold != static_cast<int64_t>(cold.size())) {
     return fail(cold.size(), " cold elements, ", with_cold, " entries with has_cold");
   }
-  for (const auto& [key, m] : blocks) {
+  for (const auto& [packed, m] : blocks) {
+    const BlockKey key = packed.key();
     const std::optional<BlockRecord> rec = IndexedCopies(key);
     auto cc = child_count.find(key);
     for (int t = 0; t < kNumTiers; ++t) {
@@ -146,8 +176,8 @@ absl::Status KvCache::Impl::CheckInvariantsLocked() {
         return fail("block ", key.ToHex(), " counts ", LeavingChildren(m, t), " children leaving ",
                     ToAbsl(TierName(static_cast<Tier>(t))), ", there are ", leaving);
       }
-      if (m.child_copies[t] != expect) {
-        return fail("block ", key.ToHex(), " counts ", m.child_copies[t], " child copies in ",
+      if (ChildCopies(m, t) != expect) {
+        return fail("block ", key.ToHex(), " counts ", ChildCopies(m, t), " child copies in ",
                     ToAbsl(TierName(static_cast<Tier>(t))), ", there are ", expect);
       }
       if (!rec.has_value()) continue;
@@ -155,7 +185,7 @@ absl::Status KvCache::Impl::CheckInvariantsLocked() {
       // cache's callback forgets the copy.
       if (rec->state(static_cast<Tier>(t)) == CopyState::kReady) {
         const SlotOwner& o = owner[t][rec->slots[t].value()];
-        if (!o.indexed() || o.key != key || o.entry->first != key) {
+        if (!o.indexed() || o.key != key || o.entry->first.key() != key) {
           return fail("block ", key.ToHex(), "'s ", ToAbsl(TierName(static_cast<Tier>(t))),
                       " slot does not name it");
         }

@@ -49,6 +49,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "cache/spilled_counter.h"
 #include "cache/ticket_state.h"
 #include "internal/deadline_timer.h"
 #include "internal/mutex.h"
@@ -128,46 +129,105 @@ struct KvCache::Impl {
   // policy state. The one per-block record (`blocks`): an entry exists while the block has a
   // copy in some tier (copies.has_copy()), or while a child, a reader or a demotion still counts
   // on it; an entry without a copy is "not indexed" (Match stops there, as at a missing key).
-  // 72 bytes (96 with its key and the map's link): what only some blocks have for a while
-  // (readers, children leaving, a retention priority) lives apart in `cold` (ColdFields), and
-  // the last use is kept in nanoseconds (the cache's clocks tick in whole nanoseconds).
+  // 36 bytes, 56 with its key and the map's link (DESIGN's 64 bytes per cached block): the
+  // parent is a handle into `blocks`, the counters spill into `cold` past their width
+  // (SpilledCounter), and what only some blocks have for a while (readers, a demotion away,
+  // children leaving, a retention priority) lives there too (ColdFields). Read and change the
+  // counters through Impl's Uses, AddUse, ChildCopies and AddChildCopy, which know where they
+  // are. The widths: uses spill past half a million hits (a hot system prompt after hours),
+  // child copies past 2 per tier (a branch point of the prefix tree; chains have 0 or 1).
   struct BlockEntry {
-    BlockRecord copies;       // per tier: slot, kPending/kReady (20 bytes)
-    uint8_t candidate = 0;    // bit t: registered with policy[t]
-    uint8_t evict_after = 0;  // bit t: drop the copy in t once its demotion lands
-    bool has_cold = false;    // `cold` has an element for this entry
-    uint32_t uses = 0;        // first write + attach hits (admission, cost_aware reuse)
-    // Copies of its children, per tier (uint32: a block may have more than 65535 children).
-    std::array<uint32_t, kNumTiers> child_copies{};
-    int64_t last_use_ns = kNeverUsed;  // the policy's "last touched" (last_use())
-    BlockKey parent;                   // kRootBlockKey for a sequence's first block
+    static constexpr uint32_t kNoParent = 0xFFFFFFFFu;  // a sequence's first block (kRootBlockKey)
+    static constexpr uint32_t kUsesInCold = (1u << 19) - 1;  // small_uses: in ColdFields::uses
+    static constexpr uint32_t kChildCopiesInCold = 3;        // 2 bits: in ColdFields::child_copies
+
+    BlockRecord copies;  // per tier: slot, kPending/kReady (20 bytes)
+    // The parent's element in `blocks` (BlockMap::handle), or kNoParent. Valid while this entry
+    // has a copy (the parent's child_copies keep its element); kNoParent once it has none.
+    uint32_t parent = kNoParent;
+    // The policy's "last touched", in ns of the cache's clock (whole ns), as two 32-bit halves
+    // so the entry needs no 8-byte alignment (last_use()).
+    uint32_t last_use_lo = 0;
+    uint32_t last_use_hi = 0x80000000u;  // with lo 0: kNeverUsed
+    uint32_t candidate : 4 = 0;          // bit t: registered with policy[t]
+    uint32_t has_cold : 1 = 0;           // `cold` has an element for this entry
+    // Per tier, 2 bits each: copies of its children there (SpilledCounter::narrow).
+    uint32_t small_child_copies : 8 = 0;
+    // First write + attach hits (admission, cost_aware reuse) (SpilledCounter::narrow).
+    uint32_t small_uses : 19 = 0;
 
     static constexpr int64_t kNeverUsed = std::numeric_limits<int64_t>::min();
+    int64_t last_use_ns() const {
+      return static_cast<int64_t>((uint64_t{last_use_hi} << 32) | last_use_lo);
+    }
     absl::Time last_use() const {
-      return last_use_ns == kNeverUsed ? absl::InfinitePast() : absl::FromUnixNanos(last_use_ns);
+      const int64_t ns = last_use_ns();
+      return ns == kNeverUsed ? absl::InfinitePast() : absl::FromUnixNanos(ns);
     }
     // `t` is a time of the cache's clock: finite, in whole nanoseconds.
-    void set_last_use(absl::Time t) { last_use_ns = absl::ToUnixNanos(t); }
+    void set_last_use(absl::Time t) {
+      const auto ns = static_cast<uint64_t>(absl::ToUnixNanos(t));
+      last_use_lo = static_cast<uint32_t>(ns);
+      last_use_hi = static_cast<uint32_t>(ns >> 32);
+    }
+    uint32_t small_child(int t) const { return (small_child_copies >> (2 * t)) & 3u; }
+    void set_small_child(int t, uint32_t n) {
+      small_child_copies = (small_child_copies & ~(3u << (2 * t))) | (n << (2 * t));
+    }
   };
   // What few entries have at a time, and then not for long (all zero: no element).
   struct ColdFields {
     std::array<uint16_t, kNumTiers> readers{};  // this cache's transfers reading the copy
+    // Bit t: the copy in t is being demoted away, dropped once the demotion lands (its reader).
+    uint8_t evict_after = 0;
     // Of child_copies, the copies being demoted away (evict_after set): a parent whose children
     // are all leaving is a leaf for eviction, so a chain is evicted from its tail on.
     std::array<uint32_t, kNumTiers> leaving_children{};
+    // The counters past BlockEntry's width (SpilledCounter::wide; 0 while they fit).
+    uint32_t uses = 0;
+    std::array<uint32_t, kNumTiers> child_copies{};
     double retention_priority = 0;
     absl::Time priority_until = absl::InfinitePast();
     bool Empty() const {
       for (int t = 0; t < kNumTiers; ++t) {
-        if (readers[t] != 0 || leaving_children[t] != 0) return false;
+        if (readers[t] != 0 || leaving_children[t] != 0 || child_copies[t] != 0) return false;
       }
-      return retention_priority == 0 && priority_until == absl::InfinitePast();
+      return evict_after == 0 && uses == 0 && retention_priority == 0 &&
+             priority_until == absl::InfinitePast();
+    }
+  };
+  // The block key as four 32-bit words: the map's key, so an element (key, entry, link) packs
+  // into 56 bytes without 8-byte alignment padding. Made from a BlockKey implicitly (find(key)
+  // takes either); key() gives the BlockKey back. Hashes as the BlockKey does.
+  struct PackedBlockKey {
+    std::array<uint32_t, 4> words{};
+    PackedBlockKey() = default;
+    PackedBlockKey(const BlockKey& k)  // NOLINT(google-explicit-constructor): see above
+        : words{static_cast<uint32_t>(k.hi >> 32), static_cast<uint32_t>(k.hi),
+                static_cast<uint32_t>(k.lo >> 32), static_cast<uint32_t>(k.lo)} {}
+    BlockKey key() const {
+      return BlockKey{.hi = (uint64_t{words[0]} << 32) | words[1],
+                      .lo = (uint64_t{words[2]} << 32) | words[3]};
+    }
+    // Word by word, not the defaulted (memcmp) comparison: every Match step compares keys.
+    friend bool operator==(const PackedBlockKey& a, const PackedBlockKey& b) {
+      return ((a.words[0] ^ b.words[0]) | (a.words[1] ^ b.words[1]) | (a.words[2] ^ b.words[2]) |
+              (a.words[3] ^ b.words[3])) == 0;
+    }
+    template <typename H>
+    friend H AbslHashValue(H h, const PackedBlockKey& k) {
+      return H::combine(std::move(h), k.key());
     }
   };
   // An element stays where it is until it is erased (so the parts hand each other elements,
-  // and `cold` keys on their addresses); StableHashMap does that at 4 bytes of table and link
-  // per block, where a node map spent 8 bytes of table plus a heap chunk's header per block.
-  using BlockMap = internal::StableHashMap<BlockKey, BlockEntry>;
+  // `cold` keys on their addresses and an entry names its parent by handle); StableHashMap does
+  // that at 4 bytes of table and link per block, where a node map spent 8 bytes of table plus
+  // a heap chunk's header per block.
+  using BlockMap = internal::StableHashMap<PackedBlockKey, BlockEntry>;
+  // The budget above, kept: 16 + 36 = 52 bytes of key and entry, 4-byte aligned, so a slot with
+  // its link is 56 (BM_KvCache_BytesPerBlock measures the whole).
+  static_assert(sizeof(BlockEntry) == 36 && alignof(BlockEntry) == 4);
+  static_assert(sizeof(BlockMap::value_type) == 52);
 
   struct SeqBlock {
     Tier tier = Tier::kHbm;
@@ -276,7 +336,7 @@ struct KvCache::Impl {
   // block_records.cc: the one record per block, and who each slot belongs to.
   BlockMap blocks ABSL_GUARDED_BY(mu);
   int64_t indexed_blocks ABSL_GUARDED_BY(mu) = 0;  // entries with copies.has_copy()
-  // The ColdFields of the entries with has_cold, by entry (a node map's elements stay put).
+  // The ColdFields of the entries with has_cold, by entry (BlockMap's elements stay put).
   absl::flat_hash_map<const BlockEntry*, ColdFields> cold ABSL_GUARDED_BY(mu);
   std::array<std::vector<SlotOwner>, kNumTiers> owner ABSL_GUARDED_BY(mu);
   std::deque<CacheEvent> events ABSL_GUARDED_BY(mu);
@@ -422,6 +482,55 @@ struct KvCache::Impl {
     auto it = cold.find(&m);
     return it == cold.end() ? nullptr : &it->second;
   }
+  // The counters BlockEntry keeps up to a width and ColdFields past it (SpilledCounter).
+  uint32_t Uses(const BlockEntry& m) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return m.small_uses != BlockEntry::kUsesInCold ? m.small_uses : ColdOf(m)->uses;
+  }
+  void AddUse(BlockEntry& m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (const uint32_t n = m.small_uses; n + 1 < BlockEntry::kUsesInCold) {  // the common case
+      m.small_uses = n + 1;
+      return;
+    }
+    m.small_uses = StepSpilled(m, m.small_uses, BlockEntry::kUsesInCold, +1,
+                               [](ColdFields& c) -> uint32_t& { return c.uses; });
+  }
+  uint32_t ChildCopies(const BlockEntry& m, int t) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    const uint32_t n = m.small_child(t);
+    return n != BlockEntry::kChildCopiesInCold ? n : ColdOf(m)->child_copies[t];
+  }
+  // delta is +1 or -1 (never below zero).
+  void AddChildCopy(BlockEntry& m, int t, int delta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    m.set_small_child(t,
+                      StepSpilled(m, m.small_child(t), BlockEntry::kChildCopiesInCold, delta,
+                                  [t](ColdFields& c) -> uint32_t& { return c.child_copies[t]; }));
+  }
+  // Steps the counter whose narrow field holds `narrow` and whose wide field `wide` picks from
+  // m's ColdFields; stores the wide part and returns the narrow part for the caller to store.
+  template <typename Wide>
+  uint32_t StepSpilled(BlockEntry& m, uint32_t narrow, uint32_t spill, int delta, Wide wide)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    internal::SpilledCounter c{narrow, 0};
+    if (narrow == spill) c.wide = wide(MutableCold(m));
+    c = c.Step(delta, spill);
+    if (c.narrow == spill || narrow == spill) {
+      wide(MutableCold(m)) = c.wide;
+      TrimCold(m);
+    }
+    return c.narrow;
+  }
+  // Whether the copy in t is being demoted away (ColdFields::evict_after).
+  bool EvictAfter(const BlockEntry& m, int t) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    const ColdFields* c = ColdOf(m);
+    return c != nullptr && ((c->evict_after >> t) & 1) != 0;
+  }
+  // The parent's key (kRootBlockKey for none) and element (nullptr for none).
+  BlockKey ParentKey(const BlockEntry& m) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return m.parent == BlockEntry::kNoParent ? kRootBlockKey
+                                             : blocks.at_handle(m.parent).first.key();
+  }
+  BlockMap::value_type* Parent(const BlockEntry& m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return m.parent == BlockEntry::kNoParent ? nullptr : &blocks.at_handle(m.parent);
+  }
   uint16_t Readers(const BlockEntry& m, int t) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     const ColdFields* c = ColdOf(m);
     return c == nullptr ? 0 : c->readers[t];
@@ -486,8 +595,8 @@ struct KvCache::Impl {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     const BlockEntry& m = entry.second;
     const int ti = TierIndex(t);
-    if (((m.candidate >> ti) & 1) == 0 && m.child_copies[ti] != 0 &&
-        (!m.has_cold || m.child_copies[ti] != LeavingChildren(m, ti))) {
+    if (((m.candidate >> ti) & 1) == 0 && m.small_child(ti) != 0 &&
+        (!m.has_cold || ChildCopies(m, ti) != LeavingChildren(m, ti))) {
       return;
     }
     SyncCandidate(entry, t, slot_state);
@@ -502,7 +611,7 @@ struct KvCache::Impl {
   void DropCandidacy(BlockMap::value_type& entry, Tier t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     const uint8_t bit = static_cast<uint8_t>(1u << TierIndex(t));
     if ((entry.second.candidate & bit) == 0) return;
-    (void)policy[TierIndex(t)]->Remove(entry.first);
+    (void)policy[TierIndex(t)]->Remove(entry.first.key());
     entry.second.candidate &= static_cast<uint8_t>(~bit);
   }
   // Marks the copy of `key` in `t` as being demoted away (or no longer), and tells its parent.
@@ -511,8 +620,8 @@ struct KvCache::Impl {
   // candidates in other tiers are re-ranked with the new last use.
   // Inline: called for every block an attach or a release touches, most of them registered
   // nowhere (interior, or held).
-  void TouchCandidates(const BlockKey& key, const BlockEntry& m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    if (m.candidate != 0) TouchRegistered(key, m);
+  void TouchCandidates(const BlockMap::value_type& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (entry.second.candidate != 0) TouchRegistered(entry.first.key(), entry.second);
   }
   void TouchRegistered(const BlockKey& key, const BlockEntry& m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // The first present tier below `t`, or nullopt.

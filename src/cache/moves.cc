@@ -51,7 +51,7 @@ absl::StatusOr<std::shared_ptr<KvCache::Impl::Move>> KvCache::Impl::StartMove(co
   move->dst = transfer.destination;
   move->pin = pin;
   move->completion = transfer.completion;
-  const BlockKey parent = m->second.parent;
+  const BlockKey parent = ParentKey(m->second);
   // Cannot fail: the destination tier was checked to have no copy above.
   (void)AddCopy(key, to, move->dst, CopyState::kPending, parent);
   ++MutableCold(blocks[key]).readers[TierIndex(from)];
@@ -121,13 +121,13 @@ void KvCache::Impl::OnWritten(const std::vector<std::pair<BlockKey, SlotId>>& wr
       continue;
     }
     tiers[0]->EndDeviceWrite(slot, key);
-    ++blocks[key].uses;
+    AddUse(blocks[key]);
     MarkReady(key, Tier::kHbm);
     if (write_policy == WritePolicy::kWriteThrough) {
       const std::optional<Tier> lower = NextLower(Tier::kHbm);
       auto m = blocks.find(key);
       if (lower.has_value() && m != blocks.end() &&
-          m->second.uses >= static_cast<uint32_t>(admit_after_uses[TierIndex(*lower)]) &&
+          Uses(m->second) >= static_cast<uint32_t>(admit_after_uses[TierIndex(*lower)]) &&
           IndexedCopies(key)->state(*lower) == CopyState::kAbsent && RoomBelowNow(*lower, d)) {
         (void)StartMove(key, Tier::kHbm, slot, *lower, false, d);
       }

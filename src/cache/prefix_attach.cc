@@ -117,9 +117,9 @@ absl::StatusOr<AttachResult> KvCache::Impl::AttachKeys(SequenceId id, uint64_t g
   pinned.resize(static_cast<size_t>(plan.restore_blocks));
   for (size_t i = 0; i < pinned.size(); ++i) {
     BlockEntry& m = entries[i]->second;
-    ++m.uses;
+    AddUse(m);
     m.set_last_use(now);
-    TouchCandidates(entries[i]->first, m);
+    TouchCandidates(*entries[i]);
     ++result.attached_blocks_by_tier[TierIndex(pinned[i].tier)];
     ++counters.tiers[TierIndex(pinned[i].tier)].hits;
   }

@@ -217,7 +217,7 @@ void KvCache::Impl::SettleTwins(const BlockKey& key) {
       if (!indexed) {  // the first copy failed or is gone: this one is the block now
         if (AddCopy(key, Tier::kHbm, tw.slot, CopyState::kReady, tw.parent).ok()) {
           tiers[0]->EndDeviceWrite(tw.slot, key);
-          ++blocks[key].uses;
+          AddUse(blocks[key]);
         }
         break;
       }
@@ -330,7 +330,7 @@ absl::Status KvCache::Impl::ReleaseSequence(SequenceId id, const ReleaseHints& h
         c.retention_priority = seq->options.retention_priority;
         c.priority_until = until;
       }
-      TouchCandidates(entry->first, m);
+      TouchCandidates(*entry);
     }
     if (after[i].has_value()) {
       SettleSlot(seq->blocks[i].tier, seq->blocks[i].slot, *after[i], entry);

@@ -13,6 +13,8 @@
 //     until that element is erased (insertions and growth never move elements).
 //   * Iterators are invalidated by any insertion or erasure (except erase's own return value).
 //     Iteration order is slot order, not insertion order.
+//   * handle(it): a uint32 naming an element, valid until that element is erased (after which
+//     the map may reuse it for another element).
 //   * Capacity: at most 2^31 - 1 elements (emplacing past it aborts: a programming error at
 //     64 GiB of records, not a runtime condition).
 //   * Not thread-safe: the owner serialises access (the cache holds its lock).
@@ -134,6 +136,12 @@ class StableHashMap {
     return {iterator(this, i), true};
   }
   Value& operator[](const Key& key) { return try_emplace(key).first->second; }
+
+  // A 4-byte handle for the element at `it` (not end()): valid, and naming that element, until
+  // it is erased; at_handle(h) gives the element back (h must be valid).
+  static uint32_t handle(const_iterator it) { return it.index_; }
+  value_type& at_handle(uint32_t h) { return SlotAt(h).kv; }
+  const value_type& at_handle(uint32_t h) const { return SlotAt(h).kv; }
 
   // Erases the element at `it` (which must be valid and not end()); returns the next element.
   iterator erase(iterator it) {

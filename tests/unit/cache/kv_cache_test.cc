@@ -1228,6 +1228,42 @@ TEST_F(KvCacheTest, AdmissionNeedsTheConfiguredUses) {
   EXPECT_EQ(s.tiers[kHbm].demotions, 4) << StatsString(s);
 }
 
+// A parent's count of child copies per tier is 2 bits in its entry and spills into its side
+// record past 2 (SpilledCounter): one block with 40 children in HBM, then all of them demoted
+// to DRAM (the HBM count falls back through the spill, the DRAM count rises through it).
+// CheckInvariants recounts the children at every step; each branch is found whole.
+TEST_F(KvCacheTest, ChildCopiesOfABlockWithManyChildrenAreCountedExactly) {
+  constexpr int kChildren = 40;
+  Rebuild({.hbm_blocks = 64, .dram_blocks = 64});
+  const std::vector<int32_t> parent = Iota(kB, 100);
+  auto branch = [&](int i) {
+    std::vector<int32_t> tokens = parent;
+    for (int32_t t : Iota(kB, 1000 + 10 * i)) tokens.push_back(t);
+    return tokens;
+  };
+  KVTIER_ASSERT_OK(AddReleased(1, parent));
+  for (int i = 0; i < kChildren; ++i) {
+    const uint64_t id = 10 + static_cast<uint64_t>(i);
+    KVTIER_ASSERT_OK(cache_->CreateSequence(Seq(id)));
+    std::vector<int32_t> tokens = branch(i);
+    KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult r, cache_->AttachPrefix(Seq(id), tokens));
+    ASSERT_EQ(r.attached_tokens, kB);
+    KVTIER_ASSERT_OK(cache_->Append(Seq(id), absl::MakeConstSpan(tokens).subspan(kB)).status());
+    KVTIER_ASSERT_OK(cache_->ReportWritten(Seq(id), 2 * kB));
+    KVTIER_ASSERT_OK(cache_->Release(Seq(id)));
+  }
+  KVTIER_ASSERT_OK(cache_->CheckInvariants());
+  EXPECT_EQ(cache_->stats().indexed_blocks, 1 + kChildren);
+  KVTIER_ASSERT_OK(EvictAllOfHbm(9999));
+  KVTIER_ASSERT_OK(cache_->CheckInvariants());
+  for (int i = 0; i < kChildren; ++i) {
+    KVTIER_ASSERT_OK_AND_ASSIGN(PrefixLookup l, cache_->Lookup(branch(i)));
+    EXPECT_EQ(l.matched_tokens, 2 * kB) << i;
+    EXPECT_EQ(l.blocks_by_tier[kDram], 2) << i;
+  }
+  EXPECT_EQ(cache_->stats().indexed_blocks, 1 + kChildren);
+}
+
 TEST_F(KvCacheTest, WriteThroughCopiesEachWrittenBlockDown) {
   Rebuild({}, [](KvCacheOptions& o) { o.write_policy = WritePolicy::kWriteThrough; });
   KVTIER_ASSERT_OK(Add(1, Iota(10), 10));

@@ -63,6 +63,22 @@ TEST(StableHashMapTest, ElementsDoNotMoveWhenTheMapGrows) {
   }
 }
 
+TEST(StableHashMapTest, HandlesNameTheirElementsAcrossGrowthAndOtherErasures) {
+  StableHashMap<uint64_t, uint64_t> map;
+  std::vector<uint32_t> handle;
+  for (uint64_t k = 0; k < 10000; ++k) {
+    handle.push_back(decltype(map)::handle(map.try_emplace(k, k * 3).first));
+  }
+  for (uint64_t k = 0; k < 10000; k += 2) ASSERT_EQ(map.erase(k), 1u);
+  for (uint64_t k = 20000; k < 25000; ++k) map[k] = k;  // reuses the erased slots
+  for (uint64_t k = 1; k < 10000; k += 2) {
+    const auto& element = map.at_handle(handle[k]);
+    ASSERT_EQ(element.first, k);
+    ASSERT_EQ(element.second, k * 3);
+    ASSERT_EQ(decltype(map)::handle(map.find(k)), handle[k]);
+  }
+}
+
 TEST(StableHashMapTest, ErasedSlotsAreReusedAndChainsStayIntact) {
   StableHashMap<uint64_t, uint64_t, CollidingHash> map;
   for (uint64_t k = 0; k < 300; ++k) map[k] = k;

@@ -166,11 +166,11 @@ bool KvCache::Impl::HasCopyBelow(const BlockRecord& rec, Tier t) const {
   return false;
 }
 
-std::optional<Tier> KvCache::Impl::DemotionTarget(const BlockEntry& m, Tier t) const {
+std::optional<Tier> KvCache::Impl::DemotionTarget(uint32_t uses, Tier t) const {
   for (int i = TierIndex(t) + 1; i < kNumTiers; ++i) {
     const bool backing_off =
         store_backoff_until[i] != absl::InfinitePast() && absl::Now() < store_backoff_until[i];
-    if (tiers[i] != nullptr && Uses(m) >= static_cast<uint32_t>(admit_after_uses[i]) &&
+    if (tiers[i] != nullptr && uses >= static_cast<uint32_t>(admit_after_uses[i]) &&
         !backing_off) {
       return static_cast<Tier>(i);
     }
@@ -212,15 +212,16 @@ KvCache::Impl::EvictResult KvCache::Impl::EvictOne(Tier t, Deferred& d, int64_t 
     (void)policy[TierIndex(t)]->Remove(key);
     return EvictResult::kEvicted;
   }
-  const std::optional<Tier> target = DemotionTarget(m->second, t);
+  // Read now, whatever RoomBelowNow changes below (it may evict, even erase, other entries).
+  const uint32_t uses = Uses(m->second);
+  const std::optional<Tier> target = DemotionTarget(uses, t);
   if (demote_on_evict && target.has_value() && !HasCopyBelow(*rec, t) &&
       (deadline == absl::InfiniteFuture() || absl::Now() < deadline)) {
-    const BlockEntry victim_meta = m->second;  // as it is now, whatever RoomBelowNow changes
     std::optional<Tier> to = target;
     while (to.has_value() &&
            !RoomBelowNow(*to, d, std::max<int64_t>(window, 1), may_wait, deadline)) {
       // Full, and nothing under way there will free a slot: try the next admitting tier.
-      to = evicting[TierIndex(*to)] == 0 ? DemotionTarget(victim_meta, *to) : std::nullopt;
+      to = evicting[TierIndex(*to)] == 0 ? DemotionTarget(uses, *to) : std::nullopt;
     }
     if (to.has_value()) {
       const SlotId src = rec->slots[TierIndex(t)];

@@ -156,6 +156,12 @@ struct KvCache::Impl {
     // First write + attach hits (admission, cost_aware reuse) (SpilledCounter::narrow).
     uint32_t small_uses : 19 = 0;
 
+    // Not copyable: ColdOf finds an entry's side record by its address, so a copy would read
+    // as having none (a spilled counter would be lost). Built in place in `blocks`.
+    BlockEntry() = default;
+    BlockEntry(const BlockEntry&) = delete;
+    BlockEntry& operator=(const BlockEntry&) = delete;
+
     static constexpr int64_t kNeverUsed = std::numeric_limits<int64_t>::min();
     int64_t last_use_ns() const {
       return static_cast<int64_t>((uint64_t{last_use_hi} << 32) | last_use_lo);
@@ -627,9 +633,9 @@ struct KvCache::Impl {
   // The first present tier below `t`, or nullopt.
   std::optional<Tier> NextLower(Tier t) const;
   bool HasCopyBelow(const BlockRecord& rec, Tier t) const;
-  // Where an evicted block of tier `t` would be demoted: the first lower tier that admits it
-  // and whose stores are not backing off after a failure.
-  std::optional<Tier> DemotionTarget(const BlockEntry& m, Tier t) const
+  // Where an evicted block of tier `t` with `uses` uses (Uses) would be demoted: the first
+  // lower tier that admits it and whose stores are not backing off after a failure.
+  std::optional<Tier> DemotionTarget(uint32_t uses, Tier t) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // A store into lower tier `t` landed (`landed`) or failed: a failure makes `t` no demotion
   // target for a back-off, doubling from 100 ms to 10 s while its stores keep failing (DESIGN

@@ -1231,7 +1231,8 @@ TEST_F(KvCacheTest, AdmissionNeedsTheConfiguredUses) {
 // A parent's count of child copies per tier is 2 bits in its entry and spills into its side
 // record past 2 (SpilledCounter): one block with 40 children in HBM, then all of them demoted
 // to DRAM (the HBM count falls back through the spill, the DRAM count rises through it).
-// CheckInvariants recounts the children at every step; each branch is found whole.
+// CheckInvariants recounts the children before and after the demotions (and at teardown);
+// each branch is found whole.
 TEST_F(KvCacheTest, ChildCopiesOfABlockWithManyChildrenAreCountedExactly) {
   constexpr int kChildren = 40;
   Rebuild({.hbm_blocks = 64, .dram_blocks = 64});

@@ -163,6 +163,42 @@ struct SequenceOptions {
   // identity (two sessions share their common prefix): it tells the eviction policy whose
   // return a released block waits for (session_hints.h, eviction_policy.h reuse_index).
   uint64_t session = 0;
+  // false: prefix caching is off for this sequence (vLLM's per-request caching off): its blocks
+  // are never indexed, so no other request shares them and they are freed when it lets them go;
+  // AttachPrefix attaches nothing to it; it cannot be paused (its blocks could not move down).
+  bool enable_caching = true;
+  // true: this request re-admits one the scheduler preempted (ReleaseHints::preempted): what it
+  // attaches is its own KV coming back, counted as KvCacheStats::readmitted_blocks, not as hits,
+  // and not told to the policy as a reuse.
+  bool readmission = false;
+};
+
+// How a call that needs free HBM slots (Append, Fork, Truncate) behaves while HBM is short.
+enum class RoomWait : uint8_t {
+  // Evict, and wait up to KvCacheOptions::room_wait for demotions to land.
+  kWait = 0,
+  // Never block: evict what frees a slot at once and start the demotions that will free the
+  // rest, without waiting for them; kResourceExhausted (nothing of the sequence changed) while
+  // the slots are not free yet, so a scheduler tries again at a later step (as vLLM's
+  // allocate_slots answers "no"). CheckRoom tells in advance.
+  kNever = 1,
+};
+
+// Whether HBM has room for a request now (KvCache::CheckRoom): read from counters, without
+// evicting, moving or waiting. All counts are HBM slots (blocks).
+struct RoomCheck {
+  int64_t needed_slots = 0;  // new slots the request takes beyond what its sequence holds
+  int64_t free_slots = 0;    // free now
+  // Cached blocks nobody holds: eviction frees them (dropped, or once their demotion lands).
+  // Less those a ticket locks and those a transfer is reading now.
+  int64_t evictable_slots = 0;
+  int64_t demotions_in_flight = 0;  // out of HBM: each frees its slot when it lands
+  // needed <= free: an Append with RoomWait::kNever succeeds now.
+  bool fits_now = false;
+  // needed <= free + evictable + demotions in flight: it fits once evictions land.
+  bool fits_after_evictions = false;
+  // Slots no eviction frees: what running sequences or tickets must let go first (preemption).
+  int64_t missing_slots = 0;
 };
 
 // What is known, when a request finishes, about its session's next request (session_hints.h).
@@ -171,6 +207,9 @@ struct ReleaseHints {
   // About how long until the session's next request (a tool's expected run time), if known;
   // >= 0 and finite.
   std::optional<absl::Duration> expected_idle;
+  // The scheduler preempted the request (it will come back as a readmission): counted in
+  // KvCacheStats::preemptions, whatever the HintOutcome.
+  bool preempted = false;
 };
 
 // A prompt with the keys of its full blocks, hashed once (KvCache::HashPrompt) for the calls that
@@ -350,7 +389,9 @@ class KvCache {
   // Errors: kNotFound / kFailedPrecondition for an unknown / released sequence; kInvalidArgument
   // for an empty span or bad extras; kResourceExhausted if HBM has no room (every slot locked or
   // held).
-  absl::StatusOr<KvAppendResult> Append(SequenceId id, absl::Span<const int32_t> tokens);
+  // `wait`: RoomWait::kNever never blocks (kResourceExhausted while HBM is short).
+  absl::StatusOr<KvAppendResult> Append(SequenceId id, absl::Span<const int32_t> tokens,
+                                        RoomWait wait = RoomWait::kWait);
 
   // The KV of tokens [0, num_tokens) is in HBM once `ready` fires (the kernel's completion; LT-3:
   // nothing reads those blocks before). Full blocks inside that range become readable: indexed
@@ -366,9 +407,31 @@ class KvCache {
   // Errors: kNotFound / kFailedPrecondition for the parent; kAlreadyExists if `child` is live;
   // kInvalidArgument for an invalid child id; kOutOfRange if num_tokens < 0 or past the parent's
   // end; kFailedPrecondition if the block to copy is not in HBM (make it resident first);
-  // kResourceExhausted if HBM has no slot for the copy.
+  // kResourceExhausted if HBM has no slot for the copy (at once with RoomWait::kNever).
   absl::StatusOr<std::optional<BlockCopy>> Fork(SequenceId parent, SequenceId child,
-                                                int64_t num_tokens);
+                                                int64_t num_tokens,
+                                                RoomWait wait = RoomWait::kWait);
+
+  // Cuts the sequence back to its first num_tokens tokens (rejected speculative tokens, a beam
+  // pruned): references to blocks wholly past the cut are let go (cached blocks stay cached for
+  // others, private ones are freed), written tokens are clipped to it. A cut inside a full
+  // block gives the sequence a fresh HBM slot for its new partial last block and returns the
+  // BlockCopy of the block's first num_tokens % B positions, which the caller performs before a
+  // kernel reads the slot (as Fork's); the cut block stays referenced by the sequence until its
+  // next Append, ReportWritten, Truncate or Release, so `src` cannot be freed before the copy
+  // is issued. A cut inside the partial last block, or at a block boundary, moves nothing.
+  // Errors: kNotFound / kFailedPrecondition for an unknown / released sequence; kOutOfRange if
+  // num_tokens < 0 or past the sequence's end; kFailedPrecondition if the cut block is not in
+  // HBM (make it resident first); kResourceExhausted if HBM has no slot for the copy.
+  absl::StatusOr<std::optional<BlockCopy>> Truncate(SequenceId id, int64_t num_tokens,
+                                                    RoomWait wait = RoomWait::kWait);
+
+  // Whether `num_new_tokens` more tokens of sequence `id` fit in HBM now (RoomCheck), or, for
+  // a request not yet created, `num_slots` new blocks. Never blocks on transfers; takes the
+  // cache lock briefly. Errors: kNotFound / kFailedPrecondition as Append; kInvalidArgument
+  // for a negative count.
+  absl::StatusOr<RoomCheck> CheckRoom(SequenceId id, int64_t num_new_tokens) const;
+  absl::StatusOr<RoomCheck> CheckRoom(int64_t num_slots) const;
 
   // Drops the sequence. Its written full blocks stay cached (droppable) in their tiers; the
   // partial block and blocks never written are freed. Its tickets stay valid until released.
@@ -391,6 +454,7 @@ class KvCache {
   // references move there, so its HBM copies become droppable: kept while HBM has room, evicted
   // without loss when it does not. Errors: as Release; kInvalidArgument for a negative duration;
   // kFailedPrecondition if already paused.
+  // kFailedPrecondition too for a sequence with enable_caching false.
   absl::Status Pause(SequenceId id, absl::Duration expected_idle);
   // Ends a pause and starts onboarding the sequence's blocks into HBM. The Completion fires when
   // they are resident (OK) or not all could be (kUnavailable naming the first: e.g. HBM was full
@@ -469,6 +533,13 @@ class KvCache {
   // Errors: kNotFound / kFailedPrecondition for an unknown / released sequence.
   absl::StatusOr<SequenceInfo> GetSequence(SequenceId id) const;
   KvCacheStats stats() const;
+  // Drops every droppable cached copy of `tier`, or of every tier (nullopt): no sequence holds
+  // it, no ticket locks it, no transfer reads it and no demotion is taking it away (vLLM's
+  // reset_prefix_cache). Held and busy copies stay. A dropped remote copy is deleted from the
+  // store too (other workers lose it). Emits kRemoved per copy, then one kAllCleared per tier
+  // cleared. Returns how many copies were dropped. Errors: kInvalidArgument for a tier the cache
+  // does not have.
+  absl::StatusOr<int64_t> ResetPrefixCache(std::optional<Tier> tier = std::nullopt);
   // Events with sequence number > after_sequence, oldest first, at most max_events. If the
   // first has a number above after_sequence + 1, events were dropped (see kv_cache_stats.h).
   std::vector<CacheEvent> PollEvents(uint64_t after_sequence, size_t max_events = 4096) const;

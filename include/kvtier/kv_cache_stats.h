@@ -69,6 +69,8 @@ struct KvCacheStats {
   int64_t attached_tokens = 0;               // of those, restored (the rest is recomputed)
   int64_t cached_but_recomputed_blocks = 0;  // matched blocks the cost model chose to recompute
   int64_t indexed_blocks = 0;                // blocks with a copy in some tier (gauge)
+  int64_t preemptions = 0;                   // releases with ReleaseHints::preempted
+  int64_t readmitted_blocks = 0;  // blocks attached by readmissions (not counted as hits)
   // Block copies that arrived, by source and destination tier: blocks_moved[from][to] (index
   // TierIndex; the diagonal is 0). Onboards are [t][kHbm], demotions and write-through [t][t+k].
   std::array<std::array<int64_t, kNumTiers>, kNumTiers> blocks_moved{};
@@ -84,6 +86,9 @@ std::string RenderPrometheus(const KvCacheStats& stats);
 enum class CacheEventKind : uint8_t {
   kStored = 0,   // a ready copy of `key` exists in `tier` from now on
   kRemoved = 1,  // the copy of `key` in `tier` is gone
+  // KvCache::ResetPrefixCache cleared `tier` (key: kRootBlockKey): every droppable copy there is
+  // gone (each also had its kRemoved); copies held then stay (vLLM's AllBlocksCleared).
+  kAllCleared = 2,
 };
 
 struct CacheEvent {

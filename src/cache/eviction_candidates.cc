@@ -244,8 +244,9 @@ KvCache::Impl::EvictResult KvCache::Impl::EvictOne(Tier t, Deferred& d, int64_t 
   return EvictResult::kEvicted;
 }
 
-absl::Status KvCache::Impl::MakeHbmRoom(int64_t need, absl::Time deadline, Deferred& d) {
-  for (;;) {
+absl::Status KvCache::Impl::MakeHbmRoom(int64_t need, absl::Time deadline, Deferred& d,
+                                        RoomWait wait) {
+  for (int pass = 0;; ++pass) {
     const bool past_deadline = absl::Now() >= deadline;
     // Demotions in flight free their sources when they land: count them, so no more is
     // evicted than needed. The nested window lets the tier below start as many demotions as
@@ -265,6 +266,13 @@ absl::Status KvCache::Impl::MakeHbmRoom(int64_t need, absl::Time deadline, Defer
     // the time we would wait: look again first (not past the deadline).
     const bool dropped_lock = DeferredRelease(d);
     if (FreeBlocks(Tier::kHbm) >= need) return absl::OkStatus();
+    // Never waiting: a second pass only where the lock was dropped (a synchronous tier's
+    // demotion may have landed meanwhile), then "not now".
+    if (wait == RoomWait::kNever && (!dropped_lock || pass > 0)) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "HBM has ", FreeBlocks(Tier::kHbm), " free slots, ", need, " needed, ", evicting[0],
+          " demotions in flight (RoomWait::kNever does not wait for them)"));
+    }
     if (dropped_lock && !past_deadline) continue;
     if ((evicting[0] == 0 && !waiting_below && !CopiesWillFreeHbm()) || past_deadline) {
       return absl::ResourceExhaustedError(absl::StrCat(
@@ -275,6 +283,55 @@ absl::Status KvCache::Impl::MakeHbmRoom(int64_t need, absl::Time deadline, Defer
     }
     cv.WaitUntil(&mu, absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Milliseconds(50))));
   }
+}
+
+RoomCheck KvCache::Impl::RoomFor(int64_t need) {
+  SlotCounts a;
+  (void)Alloc(Tier::kHbm, [&](BlockAllocator& alloc) {
+    a = alloc.counts();
+    return absl::OkStatus();
+  });
+  // Cached HBM slots a ticket locks, or a copy out of HBM reads (a demotion's source is
+  // counted as in flight instead).
+  int64_t busy = 0;
+  for (const auto& [key, moves] : offloading) {
+    for (const std::shared_ptr<Move>& m : moves) busy += m->from == Tier::kHbm ? 1 : 0;
+  }
+  busy += locked;
+  RoomCheck r;
+  r.needed_slots = std::max<int64_t>(need, 0);
+  r.free_slots = a.free;
+  r.demotions_in_flight = evicting[0];
+  r.evictable_slots = std::max<int64_t>(0, a.cached - busy);
+  r.fits_now = r.needed_slots <= r.free_slots;
+  const int64_t reachable = r.free_slots + r.evictable_slots + r.demotions_in_flight;
+  r.fits_after_evictions = r.needed_slots <= reachable;
+  r.missing_slots = std::max<int64_t>(0, r.needed_slots - reachable);
+  return r;
+}
+
+int64_t KvCache::Impl::ResetTier(Tier t) {
+  const int ti = TierIndex(t);
+  std::vector<BlockKey> drop;
+  for (const auto& [packed, m] : blocks) {
+    if (m.copies.state(t) != CopyState::kReady || Readers(m, ti) != 0 || EvictAfter(m, ti)) {
+      continue;
+    }
+    const SlotId slot = m.copies.slots[ti];
+    if (t == Tier::kHbm && ticket_refs[slot.value()] != 0) continue;
+    if (StateOf(t, slot) != SlotState::kCached) continue;
+    drop.push_back(packed.key());
+  }
+  int64_t dropped = 0;
+  for (const BlockKey& key : drop) {
+    const std::optional<BlockRecord> rec = IndexedCopies(key);
+    if (!rec.has_value() || rec->state(t) != CopyState::kReady) continue;
+    DropCopy(key, t);
+    const std::optional<BlockRecord> after = IndexedCopies(key);
+    dropped += !after.has_value() || after->state(t) == CopyState::kAbsent ? 1 : 0;
+  }
+  Event(CacheEventKind::kAllCleared, kRootBlockKey, t);
+  return dropped;
 }
 
 bool KvCache::Impl::CopiesWillFreeHbm() {

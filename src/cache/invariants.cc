@@ -43,6 +43,7 @@ absl::Status KvCache::Impl::CheckInvariantsLocked() {
       }
       ++refs[TierIndex(b.tier)][b.slot.value()];
     }
+    for (const SeqBlock& b : seq->copy_sources) ++refs[TierIndex(b.tier)][b.slot.value()];
   }
   // The lambda runs under mu (held here); the analysis cannot see that through the call.
   const auto* owners = &owner;

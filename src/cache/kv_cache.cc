@@ -115,15 +115,17 @@ absl::StatusOr<AttachResult> KvCache::AttachPrefix(SequenceId id,
   if (prompt.empty()) return absl::InvalidArgumentError("AttachPrefix: an empty prompt");
   BlockExtras extras;
   uint64_t generation = 0;
+  bool caching = true;
   {
     internal::MutexLock lock(&I.mu);
     KVTIER_ASSIGN_OR_RETURN(Impl::Sequence * seq, I.FindSeq(id));
     extras = seq->extras;
     generation = seq->generation;
+    caching = seq->options.enable_caching;
   }
   // Hash outside the lock: it is the expensive part and needs nothing shared.
   KVTIER_ASSIGN_OR_RETURN(std::vector<BlockKey> keys, I.hasher.BlockKeys(prompt, extras));
-  if (I.Discovers()) {
+  if (I.Discovers() && caching) {
     // The last prompt token is always computed, so blocks from (n - 1) / B on are never
     // restored: not worth a question to the store.
     const Impl::RemoteProbe probe =
@@ -155,7 +157,9 @@ absl::StatusOr<AttachResult> KvCache::AttachHashedPrefix(SequenceId id,
                        "tenant salt or multimodal items) than ",
                        internal::SeqName(id)));
     }
-    if (!I.Discovers()) return I.AttachKeys(id, seq->generation, prompt.keys_, prompt.tokens_);
+    if (!I.Discovers() || !seq->options.enable_caching) {
+      return I.AttachKeys(id, seq->generation, prompt.keys_, prompt.tokens_);
+    }
     generation = seq->generation;
   }
   // As AttachPrefix: probe the store where the local match ends, the lock dropped; AttachKeys
@@ -167,11 +171,63 @@ absl::StatusOr<AttachResult> KvCache::AttachHashedPrefix(SequenceId id,
   return I.AttachKeys(id, generation, prompt.keys_, prompt.tokens_);
 }
 
-absl::StatusOr<KvAppendResult> KvCache::Append(SequenceId id, absl::Span<const int32_t> tokens) {
+absl::StatusOr<KvAppendResult> KvCache::Append(SequenceId id, absl::Span<const int32_t> tokens,
+                                               RoomWait wait) {
   Impl& I = *impl_;
   if (tokens.empty()) return absl::InvalidArgumentError("Append: no tokens");
   Impl::CacheScope scope(I);
-  return I.AppendTokens(id, tokens, scope.deferred());
+  return I.AppendTokens(id, tokens, wait, scope.deferred());
+}
+
+absl::StatusOr<std::optional<BlockCopy>> KvCache::Truncate(SequenceId id, int64_t num_tokens,
+                                                           RoomWait wait) {
+  Impl& I = *impl_;
+  Impl::CacheScope scope(I);
+  return I.TruncateSequence(id, num_tokens, wait, scope.deferred());
+}
+
+absl::StatusOr<RoomCheck> KvCache::CheckRoom(SequenceId id, int64_t num_new_tokens) const {
+  Impl& I = *impl_;
+  if (num_new_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CheckRoom: ", num_new_tokens, " new tokens (must be >= 0)"));
+  }
+  internal::MutexLock lock(&I.mu);
+  KVTIER_ASSIGN_OR_RETURN(Impl::Sequence * seq, I.FindSeq(id));
+  const int64_t n = static_cast<int64_t>(seq->tokens.size());
+  if (num_new_tokens > PrefixHasher::kMaxPosition - n) {
+    return absl::InvalidArgumentError(absl::StrCat("CheckRoom: ", internal::SeqName(id),
+                                                   " would hold more than ",
+                                                   PrefixHasher::kMaxPosition, " tokens"));
+  }
+  return I.RoomFor(I.geometry.BlocksForTokens(n + num_new_tokens) -
+                   static_cast<int64_t>(seq->blocks.size()));
+}
+
+absl::StatusOr<RoomCheck> KvCache::CheckRoom(int64_t num_slots) const {
+  Impl& I = *impl_;
+  if (num_slots < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CheckRoom: ", num_slots, " slots (must be >= 0)"));
+  }
+  internal::MutexLock lock(&I.mu);
+  return I.RoomFor(num_slots);
+}
+
+absl::StatusOr<int64_t> KvCache::ResetPrefixCache(std::optional<Tier> tier) {
+  Impl& I = *impl_;
+  if (tier.has_value() &&
+      (TierIndex(*tier) < 0 || TierIndex(*tier) >= kNumTiers || !I.Present(*tier))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ResetPrefixCache: the cache has no tier ", static_cast<int>(*tier)));
+  }
+  Impl::CacheScope scope(I);
+  int64_t dropped = 0;
+  for (int t = 0; t < kNumTiers; ++t) {
+    const Tier each = static_cast<Tier>(t);
+    if (I.Present(each) && (!tier.has_value() || *tier == each)) dropped += I.ResetTier(each);
+  }
+  return dropped;
 }
 
 absl::Status KvCache::ReportWritten(SequenceId id, int64_t num_tokens, Completion ready) {
@@ -181,11 +237,11 @@ absl::Status KvCache::ReportWritten(SequenceId id, int64_t num_tokens, Completio
 }
 
 absl::StatusOr<std::optional<BlockCopy>> KvCache::Fork(SequenceId parent, SequenceId child,
-                                                       int64_t num_tokens) {
+                                                       int64_t num_tokens, RoomWait wait) {
   Impl& I = *impl_;
   if (!child.valid()) return absl::InvalidArgumentError("Fork: an invalid child sequence id");
   Impl::CacheScope scope(I);
-  return I.ForkSequence(parent, child, num_tokens, scope.deferred());
+  return I.ForkSequence(parent, child, num_tokens, wait, scope.deferred());
 }
 
 absl::Status KvCache::Release(SequenceId id) {

@@ -250,6 +250,10 @@ struct KvCache::Impl {
     int64_t written = 0;
     bool paused = false;
     uint64_t generation = 0;  // unique per CreateSequence/Fork, so a re-created id is told apart
+    // Blocks a Truncate cut inside, still referenced (one reference each) until the caller has
+    // issued its BlockCopy: dropped at the sequence's next Append, ReportWritten, Truncate or
+    // Release (DropCopySources).
+    std::vector<SeqBlock> copy_sources;
   };
 
   // A private HBM copy of a block some sequence reported written while the index already had
@@ -669,8 +673,14 @@ struct KvCache::Impl {
   // until the deadline; at the deadline one last pass drops droppable blocks (it no longer
   // counts on demotions in flight, nor starts any). The caller must re-validate everything it
   // looked up before: the lock may have been dropped.
-  absl::Status MakeHbmRoom(int64_t need, absl::Time deadline, Deferred& d)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // RoomWait::kNever: one pass of evictions (demotions started count, none is waited for), then
+  // kResourceExhausted if the slots are still not free.
+  absl::Status MakeHbmRoom(int64_t need, absl::Time deadline, Deferred& d,
+                           RoomWait wait = RoomWait::kWait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // CheckRoom's answer for `need` new HBM slots, from counters.
+  RoomCheck RoomFor(int64_t need) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // ResetPrefixCache of one present tier: the copies dropped.
+  int64_t ResetTier(Tier t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // True if a copy in flight out of HBM (write-through, Pause's copy-down) reads a block that
   // nobody but it and the paused sequences it moves holds: the block is droppable once it lands,
   // so making room waits for it as for a demotion. Walks the copies in flight; only called
@@ -712,11 +722,18 @@ struct KvCache::Impl {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // The bodies of Append, ReportWritten, Fork and Release (kv_cache.h), arguments checked.
   absl::StatusOr<KvAppendResult> AppendTokens(SequenceId id, absl::Span<const int32_t> tokens,
-                                              Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+                                              RoomWait wait, Deferred& d)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  absl::StatusOr<std::optional<BlockCopy>> TruncateSequence(SequenceId id, int64_t num_tokens,
+                                                            RoomWait wait, Deferred& d)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Lets go of the blocks a Truncate kept for its copy (Sequence::copy_sources).
+  void DropCopySources(Sequence& seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::Status PublishWritten(SequenceId id, int64_t num_tokens, Completion ready, Deferred& d)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::StatusOr<std::optional<BlockCopy>> ForkSequence(SequenceId parent, SequenceId child,
-                                                        int64_t num_tokens, Deferred& d)
+                                                        int64_t num_tokens, RoomWait wait,
+                                                        Deferred& d)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // `hints`: what Release(id, hints) was given (none for Release(id)).
   absl::Status ReleaseSequence(SequenceId id, const ReleaseHints& hints = {})

@@ -93,6 +93,11 @@ std::string RenderPrometheus(const KvCacheStats& stats) {
          stats.attached_tokens);
   Scalar(out, "cached_but_recomputed_blocks_total", "counter",
          "Matched blocks the cost model chose to recompute.", stats.cached_but_recomputed_blocks);
+  Scalar(out, "preemptions_total", "counter", "Releases of requests the scheduler preempted.",
+         stats.preemptions);
+  Scalar(out, "readmitted_blocks_total", "counter",
+         "Blocks attached by readmissions of preempted requests (not hits).",
+         stats.readmitted_blocks);
   const RemoteProbeStats& p = stats.remote_probe;
   Scalar(out, "remote_probes_total", "counter",
          "Existence probes of the remote store after a local match ended.", p.probes);

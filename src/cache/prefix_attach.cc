@@ -47,10 +47,12 @@ absl::StatusOr<AttachResult> KvCache::Impl::AttachKeys(SequenceId id, uint64_t g
     return absl::FailedPreconditionError(absl::StrCat(
         "AttachPrefix: ", SeqName(id), " already has ", seq->tokens.size(), " tokens"));
   }
+  if (!seq->options.enable_caching) return result;  // nothing shared with it (SequenceOptions)
   const absl::Time now = Now();
   // A policy that learns from requests sees every block the prompt names, cached or not.
+  const bool readmission = seq->options.readmission;
   for (const std::unique_ptr<EvictionPolicy>& p : policy) {
-    if (p != nullptr && p->observes_requests()) {
+    if (p != nullptr && p->observes_requests() && !readmission) {
       p->ObserveRequest({.blocks = keys, .now = now, .session = seq->options.session});
     }
   }
@@ -117,11 +119,15 @@ absl::StatusOr<AttachResult> KvCache::Impl::AttachKeys(SequenceId id, uint64_t g
   pinned.resize(static_cast<size_t>(plan.restore_blocks));
   for (size_t i = 0; i < pinned.size(); ++i) {
     BlockEntry& m = entries[i]->second;
-    AddUse(m);
+    if (!readmission) AddUse(m);
     m.set_last_use(now);
     TouchCandidates(*entries[i]);
     ++result.attached_blocks_by_tier[TierIndex(pinned[i].tier)];
-    ++counters.tiers[TierIndex(pinned[i].tier)].hits;
+    if (readmission) {
+      ++counters.readmitted_blocks;
+    } else {
+      ++counters.tiers[TierIndex(pinned[i].tier)].hits;
+    }
   }
   seq->tokens.assign(prompt.begin(), prompt.begin() + plan.restore_blocks * b_tokens);
   if (owned != nullptr) {

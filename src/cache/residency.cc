@@ -323,6 +323,10 @@ absl::Status KvCache::Impl::PauseSequence(SequenceId id, absl::Duration expected
   if (seq->paused) {
     return absl::FailedPreconditionError(absl::StrCat("Pause: ", SeqName(id), " is paused"));
   }
+  if (!seq->options.enable_caching) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Pause: ", SeqName(id), " has caching off: its blocks cannot move to another tier"));
+  }
   seq->paused = true;
   ObserveRelease(*seq, StopReason::kToolUse, expected_idle, Now());
   const std::optional<Tier> lower = NextLower(Tier::kHbm);

@@ -62,7 +62,7 @@ void KvCache::Impl::InsertSequence(std::unique_ptr<Sequence> seq) {
 
 absl::StatusOr<KvAppendResult> KvCache::Impl::AppendTokens(SequenceId id,
                                                            absl::Span<const int32_t> tokens,
-                                                           Deferred& d) {
+                                                           RoomWait wait, Deferred& d) {
   const int64_t b_tokens = block_tokens;
   KvAppendResult result;
   for (int round = 0;; ++round) {
@@ -81,7 +81,7 @@ absl::StatusOr<KvAppendResult> KvCache::Impl::AppendTokens(SequenceId id,
           return absl::ResourceExhaustedError("Append: HBM room was taken by other calls");
         }
       }
-      absl::Status room = MakeHbmRoom(need, absl::Now() + room_wait, d);
+      absl::Status room = MakeHbmRoom(need, absl::Now() + room_wait, d, wait);
       if (!room.ok()) {
         DeferredRelease(d);
         return room;
@@ -113,6 +113,7 @@ absl::StatusOr<KvAppendResult> KvCache::Impl::AppendTokens(SequenceId id,
       if (round > 2) return alloc;
       continue;
     }
+    DropCopySources(*seq);
     for (SlotId s : fresh) {
       tiers[0]->BeginDeviceWrite(s);
       seq->blocks.push_back(SeqBlock{Tier::kHbm, s});
@@ -147,6 +148,11 @@ absl::Status KvCache::Impl::PublishWritten(SequenceId id, int64_t num_tokens, Co
     return absl::InvalidArgumentError(absl::StrCat("ReportWritten: ", num_tokens, " tokens of ",
                                                    SeqName(id), " after ", seq->written,
                                                    " were reported written"));
+  }
+  DropCopySources(*seq);
+  if (!seq->options.enable_caching) {  // its blocks stay private (freed when let go)
+    seq->written = num_tokens;
+    return absl::OkStatus();
   }
   const int64_t b_tokens = block_tokens;
   std::vector<std::pair<BlockKey, SlotId>> publish;
@@ -229,7 +235,7 @@ void KvCache::Impl::SettleTwins(const BlockKey& key) {
 absl::StatusOr<std::optional<BlockCopy>> KvCache::Impl::ForkSequence(SequenceId parent,
                                                                      SequenceId child,
                                                                      int64_t num_tokens,
-                                                                     Deferred& d) {
+                                                                     RoomWait wait, Deferred& d) {
   const int64_t b_tokens = block_tokens;
   std::optional<BlockCopy> copy;
   for (int round = 0;; ++round) {
@@ -251,7 +257,7 @@ absl::StatusOr<std::optional<BlockCopy>> KvCache::Impl::ForkSequence(SequenceId 
     }
     if (rem != 0 && FreeBlocks(Tier::kHbm) < 1) {
       if (round > 2) return absl::ResourceExhaustedError("Fork: no HBM slot for the copy");
-      absl::Status room = MakeHbmRoom(1, absl::Now() + room_wait, d);
+      absl::Status room = MakeHbmRoom(1, absl::Now() + room_wait, d, wait);
       if (!room.ok()) {
         DeferredRelease(d);
         return room;
@@ -296,8 +302,83 @@ absl::StatusOr<std::optional<BlockCopy>> KvCache::Impl::ForkSequence(SequenceId 
   return copy;
 }
 
+void KvCache::Impl::DropCopySources(Sequence& seq) {
+  if (seq.copy_sources.empty()) return;
+  const std::vector<SeqBlock> sources = std::move(seq.copy_sources);
+  seq.copy_sources.clear();
+  for (const SeqBlock& b : sources) DropRef(b);
+}
+
+absl::StatusOr<std::optional<BlockCopy>> KvCache::Impl::TruncateSequence(SequenceId id,
+                                                                         int64_t num_tokens,
+                                                                         RoomWait wait,
+                                                                         Deferred& d) {
+  const int64_t b_tokens = block_tokens;
+  for (int round = 0;; ++round) {
+    KVTIER_ASSIGN_OR_RETURN(Sequence * seq, FindSeq(id));
+    const int64_t n = static_cast<int64_t>(seq->tokens.size());
+    if (num_tokens < 0 || num_tokens > n) {
+      return absl::OutOfRangeError(
+          absl::StrCat("Truncate: to ", num_tokens, " tokens, but ", SeqName(id), " has ", n));
+    }
+    const int64_t full = num_tokens / b_tokens;
+    const int64_t rem = num_tokens % b_tokens;
+    // The cut falls inside a block that is full now (sealed, perhaps shared): its first `rem`
+    // positions go to a fresh writable slot, as Fork's copy-on-write.
+    const bool copy = rem != 0 && full < static_cast<int64_t>(seq->keys.size());
+    if (copy && seq->blocks[static_cast<size_t>(full)].tier != Tier::kHbm) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("Truncate: block ", full, " of ", SeqName(id),
+                       " is not in HBM; make it resident before cutting inside it"));
+    }
+    if (copy && FreeBlocks(Tier::kHbm) < 1) {
+      if (round > 2) return absl::ResourceExhaustedError("Truncate: no HBM slot for the copy");
+      absl::Status room = MakeHbmRoom(1, absl::Now() + room_wait, d, wait);
+      if (!room.ok()) {
+        DeferredRelease(d);
+        return room;
+      }
+      continue;  // the lock may have been dropped: look everything up again
+    }
+    std::optional<BlockCopy> result;
+    SlotId dst;
+    if (copy) {
+      absl::Status s = Alloc(Tier::kHbm, [&](BlockAllocator& a) -> absl::Status {
+        KVTIER_ASSIGN_OR_RETURN(dst, a.Allocate());
+        return absl::OkStatus();
+      });
+      if (!s.ok()) {
+        if (round > 2) return s;
+        continue;
+      }
+    }
+    DropCopySources(*seq);
+    const size_t keep = static_cast<size_t>(geometry.BlocksForTokens(num_tokens) - (copy ? 1 : 0));
+    std::vector<SeqBlock> cut(seq->blocks.begin() + static_cast<std::ptrdiff_t>(keep),
+                              seq->blocks.end());
+    seq->blocks.resize(keep);
+    if (copy) {
+      const SeqBlock src = cut.front();
+      cut.erase(cut.begin());
+      seq->copy_sources.push_back(src);  // its reference, kept until the copy is issued
+      tiers[0]->BeginDeviceWrite(dst);
+      seq->blocks.push_back(SeqBlock{Tier::kHbm, dst});
+      ++seq_refs[dst.value()];
+      result = BlockCopy{src.slot, dst, static_cast<int>(rem)};
+    }
+    seq->tokens.resize(static_cast<size_t>(num_tokens));
+    seq->keys.resize(static_cast<size_t>(full));
+    seq->written = std::min(seq->written, num_tokens);
+    for (auto it = cut.rbegin(); it != cut.rend(); ++it) DropRef(*it);  // last block first
+    DeferredRelease(d);
+    return result;
+  }
+}
+
 absl::Status KvCache::Impl::ReleaseSequence(SequenceId id, const ReleaseHints& hints) {
   KVTIER_ASSIGN_OR_RETURN(Sequence * seq, FindSeq(id));
+  DropCopySources(*seq);
+  if (hints.preempted) ++counters.preemptions;
   const absl::Time now = Now();
   ObserveRelease(*seq, hints.stop_reason, hints.expected_idle, now);
   const absl::Time until = seq->options.retention == absl::InfiniteDuration()

@@ -2,7 +2,8 @@
 # that includes only that header (twice, to check its guard). A header that relies on something
 # it does not include fails to build (Seastar's cmake/CheckHeaders.cmake does the same).
 function(kvtier_add_header_check target)
-  file(GLOB headers RELATIVE ${PROJECT_SOURCE_DIR}/include CONFIGURE_DEPENDS
+  # Recursive: the C ABI's kvtier/c/kvtier.h compiles alone as C++ too (tests/c compiles it as C).
+  file(GLOB_RECURSE headers RELATIVE ${PROJECT_SOURCE_DIR}/include CONFIGURE_DEPENDS
        ${PROJECT_SOURCE_DIR}/include/kvtier/*.h)
   set(sources)
   foreach(header IN LISTS headers)

@@ -4,7 +4,7 @@
 # before the first layer compiles) read. A layer's sources live in src/<layer>/; its public
 # headers are listed below. Changing what a layer may use is a change to this file.
 
-set(KVTIER_LAYERS internal core platform tiers transfer remote cuda stack policy cache)
+set(KVTIER_LAYERS internal core platform tiers transfer remote cuda stack policy cache capi)
 
 # Direct dependencies. kvtier_<layer> links exactly these (PUBLIC), and the layer's files may
 # include headers of these layers and of theirs in turn, nothing else: the check follows the
@@ -29,6 +29,8 @@ set(KVTIER_LAYERS internal core platform tiers transfer remote cuda stack policy
 #   cache     the KvCache facade: asks the policy, moves blocks with the transfer engine, and
 #             holds its backends as TierBackends (the caller builds them, by hand or with stack;
 #             the two are siblings, neither includes the other).
+#   capi      the C ABI (kvtier/c/kvtier.h): opaque handles over the cache and the tier stack
+#             builder, statuses as codes with messages; the only layer C programs call.
 set(KVTIER_LAYER_internal_DEPS)
 set(KVTIER_LAYER_core_DEPS internal)
 set(KVTIER_LAYER_platform_DEPS internal)
@@ -39,9 +41,11 @@ set(KVTIER_LAYER_cuda_DEPS tiers)
 set(KVTIER_LAYER_stack_DEPS remote)
 set(KVTIER_LAYER_policy_DEPS core)
 set(KVTIER_LAYER_cache_DEPS transfer policy)
+set(KVTIER_LAYER_capi_DEPS cache stack)
 
 # Public headers (include/kvtier/) by the layer that implements them; a header-only one belongs
-# to the lowest layer that uses it. Every public header is listed exactly once.
+# to the lowest layer that uses it. Every public header is listed exactly once, by its path
+# under include/kvtier/ (the C ABI's is c/kvtier.h).
 set(KVTIER_LAYER_internal_HEADERS)
 set(KVTIER_LAYER_core_HEADERS
   block_allocator.h block_index.h block_key.h cache_namespace.h completion.h
@@ -58,6 +62,7 @@ set(KVTIER_LAYER_stack_HEADERS tier_stack.h)
 set(KVTIER_LAYER_policy_HEADERS cost_model.h eviction_candidacy.h eviction_policy.h
   reuse_life_table.h session_hints.h)
 set(KVTIER_LAYER_cache_HEADERS kv_cache.h kv_cache_stats.h)
+set(KVTIER_LAYER_capi_HEADERS c/kvtier.h)
 
 # abseil is in the public headers, so every layer links it PUBLIC (the header check too).
 set(KVTIER_ABSL_PUBLIC absl::status absl::statusor absl::span absl::flat_hash_map absl::strings

@@ -1,0 +1,239 @@
+// The C ABI's sequence calls (create, attach, append, report written, fork, release, pause,
+// resume, get) and the prefix calls without a sequence (prefetch, retain, invalidate, lookup).
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "capi/handles.h"
+
+using namespace kvtier;  // NOLINT: the C entry points below spell every kvtier type
+using kvtier::capi::Guard;
+using kvtier::capi::Null;
+
+extern "C" {
+
+kvtier_status_code kvtier_sequence_create(kvtier_cache* cache, uint64_t id,
+                                          const kvtier_sequence_options* options,
+                                          kvtier_error* error) {
+  return Guard(error, [&]() -> absl::Status {
+    if (cache == nullptr) return Null("kvtier_sequence_create", "cache");
+    absl::StatusOr<SequenceOptions> o = capi::ToSequenceOptions(options);
+    if (!o.ok()) return o.status();
+    return cache->cache->CreateSequence(SequenceId(id), *o);
+  });
+}
+
+kvtier_status_code kvtier_attach_prefix(kvtier_cache* cache, uint64_t id, const int32_t* prompt,
+                                        size_t num_tokens, kvtier_attach_result* out,
+                                        kvtier_error* error) {
+  return Guard(error, [&]() -> absl::Status {
+    constexpr char kCall[] = "kvtier_attach_prefix";
+    if (cache == nullptr) return Null(kCall, "cache");
+    if (out == nullptr) return Null(kCall, "out");
+    absl::StatusOr<absl::Span<const int32_t>> tokens = capi::Tokens(kCall, prompt, num_tokens);
+    if (!tokens.ok()) return tokens.status();
+    absl::StatusOr<AttachResult> r = cache->cache->AttachPrefix(SequenceId(id), *tokens);
+    if (!r.ok()) return r.status();
+    out->matched_tokens = r->matched_tokens;
+    out->attached_tokens = r->attached_tokens;
+    for (int t = 0; t < kNumTiers; ++t) {
+      out->attached_blocks_by_tier[t] = r->attached_blocks_by_tier[t];
+    }
+    out->restore_blocks = r->plan.restore_blocks;
+    out->recompute_from_token = r->plan.recompute_from_token;
+    out->cached_but_recomputed_blocks = r->plan.cached_but_recomputed;
+    out->restore_time_ns = absl::ToInt64Nanoseconds(r->plan.restore_time);
+    out->recompute_time_ns = absl::ToInt64Nanoseconds(r->plan.recompute_time);
+    return absl::OkStatus();
+  });
+}
+
+kvtier_status_code kvtier_append(kvtier_cache* cache, uint64_t id, const int32_t* tokens,
+                                 size_t num_tokens, kvtier_append_result* out,
+                                 kvtier_error* error) {
+  return Guard(error, [&]() -> absl::Status {
+    constexpr char kCall[] = "kvtier_append";
+    if (cache == nullptr) return Null(kCall, "cache");
+    absl::StatusOr<absl::Span<const int32_t>> span = capi::Tokens(kCall, tokens, num_tokens);
+    if (!span.ok()) return span.status();
+    absl::StatusOr<KvAppendResult> r = cache->cache->Append(SequenceId(id), *span);
+    if (!r.ok()) return r.status();
+    if (out != nullptr) {
+      out->first_sealed_block = r->first_sealed_block;
+      out->num_sealed_blocks = r->num_sealed_blocks;
+      out->num_new_slots = r->num_new_slots;
+    }
+    return absl::OkStatus();
+  });
+}
+
+kvtier_status_code kvtier_report_written(kvtier_cache* cache, uint64_t id, int64_t num_tokens,
+                                         const kvtier_completion* ready, kvtier_error* error) {
+  return Guard(error, [&]() -> absl::Status {
+    if (cache == nullptr) return Null("kvtier_report_written", "cache");
+    return cache->cache->ReportWritten(
+        SequenceId(id), num_tokens,
+        ready == nullptr ? Completion::Done(absl::OkStatus()) : ready->completion);
+  });
+}
+
+kvtier_status_code kvtier_fork(kvtier_cache* cache, uint64_t parent, uint64_t child,
+                               int64_t num_tokens, kvtier_block_copy* copy, kvtier_error* error) {
+  return Guard(error, [&]() -> absl::Status {
+    if (cache == nullptr) return Null("kvtier_fork", "cache");
+    absl::StatusOr<std::optional<BlockCopy>> r =
+        cache->cache->Fork(SequenceId(parent), SequenceId(child), num_tokens);
+    if (!r.ok()) return r.status();
+    if (copy != nullptr) {
+      *copy = kvtier_block_copy{};
+      if (r->has_value()) {
+        copy->needed = true;
+        copy->src_slot = static_cast<int32_t>((*r)->src.value());
+        copy->dst_slot = static_cast<int32_t>((*r)->dst.value());
+        copy->num_tokens = (*r)->num_tokens;
+      }
+    }
+    return absl::OkStatus();
+  });
+}
+
+kvtier_status_code kvtier_release(kvtier_cache* cache, uint64_t id, kvtier_error* error) {
+  return Guard(error, [&]() -> absl::Status {
+    if (cache == nullptr) return Null("kvtier_release", "cache");
+    return cache->cache->Release(SequenceId(id));
+  });
+}
+
+kvtier_status_code kvtier_release_with_hints(kvtier_cache* cache, uint64_t id,
+                                             const kvtier_release_hints* hints,
+                                             kvtier_hint_outcome* outcome, kvtier_error* error) {
+  return Guard(error, [&]() -> absl::Status {
+    constexpr char kCall[] = "kvtier_release_with_hints";
+    if (cache == nullptr) return Null(kCall, "cache");
+    if (hints == nullptr) return Null(kCall, "hints");
+    const int stop_reason = capi::RawEnum(hints->stop_reason);
+    if (stop_reason < KVTIER_STOP_UNKNOWN || stop_reason > KVTIER_STOP_LENGTH) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kCall, ": stop_reason ", stop_reason, " is not one of 0..3"));
+    }
+    ReleaseHints h;
+    h.stop_reason = static_cast<StopReason>(stop_reason);
+    if (hints->has_expected_idle) h.expected_idle = absl::Nanoseconds(hints->expected_idle_ns);
+    absl::StatusOr<HintOutcome> r = cache->cache->Release(SequenceId(id), h);
+    if (!r.ok()) return r.status();
+    capi::ToHintOutcome(*r, outcome);
+    return absl::OkStatus();
+  });
+}
+
+kvtier_status_code kvtier_pause(kvtier_cache* cache, uint64_t id, int64_t expected_idle_ns,
+                                kvtier_error* error) {
+  return Guard(error, [&]() -> absl::Status {
+    if (cache == nullptr) return Null("kvtier_pause", "cache");
+    return cache->cache->Pause(SequenceId(id), absl::Nanoseconds(expected_idle_ns));
+  });
+}
+
+kvtier_status_code kvtier_resume(kvtier_cache* cache, uint64_t id, kvtier_completion** onboarded,
+                                 kvtier_error* error) {
+  return Guard(error, [&]() -> absl::Status {
+    if (cache == nullptr) return Null("kvtier_resume", "cache");
+    absl::StatusOr<Completion> c = cache->cache->Resume(SequenceId(id));
+    if (!c.ok()) return c.status();
+    if (onboarded != nullptr) *onboarded = new kvtier_completion{std::move(*c)};
+    return absl::OkStatus();
+  });
+}
+
+kvtier_status_code kvtier_get_sequence(const kvtier_cache* cache, uint64_t id,
+                                       kvtier_sequence_info* out, kvtier_error* error) {
+  return Guard(error, [&]() -> absl::Status {
+    constexpr char kCall[] = "kvtier_get_sequence";
+    if (cache == nullptr) return Null(kCall, "cache");
+    if (out == nullptr) return Null(kCall, "out");
+    absl::StatusOr<SequenceInfo> info = cache->cache->GetSequence(SequenceId(id));
+    if (!info.ok()) return info.status();
+    out->num_tokens = info->num_tokens;
+    out->written_tokens = info->written_tokens;
+    out->num_blocks = info->num_blocks;
+    for (int t = 0; t < kNumTiers; ++t) out->blocks_by_tier[t] = info->blocks_by_tier[t];
+    out->paused = info->paused;
+    return absl::OkStatus();
+  });
+}
+
+kvtier_status_code kvtier_prefetch(kvtier_cache* cache, const int32_t* tokens, size_t num_tokens,
+                                   const kvtier_sequence_options* identity, int64_t* blocks_started,
+                                   kvtier_error* error) {
+  return Guard(error, [&]() -> absl::Status {
+    constexpr char kCall[] = "kvtier_prefetch";
+    if (cache == nullptr) return Null(kCall, "cache");
+    absl::StatusOr<absl::Span<const int32_t>> span = capi::Tokens(kCall, tokens, num_tokens);
+    if (!span.ok()) return span.status();
+    absl::StatusOr<SequenceOptions> o = capi::ToSequenceOptions(identity);
+    if (!o.ok()) return o.status();
+    absl::StatusOr<int64_t> started = cache->cache->Prefetch(*span, *o);
+    if (!started.ok()) return started.status();
+    if (blocks_started != nullptr) *blocks_started = *started;
+    return absl::OkStatus();
+  });
+}
+
+kvtier_status_code kvtier_retain_prefix(kvtier_cache* cache, const int32_t* tokens,
+                                        size_t num_tokens, double priority, int64_t ttl_ns,
+                                        const kvtier_sequence_options* identity,
+                                        kvtier_hint_outcome* outcome, kvtier_error* error) {
+  return Guard(error, [&]() -> absl::Status {
+    constexpr char kCall[] = "kvtier_retain_prefix";
+    if (cache == nullptr) return Null(kCall, "cache");
+    absl::StatusOr<absl::Span<const int32_t>> span = capi::Tokens(kCall, tokens, num_tokens);
+    if (!span.ok()) return span.status();
+    absl::StatusOr<SequenceOptions> o = capi::ToSequenceOptions(identity);
+    if (!o.ok()) return o.status();
+    absl::StatusOr<HintOutcome> r =
+        cache->cache->RetainPrefix(*span, priority, absl::Nanoseconds(ttl_ns), *o);
+    if (!r.ok()) return r.status();
+    capi::ToHintOutcome(*r, outcome);
+    return absl::OkStatus();
+  });
+}
+
+kvtier_status_code kvtier_invalidate_prefix(kvtier_cache* cache, const int32_t* tokens,
+                                            size_t num_tokens, int64_t from_token,
+                                            const kvtier_sequence_options* identity,
+                                            kvtier_hint_outcome* outcome, kvtier_error* error) {
+  return Guard(error, [&]() -> absl::Status {
+    constexpr char kCall[] = "kvtier_invalidate_prefix";
+    if (cache == nullptr) return Null(kCall, "cache");
+    absl::StatusOr<absl::Span<const int32_t>> span = capi::Tokens(kCall, tokens, num_tokens);
+    if (!span.ok()) return span.status();
+    absl::StatusOr<SequenceOptions> o = capi::ToSequenceOptions(identity);
+    if (!o.ok()) return o.status();
+    absl::StatusOr<HintOutcome> r = cache->cache->InvalidatePrefix(*span, from_token, *o);
+    if (!r.ok()) return r.status();
+    capi::ToHintOutcome(*r, outcome);
+    return absl::OkStatus();
+  });
+}
+
+kvtier_status_code kvtier_lookup(const kvtier_cache* cache, const int32_t* tokens,
+                                 size_t num_tokens, const kvtier_sequence_options* identity,
+                                 kvtier_prefix_lookup* out, kvtier_error* error) {
+  return Guard(error, [&]() -> absl::Status {
+    constexpr char kCall[] = "kvtier_lookup";
+    if (cache == nullptr) return Null(kCall, "cache");
+    if (out == nullptr) return Null(kCall, "out");
+    absl::StatusOr<absl::Span<const int32_t>> span = capi::Tokens(kCall, tokens, num_tokens);
+    if (!span.ok()) return span.status();
+    absl::StatusOr<SequenceOptions> o = capi::ToSequenceOptions(identity);
+    if (!o.ok()) return o.status();
+    absl::StatusOr<PrefixLookup> r = cache->cache->Lookup(*span, *o);
+    if (!r.ok()) return r.status();
+    out->matched_tokens = r->matched_tokens;
+    for (int t = 0; t < kNumTiers; ++t) out->blocks_by_tier[t] = r->blocks_by_tier[t];
+    out->discovered_blocks = r->discovered_blocks;
+    return absl::OkStatus();
+  });
+}
+
+}  // extern "C"

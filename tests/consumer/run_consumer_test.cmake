@@ -23,3 +23,4 @@ run(${CMAKE_COMMAND} -S ${KVTIER_CONSUMER_SOURCE} -B ${build} -G ${KVTIER_GENERA
     -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_CXX_COMPILER=${KVTIER_CXX_COMPILER})
 run(${CMAKE_COMMAND} --build ${build})
 run(${build}/kvtier_consumer)
+run(${build}/kvtier_c_consumer)

@@ -503,7 +503,7 @@ kvtier_status_code kvtier_get_sequence(const kvtier_cache* cache, uint64_t id,
 /* ---- Prefix hints and lookups (no sequence). `identity` may be NULL: no extras. */
 
 /* Starts onboarding the cached prefix of tokens into HBM as droppable blocks; *blocks_started
- * (may be NULL) is how many. Errors: INVALID_ARGUMENT for bad extras or no tokens. */
+ * (may be NULL) is how many (0 for an empty prompt). Errors: INVALID_ARGUMENT for bad extras. */
 kvtier_status_code kvtier_prefetch(kvtier_cache* cache, const int32_t* tokens, size_t num_tokens,
                                    const kvtier_sequence_options* identity, int64_t* blocks_started,
                                    kvtier_error* error);

@@ -3,7 +3,8 @@
  * addresses and is released; sequence 2 attaches the prompt from HBM; sequence 3 fills HBM so the
  * prompt's blocks are demoted to DRAM; sequence 4 attaches them from DRAM, EnsureResident brings
  * them back, and the block table's slots hold the bytes sequence 1 wrote. Then fork, pause and
- * resume, prefix hints, events, stats and the error paths, each with the value it must have.
+ * resume, prefix hints, events, stats and the error paths, each with the value it must have;
+ * and a metadata HBM over a remote tier whose store is down.
  *
  * Exit code 0 when every check holds; 1 (naming the check) otherwise. */
 #include <inttypes.h>
@@ -205,6 +206,59 @@ static kvtier_tier_stack* MakeStack(const kvtier_namespace* ns) {
   MUST(kvtier_tier_stack_build(ns, &s, &stack, &err));
   CHECK(stack != NULL);
   return stack;
+}
+
+/* A second cache, on a metadata HBM tier (slots, no bytes) over a remote tier whose Redis server
+ * is not there: the stack still builds (the store connects lazily), remote discovery's probe
+ * fails without failing the attach, and the ticket has slots but no pool addresses. */
+static void MetadataOverDeadRemote(const kvtier_namespace* ns) {
+  kvtier_error err;
+  kvtier_tier_stack_options s;
+  kvtier_tier_stack_options_init(&s);
+  s.tiers[KVTIER_TIER_HBM].capacity_blocks = 4;
+  s.tiers[KVTIER_TIER_HBM].kind = KVTIER_BACKEND_METADATA;
+  s.tiers[KVTIER_TIER_REMOTE].capacity_blocks = 4;
+  kvtier_tier_stack* stack = NULL;
+  MUST_FAIL(KVTIER_INVALID_ARGUMENT, kvtier_tier_stack_build(ns, &s, &stack, &err)); /* no store */
+  s.remote_url = "http://127.0.0.1:1";
+  MUST_FAIL(KVTIER_INVALID_ARGUMENT, kvtier_tier_stack_build(ns, &s, &stack, &err));
+  CHECK(strstr(err.message, "http://127.0.0.1:1") != NULL);
+  s.remote_url = "redis://127.0.0.1:1"; /* nothing listens on port 1 */
+  MUST(kvtier_tier_stack_build(ns, &s, &stack, &err));
+  kvtier_cache_options options;
+  kvtier_cache_options_init(&options);
+  options.bounce_buffers = 1;
+  kvtier_cache* cache = NULL;
+  MUST(kvtier_cache_create(ns, stack, &options, &cache, &err));
+
+  int32_t prompt[9];
+  for (int i = 0; i < 9; ++i) prompt[i] = 5 + i;
+  MUST(kvtier_sequence_create(cache, 1, NULL, &err));
+  kvtier_attach_result ar;
+  MUST(kvtier_attach_prefix(cache, 1, prompt, 9, &ar, &err));
+  CHECK_EQ(ar.attached_tokens, 0);
+  kvtier_cache_stats st;
+  MUST(kvtier_cache_get_stats(cache, &st, &err));
+  CHECK_EQ(st.remote_probes, 1);
+  CHECK_EQ(st.remote_probe_failures, 1);
+  CHECK_EQ(st.remote_blocks_found, 0);
+  CHECK(st.tiers[KVTIER_TIER_REMOTE].present);
+  CHECK_EQ(st.tiers[KVTIER_TIER_HBM].capacity_blocks, 4);
+
+  MUST(kvtier_append(cache, 1, prompt, 9, NULL, &err));
+  kvtier_ticket* ticket = NULL;
+  MUST(kvtier_ensure_resident(cache, 1, 0, 9, NULL, &ticket, &err));
+  int32_t slots[3];
+  size_t n = 0;
+  MUST(kvtier_ticket_block_table(ticket, slots, NULL, 3, &n, &err));
+  CHECK_EQ(n, 3);
+  for (size_t i = 0; i < n; ++i) CHECK(slots[i] >= 0 && slots[i] < 4);
+  kvtier_device_pool pool;
+  MUST_FAIL(KVTIER_FAILED_PRECONDITION, kvtier_ticket_device_pool(ticket, &pool, NULL, NULL, 0, &err));
+  kvtier_ticket_destroy(ticket);
+  MUST(kvtier_release(cache, 1, &err));
+  MUST(kvtier_check_invariants(cache, &err));
+  kvtier_cache_destroy(cache);
 }
 
 static void Tokens(int32_t* out, int n, int32_t first) {
@@ -584,6 +638,7 @@ int main(void) {
   CHECK_EQ(ti.sequence, 5);
   CHECK_EQ(ti.num_blocks, 4);
   kvtier_ticket_destroy(t5);
+  MetadataOverDeadRemote(ns);
   kvtier_namespace_destroy(ns);
   kvtier_namespace_destroy(NULL);
   kvtier_cache_destroy(NULL);

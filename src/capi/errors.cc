@@ -31,6 +31,9 @@ static_assert(KVTIER_HINT_REJECTED == static_cast<int>(HintOutcome::Result::kRej
 static_assert(KVTIER_RESIDENCY_ASYNC == static_cast<int>(ResidencyMode::kAsync));
 static_assert(KVTIER_BLOCK_NOT_RESIDENT == static_cast<int>(BlockResidency::kNotResident));
 static_assert(KVTIER_EVENT_REMOVED == static_cast<int>(CacheEventKind::kRemoved));
+static_assert(KVTIER_EVENT_ALL_CLEARED == static_cast<int>(CacheEventKind::kAllCleared));
+static_assert(KVTIER_ROOM_WAIT == static_cast<int>(RoomWait::kWait));
+static_assert(KVTIER_ROOM_NEVER == static_cast<int>(RoomWait::kNever));
 
 void CopyText(absl::string_view text, char* dst, size_t capacity) {
   if (dst == nullptr || capacity == 0) return;

@@ -149,6 +149,8 @@ absl::StatusOr<SequenceOptions> ToSequenceOptions(const kvtier_sequence_options*
   s.retention_priority = o->retention_priority;
   s.retention = absl::Nanoseconds(o->retention_ns);
   s.session = o->session;
+  s.enable_caching = o->enable_caching;
+  s.readmission = o->readmission;
   return s;
 }
 
@@ -244,6 +246,8 @@ void kvtier_sequence_options_init(kvtier_sequence_options* options) {
   options->retention_priority = d.retention_priority;
   options->retention_ns = absl::ToInt64Nanoseconds(d.retention);
   options->session = d.session;
+  options->enable_caching = d.enable_caching;
+  options->readmission = d.readmission;
 }
 
 void kvtier_residency_options_init(kvtier_residency_options* options) {

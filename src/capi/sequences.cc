@@ -1,5 +1,6 @@
-// The C ABI's sequence calls (create, attach, append, report written, fork, release, pause,
-// resume, get) and the prefix calls without a sequence (prefetch, retain, invalidate, lookup).
+// The C ABI's sequence calls (create, attach, append, report written, fork, truncate, check
+// room, release, pause, resume, get) and the prefix calls without a sequence (prefetch, retain,
+// invalidate, lookup, reset).
 #include <optional>
 #include <utility>
 
@@ -9,6 +10,40 @@
 using namespace kvtier;  // NOLINT: the C entry points below spell every kvtier type
 using kvtier::capi::Guard;
 using kvtier::capi::Null;
+
+namespace {
+
+// The C room-wait mode as the C++ one; kInvalidArgument naming the call outside the enum.
+absl::StatusOr<RoomWait> ToRoomWait(const char* call, const kvtier_room_wait& wait) {
+  const int raw = capi::RawEnum(wait);
+  if (raw < KVTIER_ROOM_WAIT || raw > KVTIER_ROOM_NEVER) {
+    return absl::InvalidArgumentError(absl::StrCat(call, ": wait ", raw, " is not one of 0..1"));
+  }
+  return static_cast<RoomWait>(raw);
+}
+
+// A Fork's or Truncate's copy into its C form (needed false and zeros for none).
+void ToBlockCopy(const std::optional<BlockCopy>& in, kvtier_block_copy* out) {
+  if (out == nullptr) return;
+  *out = kvtier_block_copy{};
+  if (!in.has_value()) return;
+  out->needed = true;
+  out->src_slot = static_cast<int32_t>(in->src.value());
+  out->dst_slot = static_cast<int32_t>(in->dst.value());
+  out->num_tokens = in->num_tokens;
+}
+
+void ToRoomCheck(const RoomCheck& in, kvtier_room_check* out) {
+  out->needed_slots = in.needed_slots;
+  out->free_slots = in.free_slots;
+  out->evictable_slots = in.evictable_slots;
+  out->demotions_in_flight = in.demotions_in_flight;
+  out->fits_now = in.fits_now;
+  out->fits_after_evictions = in.fits_after_evictions;
+  out->missing_slots = in.missing_slots;
+}
+
+}  // namespace
 
 extern "C" {
 
@@ -49,14 +84,16 @@ kvtier_status_code kvtier_attach_prefix(kvtier_cache* cache, uint64_t id, const 
 }
 
 kvtier_status_code kvtier_append(kvtier_cache* cache, uint64_t id, const int32_t* tokens,
-                                 size_t num_tokens, kvtier_append_result* out,
-                                 kvtier_error* error) {
+                                 size_t num_tokens, kvtier_room_wait wait,
+                                 kvtier_append_result* out, kvtier_error* error) {
   return Guard(error, [&]() -> absl::Status {
     constexpr char kCall[] = "kvtier_append";
     if (cache == nullptr) return Null(kCall, "cache");
     absl::StatusOr<absl::Span<const int32_t>> span = capi::Tokens(kCall, tokens, num_tokens);
     if (!span.ok()) return span.status();
-    absl::StatusOr<KvAppendResult> r = cache->cache->Append(SequenceId(id), *span);
+    absl::StatusOr<RoomWait> w = ToRoomWait(kCall, wait);
+    if (!w.ok()) return w.status();
+    absl::StatusOr<KvAppendResult> r = cache->cache->Append(SequenceId(id), *span, *w);
     if (!r.ok()) return r.status();
     if (out != nullptr) {
       out->first_sealed_block = r->first_sealed_block;
@@ -78,21 +115,59 @@ kvtier_status_code kvtier_report_written(kvtier_cache* cache, uint64_t id, int64
 }
 
 kvtier_status_code kvtier_fork(kvtier_cache* cache, uint64_t parent, uint64_t child,
-                               int64_t num_tokens, kvtier_block_copy* copy, kvtier_error* error) {
+                               int64_t num_tokens, kvtier_room_wait wait, kvtier_block_copy* copy,
+                               kvtier_error* error) {
   return Guard(error, [&]() -> absl::Status {
-    if (cache == nullptr) return Null("kvtier_fork", "cache");
+    constexpr char kCall[] = "kvtier_fork";
+    if (cache == nullptr) return Null(kCall, "cache");
+    absl::StatusOr<RoomWait> w = ToRoomWait(kCall, wait);
+    if (!w.ok()) return w.status();
     absl::StatusOr<std::optional<BlockCopy>> r =
-        cache->cache->Fork(SequenceId(parent), SequenceId(child), num_tokens);
+        cache->cache->Fork(SequenceId(parent), SequenceId(child), num_tokens, *w);
     if (!r.ok()) return r.status();
-    if (copy != nullptr) {
-      *copy = kvtier_block_copy{};
-      if (r->has_value()) {
-        copy->needed = true;
-        copy->src_slot = static_cast<int32_t>((*r)->src.value());
-        copy->dst_slot = static_cast<int32_t>((*r)->dst.value());
-        copy->num_tokens = (*r)->num_tokens;
-      }
-    }
+    ToBlockCopy(*r, copy);
+    return absl::OkStatus();
+  });
+}
+
+kvtier_status_code kvtier_truncate(kvtier_cache* cache, uint64_t id, int64_t num_tokens,
+                                   kvtier_room_wait wait, kvtier_block_copy* copy,
+                                   kvtier_error* error) {
+  return Guard(error, [&]() -> absl::Status {
+    constexpr char kCall[] = "kvtier_truncate";
+    if (cache == nullptr) return Null(kCall, "cache");
+    absl::StatusOr<RoomWait> w = ToRoomWait(kCall, wait);
+    if (!w.ok()) return w.status();
+    absl::StatusOr<std::optional<BlockCopy>> r =
+        cache->cache->Truncate(SequenceId(id), num_tokens, *w);
+    if (!r.ok()) return r.status();
+    ToBlockCopy(*r, copy);
+    return absl::OkStatus();
+  });
+}
+
+kvtier_status_code kvtier_check_room(const kvtier_cache* cache, uint64_t id, int64_t num_new_tokens,
+                                     kvtier_room_check* out, kvtier_error* error) {
+  return Guard(error, [&]() -> absl::Status {
+    constexpr char kCall[] = "kvtier_check_room";
+    if (cache == nullptr) return Null(kCall, "cache");
+    if (out == nullptr) return Null(kCall, "out");
+    absl::StatusOr<RoomCheck> r = cache->cache->CheckRoom(SequenceId(id), num_new_tokens);
+    if (!r.ok()) return r.status();
+    ToRoomCheck(*r, out);
+    return absl::OkStatus();
+  });
+}
+
+kvtier_status_code kvtier_check_room_for_slots(const kvtier_cache* cache, int64_t num_slots,
+                                               kvtier_room_check* out, kvtier_error* error) {
+  return Guard(error, [&]() -> absl::Status {
+    constexpr char kCall[] = "kvtier_check_room_for_slots";
+    if (cache == nullptr) return Null(kCall, "cache");
+    if (out == nullptr) return Null(kCall, "out");
+    absl::StatusOr<RoomCheck> r = cache->cache->CheckRoom(num_slots);
+    if (!r.ok()) return r.status();
+    ToRoomCheck(*r, out);
     return absl::OkStatus();
   });
 }
@@ -119,6 +194,7 @@ kvtier_status_code kvtier_release_with_hints(kvtier_cache* cache, uint64_t id,
     ReleaseHints h;
     h.stop_reason = static_cast<StopReason>(stop_reason);
     if (hints->has_expected_idle) h.expected_idle = absl::Nanoseconds(hints->expected_idle_ns);
+    h.preempted = hints->preempted;
     absl::StatusOr<HintOutcome> r = cache->cache->Release(SequenceId(id), h);
     if (!r.ok()) return r.status();
     capi::ToHintOutcome(*r, outcome);
@@ -232,6 +308,27 @@ kvtier_status_code kvtier_lookup(const kvtier_cache* cache, const int32_t* token
     out->matched_tokens = r->matched_tokens;
     for (int t = 0; t < kNumTiers; ++t) out->blocks_by_tier[t] = r->blocks_by_tier[t];
     out->discovered_blocks = r->discovered_blocks;
+    return absl::OkStatus();
+  });
+}
+
+kvtier_status_code kvtier_reset_prefix_cache(kvtier_cache* cache, const kvtier_tier* tier,
+                                             int64_t* dropped, kvtier_error* error) {
+  return Guard(error, [&]() -> absl::Status {
+    constexpr char kCall[] = "kvtier_reset_prefix_cache";
+    if (cache == nullptr) return Null(kCall, "cache");
+    std::optional<Tier> which;
+    if (tier != nullptr) {
+      const int raw = capi::RawEnum(*tier);
+      if (raw < KVTIER_TIER_HBM || raw > KVTIER_TIER_REMOTE) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(kCall, ": tier ", raw, " is not one of 0..", KVTIER_NUM_TIERS - 1));
+      }
+      which = static_cast<Tier>(raw);
+    }
+    absl::StatusOr<int64_t> r = cache->cache->ResetPrefixCache(which);
+    if (!r.ok()) return r.status();
+    if (dropped != nullptr) *dropped = *r;
     return absl::OkStatus();
   });
 }

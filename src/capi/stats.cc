@@ -53,6 +53,8 @@ kvtier_status_code kvtier_cache_get_stats(const kvtier_cache* cache, kvtier_cach
     out->attached_tokens = s.attached_tokens;
     out->cached_but_recomputed_blocks = s.cached_but_recomputed_blocks;
     out->indexed_blocks = s.indexed_blocks;
+    out->preemptions = s.preemptions;
+    out->readmitted_blocks = s.readmitted_blocks;
     out->last_event_sequence = s.last_event_sequence;
     out->remote_probes = s.remote_probe.probes;
     out->remote_probe_failures = s.remote_probe.failures;

@@ -4,7 +4,9 @@
  * prompt's blocks are demoted to DRAM; sequence 4 attaches them from DRAM, EnsureResident brings
  * them back, and the block table's slots hold the bytes sequence 1 wrote. Then fork, pause and
  * resume, prefix hints, events, stats and the error paths, each with the value it must have;
- * and a metadata HBM over a remote tier whose store is down.
+ * a metadata HBM over a remote tier whose store is down; and the scheduler calls (truncate,
+ * ROOM_NEVER, check room, reset prefix cache, caching off, preemption and readmission), each on
+ * a fresh cache whose state is known (tests/unit/cache/scheduler_api_test.cc's scenarios).
  *
  * Exit code 0 when every check holds; 1 (naming the check) otherwise. */
 #include <inttypes.h>
@@ -13,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kvtier/c/kvtier.h"
 
@@ -245,7 +248,7 @@ static void MetadataOverDeadRemote(const kvtier_namespace* ns) {
   CHECK(st.tiers[KVTIER_TIER_REMOTE].present);
   CHECK_EQ(st.tiers[KVTIER_TIER_HBM].capacity_blocks, 4);
 
-  MUST(kvtier_append(cache, 1, prompt, 9, NULL, &err));
+  MUST(kvtier_append(cache, 1, prompt, 9, KVTIER_ROOM_WAIT, NULL, &err));
   kvtier_ticket* ticket = NULL;
   MUST(kvtier_ensure_resident(cache, 1, 0, 9, NULL, &ticket, &err));
   int32_t slots[3];
@@ -263,6 +266,343 @@ static void MetadataOverDeadRemote(const kvtier_namespace* ns) {
 
 static void Tokens(int32_t* out, int n, int32_t first) {
   for (int i = 0; i < n; ++i) out[i] = first + i * 7;
+}
+
+/* ---- The scheduler calls. B = kTokensPerBlock = 4 throughout. */
+
+/* A cache over an emulated HBM of hbm_blocks and a DRAM of dram_blocks (0: none). */
+static kvtier_cache* SmallCache(const kvtier_namespace* ns, int64_t hbm_blocks, int64_t dram_blocks,
+                                int64_t room_wait_ns) {
+  kvtier_error err;
+  kvtier_tier_stack_options s;
+  kvtier_tier_stack_options_init(&s);
+  s.tiers[KVTIER_TIER_HBM].capacity_blocks = hbm_blocks;
+  s.tiers[KVTIER_TIER_DRAM].capacity_blocks = dram_blocks;
+  s.dram_try_huge_pages = false;
+  s.dram_prefault = false;
+  kvtier_tier_stack* stack = NULL;
+  MUST(kvtier_tier_stack_build(ns, &s, &stack, &err));
+  kvtier_cache_options options;
+  kvtier_cache_options_init(&options);
+  options.room_wait_ns = room_wait_ns;
+  kvtier_cache* cache = NULL;
+  MUST(kvtier_cache_create(ns, stack, &options, &cache, &err));
+  return cache;
+}
+
+/* Creates `id` (options may be NULL), appends tokens[0, n) and reports the first `written`. */
+static void Add(kvtier_cache* cache, uint64_t id, const int32_t* tokens, int n, int written,
+                const kvtier_sequence_options* options) {
+  kvtier_error err;
+  MUST(kvtier_sequence_create(cache, id, options, &err));
+  MUST(kvtier_append(cache, id, tokens, (size_t)n, KVTIER_ROOM_WAIT, NULL, &err));
+  if (written > 0) MUST(kvtier_report_written(cache, id, written, NULL, &err));
+}
+
+static int64_t Matched(const kvtier_cache* cache, const int32_t* tokens, int n) {
+  kvtier_error err;
+  kvtier_prefix_lookup lk;
+  MUST(kvtier_lookup(cache, tokens, (size_t)n, NULL, &lk, &err));
+  return lk.matched_tokens;
+}
+
+static kvtier_cache_stats Stats(const kvtier_cache* cache) {
+  kvtier_error err;
+  kvtier_cache_stats st;
+  MUST(kvtier_cache_get_stats(cache, &st, &err));
+  return st;
+}
+
+static double NowSeconds(void) {
+  struct timespec ts;
+  CHECK(timespec_get(&ts, TIME_UTC) == TIME_UTC);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A cut inside a full block copies its head into a fresh slot; at a boundary or inside the
+ * partial block nothing moves; the cut-away written blocks stay cached. */
+static void Truncate(const kvtier_namespace* ns) {
+  kvtier_error err;
+  kvtier_cache* cache = SmallCache(ns, 16, 0, 10 * 1000 * 1000 * 1000LL);
+  int32_t t[12];
+  Tokens(t, 12, 100);
+  Add(cache, 1, t, 10, 10, NULL); /* blocks 0, 1 full; 2 holds 2 tokens */
+  const int64_t free_before = Stats(cache).tiers[KVTIER_TIER_HBM].free_blocks;
+  CHECK_EQ(free_before, 13);
+  kvtier_block_copy copy;
+  memset(&copy, 0x5a, sizeof(copy));
+  MUST(kvtier_truncate(cache, 1, 6, KVTIER_ROOM_WAIT, &copy, &err)); /* inside block 1 */
+  CHECK(copy.needed);
+  CHECK_EQ(copy.num_tokens, 6 % kTokensPerBlock);
+  CHECK(copy.src_slot != copy.dst_slot);
+  CHECK(copy.src_slot >= 0 && copy.src_slot < 16);
+  CHECK(copy.dst_slot >= 0 && copy.dst_slot < 16);
+  kvtier_sequence_info si;
+  MUST(kvtier_get_sequence(cache, 1, &si, &err));
+  CHECK_EQ(si.num_tokens, 6);
+  CHECK_EQ(si.written_tokens, 6);
+  CHECK_EQ(si.num_blocks, 2);
+  /* The old partial block freed, the copy's slot taken; the cut block stays indexed. */
+  CHECK_EQ(Stats(cache).tiers[KVTIER_TIER_HBM].free_blocks, free_before);
+  MUST(kvtier_check_invariants(cache, &err));
+  CHECK_EQ(Matched(cache, t, 8), 8);
+  /* The next call lets the copy's source go; the sequence goes on from the cut. */
+  int32_t more[4];
+  Tokens(more, 4, 900);
+  MUST(kvtier_append(cache, 1, more, 4, KVTIER_ROOM_WAIT, NULL, &err));
+  MUST(kvtier_report_written(cache, 1, 10, NULL, &err));
+  MUST(kvtier_check_invariants(cache, &err));
+  MUST(kvtier_truncate(cache, 1, 9, KVTIER_ROOM_NEVER, &copy, &err)); /* partial block: no copy */
+  CHECK(!copy.needed);
+  CHECK_EQ(copy.num_tokens, 0);
+  MUST(kvtier_truncate(cache, 1, 4, KVTIER_ROOM_WAIT, &copy, &err)); /* a boundary: no copy */
+  CHECK(!copy.needed);
+  MUST(kvtier_get_sequence(cache, 1, &si, &err));
+  CHECK_EQ(si.num_tokens, 4);
+  CHECK_EQ(si.num_blocks, 1);
+  MUST_FAIL(KVTIER_OUT_OF_RANGE, kvtier_truncate(cache, 1, -1, KVTIER_ROOM_WAIT, &copy, &err));
+  MUST_FAIL(KVTIER_OUT_OF_RANGE, kvtier_truncate(cache, 1, 5, KVTIER_ROOM_WAIT, &copy, &err));
+  MUST_FAIL(KVTIER_NOT_FOUND, kvtier_truncate(cache, 7, 0, KVTIER_ROOM_WAIT, &copy, &err));
+  MUST_FAIL(KVTIER_INVALID_ARGUMENT,
+            kvtier_truncate(cache, 1, 0, (kvtier_room_wait)2, &copy, &err));
+  MUST_FAIL(KVTIER_INVALID_ARGUMENT, kvtier_truncate(NULL, 1, 0, KVTIER_ROOM_WAIT, &copy, &err));
+  MUST(kvtier_release(cache, 1, &err));
+  MUST_FAIL(KVTIER_FAILED_PRECONDITION,
+            kvtier_truncate(cache, 1, 0, KVTIER_ROOM_WAIT, &copy, &err));
+  /* Both blocks of the cut (old 1 and the branch's) stay cached. */
+  CHECK_EQ(Matched(cache, t, 8), 8);
+  int32_t branch[10];
+  memcpy(branch, t, 6 * sizeof(int32_t));
+  memcpy(branch + 6, more, 2 * sizeof(int32_t));
+  CHECK_EQ(Matched(cache, branch, 8), 8);
+  MUST(kvtier_check_invariants(cache, &err));
+  kvtier_cache_destroy(cache);
+}
+
+/* Every HBM slot held by a sequence: a ROOM_NEVER append, fork or truncate answers
+ * RESOURCE_EXHAUSTED at once (room_wait is a minute: a call that waited would hang the test)
+ * and changes nothing; check_room says how many slots are missing. */
+static void RoomNever(const kvtier_namespace* ns) {
+  kvtier_error err;
+  kvtier_cache* cache = SmallCache(ns, 8, 16, 60 * 1000 * 1000 * 1000LL);
+  int32_t t[32];
+  Tokens(t, 32, 100);
+  Add(cache, 1, t, 32, 0, NULL); /* all 8 slots held */
+  MUST(kvtier_sequence_create(cache, 2, NULL, &err));
+  int32_t u[4];
+  Tokens(u, 4, 500);
+  const double start = NowSeconds();
+  kvtier_append_result app;
+  memset(&app, 0x5a, sizeof(app));
+  MUST_FAIL(KVTIER_RESOURCE_EXHAUSTED,
+            kvtier_append(cache, 2, u, 4, KVTIER_ROOM_NEVER, &app, &err));
+  CHECK_EQ(app.num_new_slots, 0x5a5a5a5a5a5a5a5aLL); /* not written on error */
+  kvtier_block_copy copy;
+  MUST_FAIL(KVTIER_RESOURCE_EXHAUSTED, kvtier_fork(cache, 1, 3, 5, KVTIER_ROOM_NEVER, &copy, &err));
+  MUST_FAIL(KVTIER_RESOURCE_EXHAUSTED,
+            kvtier_truncate(cache, 1, 5, KVTIER_ROOM_NEVER, &copy, &err));
+  CHECK(NowSeconds() - start < 10.0);
+  kvtier_sequence_info si;
+  MUST(kvtier_get_sequence(cache, 2, &si, &err));
+  CHECK_EQ(si.num_tokens, 0);
+  CHECK_EQ(si.num_blocks, 0);
+  MUST_FAIL(KVTIER_NOT_FOUND, kvtier_get_sequence(cache, 3, &si, &err));
+  MUST(kvtier_get_sequence(cache, 1, &si, &err));
+  CHECK_EQ(si.num_tokens, 32);
+  CHECK_EQ(si.num_blocks, 8);
+  kvtier_room_check r;
+  MUST(kvtier_check_room(cache, 2, 4, &r, &err));
+  CHECK_EQ(r.needed_slots, 1);
+  CHECK_EQ(r.free_slots, 0);
+  CHECK_EQ(r.evictable_slots, 0);
+  CHECK(!r.fits_now);
+  CHECK(!r.fits_after_evictions);
+  CHECK_EQ(r.missing_slots, 1);
+  MUST_FAIL(KVTIER_INVALID_ARGUMENT,
+            kvtier_append(cache, 2, u, 4, (kvtier_room_wait)7, &app, &err));
+  MUST_FAIL(KVTIER_INVALID_ARGUMENT,
+            kvtier_fork(cache, 1, 3, 4, (kvtier_room_wait)-1, &copy, &err));
+  MUST(kvtier_release(cache, 1, &err));
+  MUST(kvtier_release(cache, 2, &err));
+  MUST(kvtier_check_invariants(cache, &err));
+  kvtier_cache_destroy(cache);
+
+  /* No tier below HBM: evicting is dropping, so a ROOM_NEVER append frees its slots at once. */
+  cache = SmallCache(ns, 8, 0, 60 * 1000 * 1000 * 1000LL);
+  Add(cache, 1, t, 32, 32, NULL);
+  MUST(kvtier_release(cache, 1, &err));
+  MUST(kvtier_sequence_create(cache, 2, NULL, &err));
+  MUST(kvtier_append(cache, 2, t + 20, 12, KVTIER_ROOM_NEVER, &app, &err));
+  CHECK_EQ(app.num_new_slots, 3);
+  CHECK_EQ(Stats(cache).tiers[KVTIER_TIER_HBM].evictions, 3);
+  MUST(kvtier_release(cache, 2, &err));
+  kvtier_cache_destroy(cache);
+}
+
+/* check_room's counts on a known state, then reset_prefix_cache on the same state. */
+static void CheckRoomAndReset(const kvtier_namespace* ns) {
+  kvtier_error err;
+  kvtier_cache* cache = SmallCache(ns, 16, 16, 10 * 1000 * 1000 * 1000LL);
+  int32_t released[16];
+  Tokens(released, 16, 100);
+  int32_t held[15];
+  Tokens(held, 15, 300);
+  Add(cache, 1, released, 16, 16, NULL);
+  MUST(kvtier_release(cache, 1, &err)); /* 4 cached blocks */
+  Add(cache, 2, held, 15, 0, NULL);     /* 4 held, the last partial */
+  kvtier_room_check r;
+  memset(&r, 0x5a, sizeof(r));
+  MUST(kvtier_check_room_for_slots(cache, 10, &r, &err));
+  CHECK_EQ(r.needed_slots, 10);
+  CHECK_EQ(r.free_slots, 8);
+  CHECK_EQ(r.evictable_slots, 4);
+  CHECK_EQ(r.demotions_in_flight, 0);
+  CHECK(!r.fits_now);
+  CHECK(r.fits_after_evictions);
+  CHECK_EQ(r.missing_slots, 0);
+  MUST(kvtier_check_room_for_slots(cache, 14, &r, &err));
+  CHECK(!r.fits_after_evictions);
+  CHECK_EQ(r.missing_slots, 2);
+  MUST(kvtier_check_room_for_slots(cache, 8, &r, &err));
+  CHECK(r.fits_now);
+  /* One more token fills sequence 2's partial block; two need a new slot. */
+  MUST(kvtier_check_room(cache, 2, 1, &r, &err));
+  CHECK_EQ(r.needed_slots, 0);
+  CHECK(r.fits_now);
+  MUST(kvtier_check_room(cache, 2, 2, &r, &err));
+  CHECK_EQ(r.needed_slots, 1);
+  CHECK(r.fits_now);
+  MUST_FAIL(KVTIER_INVALID_ARGUMENT, kvtier_check_room_for_slots(cache, -1, &r, &err));
+  MUST_FAIL(KVTIER_INVALID_ARGUMENT, kvtier_check_room(cache, 2, -1, &r, &err));
+  MUST_FAIL(KVTIER_NOT_FOUND, kvtier_check_room(cache, 9, 1, &r, &err));
+  MUST_FAIL(KVTIER_INVALID_ARGUMENT, kvtier_check_room(cache, 2, 1, NULL, &err));
+  MUST_FAIL(KVTIER_INVALID_ARGUMENT, kvtier_check_room_for_slots(NULL, 1, &r, &err));
+  /* check_room changed nothing. */
+  CHECK_EQ(Stats(cache).tiers[KVTIER_TIER_HBM].free_blocks, 8);
+  CHECK_EQ(Stats(cache).tiers[KVTIER_TIER_HBM].droppable_blocks, 4);
+
+  /* Reset: sequence 1's 4 released blocks go; sequence 2's 3 written full blocks are held and
+   * stay. One REMOVED per copy, then ALL_CLEARED for HBM and DRAM (the present tiers). */
+  MUST(kvtier_report_written(cache, 2, 15, NULL, &err));
+  CHECK_EQ(Stats(cache).indexed_blocks, 7);
+  const uint64_t after = Stats(cache).last_event_sequence;
+  int64_t dropped = -1;
+  MUST(kvtier_reset_prefix_cache(cache, NULL, &dropped, &err));
+  CHECK_EQ(dropped, 4);
+  CHECK_EQ(Matched(cache, released, 16), 0);
+  CHECK_EQ(Matched(cache, held, 15), 12);
+  kvtier_cache_stats st = Stats(cache);
+  CHECK_EQ(st.indexed_blocks, 3);
+  CHECK_EQ(st.tiers[KVTIER_TIER_HBM].droppable_blocks, 0);
+  CHECK_EQ(st.tiers[KVTIER_TIER_HBM].free_blocks, 12);
+  kvtier_event events[64];
+  size_t n = 0;
+  MUST(kvtier_poll_events(cache, after, events, 64, &n, &err));
+  CHECK_EQ(n, 4 + 2);
+  for (size_t i = 0; i < 4; ++i) {
+    CHECK_EQ(events[i].kind, KVTIER_EVENT_REMOVED);
+    CHECK_EQ(events[i].tier, KVTIER_TIER_HBM);
+  }
+  CHECK_EQ(events[4].kind, KVTIER_EVENT_ALL_CLEARED);
+  CHECK_EQ(events[4].tier, KVTIER_TIER_HBM);
+  CHECK_EQ(events[5].kind, KVTIER_EVENT_ALL_CLEARED);
+  CHECK_EQ(events[5].tier, KVTIER_TIER_DRAM);
+  for (size_t i = 4; i < 6; ++i) {
+    CHECK_EQ(events[i].key_hi, 0);
+    CHECK_EQ(events[i].key_lo, 0);
+  }
+  CHECK_EQ(events[5].sequence, st.last_event_sequence);
+  /* One tier: DRAM holds nothing, one ALL_CLEARED; NULL dropped is fine. */
+  const kvtier_tier dram = KVTIER_TIER_DRAM;
+  MUST(kvtier_reset_prefix_cache(cache, &dram, &dropped, &err));
+  CHECK_EQ(dropped, 0);
+  MUST(kvtier_poll_events(cache, st.last_event_sequence, events, 64, &n, &err));
+  CHECK_EQ(n, 1);
+  CHECK_EQ(events[0].kind, KVTIER_EVENT_ALL_CLEARED);
+  CHECK_EQ(events[0].tier, KVTIER_TIER_DRAM);
+  MUST(kvtier_reset_prefix_cache(cache, NULL, NULL, &err));
+  /* A tier the cache does not have, one outside the enum, a null cache. */
+  const kvtier_tier nvme = KVTIER_TIER_NVME;
+  dropped = -1;
+  MUST_FAIL(KVTIER_INVALID_ARGUMENT, kvtier_reset_prefix_cache(cache, &nvme, &dropped, &err));
+  CHECK_EQ(dropped, -1);
+  const kvtier_tier bogus = (kvtier_tier)9;
+  MUST_FAIL(KVTIER_INVALID_ARGUMENT, kvtier_reset_prefix_cache(cache, &bogus, &dropped, &err));
+  MUST_FAIL(KVTIER_INVALID_ARGUMENT, kvtier_reset_prefix_cache(NULL, NULL, &dropped, &err));
+  MUST(kvtier_release(cache, 2, &err));
+  MUST(kvtier_check_invariants(cache, &err));
+  kvtier_cache_destroy(cache);
+}
+
+/* A sequence with caching off is never indexed nor matched, cannot be paused, and attaches
+ * nothing even where another sequence cached its prompt. */
+static void CachingOff(const kvtier_namespace* ns) {
+  kvtier_error err;
+  kvtier_sequence_options off;
+  kvtier_sequence_options_init(&off);
+  CHECK(off.enable_caching); /* the C++ default came through */
+  CHECK(!off.readmission);
+  off.enable_caching = false;
+  kvtier_cache* cache = SmallCache(ns, 16, 0, 10 * 1000 * 1000 * 1000LL);
+  int32_t t[13];
+  Tokens(t, 13, 100);
+  Add(cache, 1, t, 12, 12, &off);
+  CHECK_EQ(Matched(cache, t, 12), 0);
+  CHECK_EQ(Stats(cache).indexed_blocks, 0);
+  MUST_FAIL(KVTIER_FAILED_PRECONDITION, kvtier_pause(cache, 1, 1000 * 1000 * 1000LL, &err));
+  MUST(kvtier_release(cache, 1, &err));
+  kvtier_cache_stats st = Stats(cache);
+  CHECK_EQ(st.tiers[KVTIER_TIER_HBM].free_blocks, 16); /* private blocks: freed */
+  CHECK_EQ(st.indexed_blocks, 0);
+  Add(cache, 2, t, 12, 12, NULL); /* caching on: cached */
+  MUST(kvtier_release(cache, 2, &err));
+  CHECK_EQ(Matched(cache, t, 12), 12);
+  MUST(kvtier_sequence_create(cache, 3, &off, &err));
+  kvtier_attach_result ar;
+  MUST(kvtier_attach_prefix(cache, 3, t, 13, &ar, &err));
+  CHECK_EQ(ar.attached_tokens, 0);
+  CHECK_EQ(Matched(cache, t, 12), 12);
+  MUST(kvtier_release(cache, 3, &err));
+  MUST(kvtier_check_invariants(cache, &err));
+  kvtier_cache_destroy(cache);
+}
+
+/* A preempted release counts a preemption; the readmission's attach counts readmitted blocks,
+ * not hits; another request's attach of the same blocks is a hit. */
+static void Preemption(const kvtier_namespace* ns) {
+  kvtier_error err;
+  kvtier_cache* cache = SmallCache(ns, 16, 0, 10 * 1000 * 1000 * 1000LL);
+  int32_t t[13];
+  Tokens(t, 13, 100);
+  Add(cache, 1, t, 12, 12, NULL);
+  kvtier_release_hints hints = {KVTIER_STOP_UNKNOWN, false, 0, true};
+  kvtier_hint_outcome outcome;
+  MUST(kvtier_release_with_hints(cache, 1, &hints, &outcome, &err));
+  CHECK_EQ(Stats(cache).preemptions, 1);
+  kvtier_sequence_options again;
+  kvtier_sequence_options_init(&again);
+  again.readmission = true;
+  MUST(kvtier_sequence_create(cache, 2, &again, &err));
+  kvtier_attach_result ar;
+  MUST(kvtier_attach_prefix(cache, 2, t, 13, &ar, &err));
+  CHECK_EQ(ar.attached_tokens, 12);
+  kvtier_cache_stats st = Stats(cache);
+  CHECK_EQ(st.preemptions, 1);
+  CHECK_EQ(st.readmitted_blocks, 3);
+  CHECK_EQ(st.tiers[KVTIER_TIER_HBM].hits, 0);
+  MUST(kvtier_sequence_create(cache, 3, NULL, &err));
+  MUST(kvtier_attach_prefix(cache, 3, t, 13, &ar, &err));
+  CHECK_EQ(ar.attached_tokens, 12);
+  st = Stats(cache);
+  CHECK_EQ(st.tiers[KVTIER_TIER_HBM].hits, 3);
+  CHECK_EQ(st.readmitted_blocks, 3);
+  /* Releases without `preempted` count none. */
+  hints.preempted = false;
+  MUST(kvtier_release_with_hints(cache, 2, &hints, &outcome, &err));
+  MUST(kvtier_release(cache, 3, &err));
+  CHECK_EQ(Stats(cache).preemptions, 1);
+  MUST(kvtier_check_invariants(cache, &err));
+  kvtier_cache_destroy(cache);
 }
 
 int main(void) {
@@ -308,7 +648,7 @@ int main(void) {
   CHECK_EQ(ar.matched_tokens, 0);
   CHECK_EQ(ar.attached_tokens, 0);
   kvtier_append_result app;
-  MUST(kvtier_append(cache, 1, p1, 16, &app, &err));
+  MUST(kvtier_append(cache, 1, p1, 16, KVTIER_ROOM_WAIT, &app, &err));
   CHECK_EQ(app.first_sealed_block, 0);
   CHECK_EQ(app.num_sealed_blocks, 4);
   CHECK_EQ(app.num_new_slots, 4);
@@ -371,7 +711,7 @@ int main(void) {
   CHECK_EQ(si.num_blocks, 4);
   CHECK_EQ(si.blocks_by_tier[KVTIER_TIER_HBM], 4);
   CHECK(!si.paused);
-  kvtier_release_hints hints = {KVTIER_STOP_TOOL_USE, true, 5 * 1000 * 1000 * 1000LL};
+  kvtier_release_hints hints = {KVTIER_STOP_TOOL_USE, true, 5 * 1000 * 1000 * 1000LL, false};
   kvtier_hint_outcome outcome;
   MUST(kvtier_release_with_hints(cache, 1, &hints, &outcome, &err));
   CHECK_EQ(outcome.result, KVTIER_HINT_ACCEPTED);
@@ -398,7 +738,7 @@ int main(void) {
 
   /* ---- Request 3: 8 new blocks fill HBM, so request 1's 4 blocks are demoted to DRAM. */
   MUST(kvtier_sequence_create(cache, 3, NULL, &err));
-  MUST(kvtier_append(cache, 3, q, 32, &app, &err));
+  MUST(kvtier_append(cache, 3, q, 32, KVTIER_ROOM_WAIT, &app, &err));
   CHECK_EQ(app.num_new_slots, 8);
   CHECK_EQ(app.num_sealed_blocks, 8);
   MUST(kvtier_report_written(cache, 3, 32, NULL, &err));
@@ -451,14 +791,14 @@ int main(void) {
   CHECK_EQ(st.tiers[KVTIER_TIER_HBM].locked_blocks, 0);
 
   /* The rest of the prompt: one new block, sealed. */
-  MUST(kvtier_append(cache, 4, p1 + 16, 4, &app, &err));
+  MUST(kvtier_append(cache, 4, p1 + 16, 4, KVTIER_ROOM_WAIT, &app, &err));
   CHECK_EQ(app.first_sealed_block, 4);
   CHECK_EQ(app.num_sealed_blocks, 1);
   CHECK_EQ(app.num_new_slots, 1);
 
   /* ---- Fork inside block 4: the child gets a private slot and a copy to make. */
   kvtier_block_copy copy;
-  MUST(kvtier_fork(cache, 4, 5, 18, &copy, &err));
+  MUST(kvtier_fork(cache, 4, 5, 18, KVTIER_ROOM_WAIT, &copy, &err));
   CHECK(copy.needed);
   CHECK_EQ(copy.num_tokens, 2);
   CHECK(copy.src_slot != copy.dst_slot);
@@ -467,11 +807,12 @@ int main(void) {
   MUST(kvtier_get_sequence(cache, 5, &si, &err));
   CHECK_EQ(si.num_tokens, 18);
   CHECK_EQ(si.num_blocks, 5);
-  MUST(kvtier_fork(cache, 4, 6, 8, &copy, &err)); /* at a block boundary: nothing to copy */
+  /* At a block boundary: nothing to copy. */
+  MUST(kvtier_fork(cache, 4, 6, 8, KVTIER_ROOM_WAIT, &copy, &err));
   CHECK(!copy.needed);
-  MUST_FAIL(KVTIER_ALREADY_EXISTS, kvtier_fork(cache, 4, 5, 8, &copy, &err));
-  MUST_FAIL(KVTIER_OUT_OF_RANGE, kvtier_fork(cache, 4, 7, 100, &copy, &err));
-  MUST_FAIL(KVTIER_NOT_FOUND, kvtier_fork(cache, 77, 7, 4, &copy, &err));
+  MUST_FAIL(KVTIER_ALREADY_EXISTS, kvtier_fork(cache, 4, 5, 8, KVTIER_ROOM_WAIT, &copy, &err));
+  MUST_FAIL(KVTIER_OUT_OF_RANGE, kvtier_fork(cache, 4, 7, 100, KVTIER_ROOM_WAIT, &copy, &err));
+  MUST_FAIL(KVTIER_NOT_FOUND, kvtier_fork(cache, 77, 7, 4, KVTIER_ROOM_WAIT, &copy, &err));
   MUST(kvtier_release(cache, 6, &err));
 
   /* ---- Pause and resume request 4 (a tool call). */
@@ -522,17 +863,18 @@ int main(void) {
   MUST_FAIL(KVTIER_INVALID_ARGUMENT, kvtier_lookup(cache, q, 32, &salted, &lk, &err));
 
   /* ---- Error paths: unknown sequences, bad arguments, null handles. */
-  MUST_FAIL(KVTIER_NOT_FOUND, kvtier_append(cache, 999, p1, 4, &app, &err));
+  MUST_FAIL(KVTIER_NOT_FOUND, kvtier_append(cache, 999, p1, 4, KVTIER_ROOM_WAIT, &app, &err));
   CHECK(strstr(err.message, "999") != NULL);
   MUST_FAIL(KVTIER_NOT_FOUND, kvtier_attach_prefix(cache, 999, p1, 4, &ar, &err));
   MUST_FAIL(KVTIER_NOT_FOUND, kvtier_release(cache, 999, &err));
   MUST_FAIL(KVTIER_NOT_FOUND, kvtier_report_written(cache, 999, 4, NULL, &err));
   MUST_FAIL(KVTIER_NOT_FOUND, kvtier_pause(cache, 999, 0, &err));
   CHECK_EQ(kvtier_release(cache, 999, NULL), KVTIER_NOT_FOUND); /* no error struct: fine */
-  MUST_FAIL(KVTIER_INVALID_ARGUMENT, kvtier_append(cache, 5, p1, 0, &app, &err));
-  MUST_FAIL(KVTIER_INVALID_ARGUMENT, kvtier_append(cache, 5, NULL, 3, &app, &err));
+  MUST_FAIL(KVTIER_INVALID_ARGUMENT, kvtier_append(cache, 5, p1, 0, KVTIER_ROOM_WAIT, &app, &err));
+  MUST_FAIL(KVTIER_INVALID_ARGUMENT,
+            kvtier_append(cache, 5, NULL, 3, KVTIER_ROOM_WAIT, &app, &err));
   MUST_FAIL(KVTIER_OUT_OF_RANGE, kvtier_report_written(cache, 5, 1000, NULL, &err));
-  MUST_FAIL(KVTIER_INVALID_ARGUMENT, kvtier_append(NULL, 5, p1, 4, &app, &err));
+  MUST_FAIL(KVTIER_INVALID_ARGUMENT, kvtier_append(NULL, 5, p1, 4, KVTIER_ROOM_WAIT, &app, &err));
   MUST_FAIL(KVTIER_INVALID_ARGUMENT, kvtier_release(NULL, 5, &err));
   MUST_FAIL(KVTIER_INVALID_ARGUMENT, kvtier_cache_get_stats(cache, NULL, &err));
   MUST_FAIL(KVTIER_INVALID_ARGUMENT, kvtier_cache_get_stats(NULL, &st, &err));
@@ -553,6 +895,8 @@ int main(void) {
   CHECK_EQ(st.query_tokens, 16 + 20 + 20);
   CHECK_EQ(st.matched_tokens, 32);
   CHECK_EQ(st.attached_tokens, 32);
+  CHECK_EQ(st.preemptions, 0);
+  CHECK_EQ(st.readmitted_blocks, 0);
   CHECK_EQ(st.tiers[KVTIER_TIER_HBM].hits, 4);  /* request 2 */
   CHECK_EQ(st.tiers[KVTIER_TIER_DRAM].hits, 4); /* request 4 */
   /* Full query blocks matched neither in the tier nor above: HBM 4 (request 1) + 1 (2's fifth
@@ -639,6 +983,11 @@ int main(void) {
   CHECK_EQ(ti.num_blocks, 4);
   kvtier_ticket_destroy(t5);
   MetadataOverDeadRemote(ns);
+  Truncate(ns);
+  RoomNever(ns);
+  CheckRoomAndReset(ns);
+  CachingOff(ns);
+  Preemption(ns);
   kvtier_namespace_destroy(ns);
   kvtier_namespace_destroy(NULL);
   kvtier_cache_destroy(NULL);

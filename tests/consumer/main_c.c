@@ -28,7 +28,7 @@ int main(void) {
   if (kvtier_cache_create(ns, stack, NULL, &cache, &err) != KVTIER_OK) return 3;
   const int32_t prompt[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
   if (kvtier_sequence_create(cache, 1, NULL, &err) != KVTIER_OK) return 4;
-  if (kvtier_append(cache, 1, prompt, 8, NULL, &err) != KVTIER_OK) return 5;
+  if (kvtier_append(cache, 1, prompt, 8, KVTIER_ROOM_WAIT, NULL, &err) != KVTIER_OK) return 5;
   if (kvtier_report_written(cache, 1, 8, NULL, &err) != KVTIER_OK) return 6;
   if (kvtier_release(cache, 1, &err) != KVTIER_OK) return 7;
   kvtier_attach_result r;

@@ -10,13 +10,17 @@
  *   kvtier_cache_create(ns, stack, options)          once; takes the stack
  *   kvtier_sequence_create(cache, id, options)       once per request
  *   kvtier_attach_prefix(cache, id, prompt)  -> attached_tokens
- *   kvtier_append(cache, id, prompt + attached)      slots for the tokens to prefill
+ *   kvtier_append(cache, id, prompt + attached, WAIT) slots for the tokens to prefill
  *   kvtier_ensure_resident(cache, id, 0, n) -> ticket; kvtier_ticket_block_table(ticket, slots)
  *   ... the kernel reads the slots, writes the new tokens' KV ...
  *   kvtier_report_written(cache, id, n, ready)      the new full blocks become shareable
  *   kvtier_release_ticket(cache, ticket); kvtier_ticket_destroy(ticket)
  *   kvtier_pause / kvtier_resume                     an agent waiting on a tool
  *   kvtier_release_with_hints(cache, id, hints)      blocks stay cached for the next turn
+ * And for a scheduler between steps: kvtier_check_room (does a request fit now?), the
+ * ROOM_NEVER mode of kvtier_append / kvtier_fork / kvtier_truncate (answer at once, never block),
+ * kvtier_truncate (rejected speculative tokens), kvtier_release_with_hints with `preempted` and
+ * a sequence created with `readmission` (preemption), and kvtier_reset_prefix_cache.
  *
  * Errors. Every function returns a kvtier_status_code, the numbers of absl::StatusCode
  * (KVTIER_OK is 0), and the codes are those kv_cache.h documents for the C++ call: NOT_FOUND for
@@ -59,7 +63,7 @@ extern "C" {
 #endif
 
 /* Bumped on any incompatible change of a struct or a function of this header. */
-#define KVTIER_C_ABI_VERSION 1
+#define KVTIER_C_ABI_VERSION 2
 /* KVTIER_C_ABI_VERSION of the library linked in (compare with the header's). Never fails. */
 uint32_t kvtier_c_abi_version(void);
 
@@ -191,9 +195,23 @@ typedef enum kvtier_block_residency {
 } kvtier_block_residency;
 
 typedef enum kvtier_event_kind {
-  KVTIER_EVENT_STORED = 0, /* a readable copy of the key exists in the tier from now on */
-  KVTIER_EVENT_REMOVED = 1 /* the copy of the key in the tier is gone */
+  KVTIER_EVENT_STORED = 0,  /* a readable copy of the key exists in the tier from now on */
+  KVTIER_EVENT_REMOVED = 1, /* the copy of the key in the tier is gone */
+  /* kvtier_reset_prefix_cache cleared the tier (key 0, 0): every droppable copy there is gone,
+   * each with its REMOVED first; copies held then stay (vLLM's AllBlocksCleared). */
+  KVTIER_EVENT_ALL_CLEARED = 2
 } kvtier_event_kind;
+
+/* How a call that needs free HBM slots (kvtier_append, kvtier_fork, kvtier_truncate) behaves
+ * while HBM is short (RoomWait). */
+typedef enum kvtier_room_wait {
+  /* Evict, and block up to the cache's room_wait_ns for demotions to land. */
+  KVTIER_ROOM_WAIT = 0,
+  /* Never block: evict what frees a slot at once, start the demotions that free the rest, and
+   * answer RESOURCE_EXHAUSTED (nothing of the sequence changed) while the slots are not free yet,
+   * so a scheduler tries again at a later step. kvtier_check_room tells in advance. */
+  KVTIER_ROOM_NEVER = 1
+} kvtier_room_wait;
 
 /* Lower-case tier name ("hbm", "dram", "nvme", "remote"; "unknown" outside the enum); static. */
 const char* kvtier_tier_name(kvtier_tier tier);
@@ -376,8 +394,20 @@ typedef struct kvtier_sequence_options {
   double retention_priority; /* >= 0: how much more valuable the released blocks count */
   int64_t retention_ns;      /* >= 0: for how long after the release */
   uint64_t session;          /* the agent session (conversation); 0: none */
+  /* false: prefix caching is off for this sequence (vLLM's per-request caching off): its blocks
+   * are never indexed, so nothing is shared with other requests and they are freed when it lets
+   * them go; kvtier_attach_prefix attaches nothing to it; kvtier_pause fails on it
+   * (FAILED_PRECONDITION). Default true. */
+  bool enable_caching;
+  /* true: this request re-admits one the scheduler preempted (kvtier_release_hints.preempted):
+   * what kvtier_attach_prefix attaches is its own KV coming back, counted in
+   * kvtier_cache_stats.readmitted_blocks, not as tier hits. Default false. Neither field is
+   * looked at in the `identity` of a prefix call (lookup, prefetch, retain, invalidate). */
+  bool readmission;
 } kvtier_sequence_options;
 
+/* Fills with the C++ defaults: no extras, no retention, no session, enable_caching true,
+ * readmission false. */
 void kvtier_sequence_options_init(kvtier_sequence_options* options);
 
 /* A new, empty sequence `id` (any value but UINT64_MAX). `options` may be NULL. Errors:
@@ -415,11 +445,17 @@ typedef struct kvtier_append_result {
   int64_t num_new_slots;      /* HBM slots allocated */
 } kvtier_append_result;
 
-/* Appends tokens[0, num_tokens), all or nothing. May block up to room_wait while demotions free
- * HBM. `out` may be NULL. Errors: NOT_FOUND / FAILED_PRECONDITION for an unknown / released
- * sequence; INVALID_ARGUMENT for no tokens; RESOURCE_EXHAUSTED if HBM has no room. */
+/* Appends tokens[0, num_tokens), all or nothing. With KVTIER_ROOM_WAIT it may block up to
+ * room_wait_ns while demotions free HBM; with KVTIER_ROOM_NEVER it never blocks. `wait` is a
+ * parameter of the call (not a second function, not a cache option) because the C++ method takes
+ * it per call and a scheduler chooses it per call: one C function per C++ method, and every
+ * caller says at the call whether it may block. `out` may be NULL. Errors: NOT_FOUND /
+ * FAILED_PRECONDITION for an unknown / released sequence; INVALID_ARGUMENT for no tokens or a
+ * `wait` outside the enum; RESOURCE_EXHAUSTED if HBM has no room (at once with ROOM_NEVER, while
+ * the slots are not free yet; the sequence is unchanged). */
 kvtier_status_code kvtier_append(kvtier_cache* cache, uint64_t id, const int32_t* tokens,
-                                 size_t num_tokens, kvtier_append_result* out, kvtier_error* error);
+                                 size_t num_tokens, kvtier_room_wait wait,
+                                 kvtier_append_result* out, kvtier_error* error);
 
 /* A one-shot outcome shared by its handles (kvtier/completion.h). */
 typedef struct kvtier_completion kvtier_completion;
@@ -431,23 +467,69 @@ typedef struct kvtier_completion kvtier_completion;
 kvtier_status_code kvtier_report_written(kvtier_cache* cache, uint64_t id, int64_t num_tokens,
                                          const kvtier_completion* ready, kvtier_error* error);
 
-/* What kvtier_fork asks the caller to copy when the fork point is inside a block. */
+/* What kvtier_fork or kvtier_truncate asks the caller to copy when the fork point or the cut is
+ * inside a full block. */
 typedef struct kvtier_block_copy {
   bool needed;        /* false: nothing to copy (the other fields are 0) */
-  int32_t src_slot;   /* the parent's HBM slot */
-  int32_t dst_slot;   /* the child's private HBM slot */
+  int32_t src_slot;   /* the parent's (truncate: the cut block's) HBM slot */
+  int32_t dst_slot;   /* the child's (truncate: the sequence's new) private HBM slot */
   int32_t num_tokens; /* copy token positions [0, num_tokens) of every layer, before a kernel
-                         reads dst and before the parent is released or paused */
+                         reads dst; fork: before the parent is released or paused; truncate:
+                         src stays the sequence's until its next append, report_written,
+                         truncate or release */
 } kvtier_block_copy;
 
 /* A new sequence `child` with `parent`'s first num_tokens tokens and its options; full blocks
- * are shared. `copy` may be NULL only if the caller knows num_tokens is a block multiple.
- * Errors: NOT_FOUND / FAILED_PRECONDITION for the parent; ALREADY_EXISTS for a live child;
- * INVALID_ARGUMENT for child UINT64_MAX; OUT_OF_RANGE for num_tokens < 0 or past the parent's
- * end; FAILED_PRECONDITION if the block to copy is not in HBM; RESOURCE_EXHAUSTED if HBM has
- * no slot for the copy. */
+ * are shared. `wait` as kvtier_append's (the copy's slot). `copy` may be NULL only if the
+ * caller knows num_tokens is a block multiple. Errors: NOT_FOUND / FAILED_PRECONDITION for the
+ * parent; ALREADY_EXISTS for a live child; INVALID_ARGUMENT for child UINT64_MAX or a `wait`
+ * outside the enum; OUT_OF_RANGE for num_tokens < 0 or past the parent's end;
+ * FAILED_PRECONDITION if the block to copy is not in HBM; RESOURCE_EXHAUSTED if HBM has no slot
+ * for the copy (at once with ROOM_NEVER). */
 kvtier_status_code kvtier_fork(kvtier_cache* cache, uint64_t parent, uint64_t child,
-                               int64_t num_tokens, kvtier_block_copy* copy, kvtier_error* error);
+                               int64_t num_tokens, kvtier_room_wait wait, kvtier_block_copy* copy,
+                               kvtier_error* error);
+
+/* Cuts sequence `id` back to its first num_tokens tokens (rejected speculative tokens, a pruned
+ * beam). Blocks wholly past the cut are let go (cached ones stay cached for others, private ones
+ * are freed); written tokens are clipped to the cut. A cut inside a full block gives the
+ * sequence a fresh private HBM slot for its new partial last block and fills *copy (needed, with
+ * num_tokens = num_tokens % tokens_per_block), which the caller performs before a kernel reads
+ * dst_slot; a cut inside the partial last block or at a block boundary moves nothing (needed
+ * false). `wait` as kvtier_append's (the copy's slot). `copy` may be NULL only if the caller
+ * knows no copy can be needed. Errors: NOT_FOUND / FAILED_PRECONDITION for an unknown /
+ * released sequence; OUT_OF_RANGE for num_tokens < 0 or past the sequence's end;
+ * FAILED_PRECONDITION if the cut block is not in HBM (make it resident first);
+ * INVALID_ARGUMENT for a `wait` outside the enum; RESOURCE_EXHAUSTED if HBM has no slot for the
+ * copy (at once with ROOM_NEVER). */
+kvtier_status_code kvtier_truncate(kvtier_cache* cache, uint64_t id, int64_t num_tokens,
+                                   kvtier_room_wait wait, kvtier_block_copy* copy,
+                                   kvtier_error* error);
+
+/* Whether HBM has room for a request now (RoomCheck), read from counters without evicting,
+ * moving or waiting. Counts are HBM slots (blocks). */
+typedef struct kvtier_room_check {
+  int64_t needed_slots; /* new slots the request takes beyond what its sequence holds */
+  int64_t free_slots;   /* free now */
+  /* Cached blocks nobody holds, less those a ticket locks or a transfer reads: eviction frees
+   * them (dropped, or once their demotion lands). */
+  int64_t evictable_slots;
+  int64_t demotions_in_flight; /* leaving HBM: each frees its slot when it lands */
+  bool fits_now;               /* needed <= free: a ROOM_NEVER append succeeds now */
+  bool fits_after_evictions;   /* needed <= free + evictable + demotions in flight */
+  /* Slots no eviction frees: what running sequences or tickets must let go first (preempt). */
+  int64_t missing_slots;
+} kvtier_room_check;
+
+/* Whether num_new_tokens more tokens of sequence `id` fit in HBM now, into *out. Never blocks on
+ * transfers; takes the cache lock briefly. Errors: NOT_FOUND / FAILED_PRECONDITION for an
+ * unknown / released sequence; INVALID_ARGUMENT for a negative count or a null out. */
+kvtier_status_code kvtier_check_room(const kvtier_cache* cache, uint64_t id, int64_t num_new_tokens,
+                                     kvtier_room_check* out, kvtier_error* error);
+/* The same for a request not yet created that needs num_slots new blocks. Errors:
+ * INVALID_ARGUMENT for a negative count or a null out. */
+kvtier_status_code kvtier_check_room_for_slots(const kvtier_cache* cache, int64_t num_slots,
+                                               kvtier_room_check* out, kvtier_error* error);
 
 /* Releases the sequence: its written full blocks stay cached. Errors: NOT_FOUND for an unknown
  * id; FAILED_PRECONDITION for a second release. */
@@ -458,6 +540,9 @@ typedef struct kvtier_release_hints {
   kvtier_stop_reason stop_reason;
   bool has_expected_idle;   /* false: expected_idle_ns is not looked at */
   int64_t expected_idle_ns; /* about how long until the next request, >= 0 */
+  /* The scheduler preempted the request (it comes back as a sequence created with
+   * `readmission`): counted in kvtier_cache_stats.preemptions, whatever the outcome. */
+  bool preempted;
 } kvtier_release_hints;
 
 /* Bytes of kvtier_hint_outcome::reason, NUL included. */
@@ -691,6 +776,8 @@ typedef struct kvtier_cache_stats {
   int64_t attached_tokens; /* of those, restored */
   int64_t cached_but_recomputed_blocks;
   int64_t indexed_blocks; /* blocks with a copy in some tier (gauge) */
+  int64_t preemptions;    /* releases with kvtier_release_hints.preempted */
+  int64_t readmitted_blocks; /* blocks attached by readmissions (not counted as hits) */
   /* Copies that arrived, blocks_moved[from][to]: onboards [t][HBM], demotions [t][t+k]. */
   int64_t blocks_moved[KVTIER_NUM_TIERS][KVTIER_NUM_TIERS];
   uint64_t last_event_sequence; /* 0 before the first event */
@@ -729,6 +816,16 @@ typedef struct kvtier_event {
 kvtier_status_code kvtier_poll_events(const kvtier_cache* cache, uint64_t after_sequence,
                                       kvtier_event* events, size_t capacity, size_t* num_events,
                                       kvtier_error* error);
+
+/* Drops every droppable cached copy of *tier, or of every tier (tier NULL): copies no sequence
+ * holds, no ticket locks, no transfer reads and no demotion is taking away (vLLM's
+ * reset_prefix_cache). Held and busy copies stay. A dropped remote copy is deleted from the store
+ * too (other workers lose it). Emits a REMOVED event per copy, then one ALL_CLEARED per tier
+ * cleared (every present tier, fastest first, for NULL). *dropped (may be NULL) receives how many
+ * copies were dropped. Thread-safe; never waits for transfers. Errors: INVALID_ARGUMENT for a
+ * tier outside the enum or one the cache does not have. */
+kvtier_status_code kvtier_reset_prefix_cache(kvtier_cache* cache, const kvtier_tier* tier,
+                                             int64_t* dropped, kvtier_error* error);
 
 /* Blocks until no transfer the cache started is in flight, or timeout_ns passes
  * (DEADLINE_EXCEEDED). */

@@ -10,6 +10,8 @@ packages=(
   # Used from the tier, remote and replay issues on; installed now so one script serves all.
   libhiredis-dev redis-server redis-tools libzstd-dev liblz4-dev
   nlohmann-json3-dev libcli11-dev gnuplot-nox fio
+  # The Python package (pybind11, for Debian's own /usr/bin/python3) and its tests.
+  python3-dev pybind11-dev python3-pybind11 python3-numpy python3-pytest python3-torch
 )
 
 missing=()

@@ -1,0 +1,368 @@
+// kvtier.KvCache and kvtier.ResidencyTicket (kv_cache.h) in Python form. Sequence ids are
+// ints (uint64), tokens any 1-D int32-convertible sequence (a list, a numpy array: int32 arrays
+// are read in place), durations float seconds, deadlines a timeout in seconds from the call.
+// Every call releases the GIL while the cache runs. Errors raise the kvtier.Error subclass of
+// the status code kv_cache.h documents for the call.
+#include "kvtier/kv_cache.h"
+
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <array>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "bindings.h"
+#include "objects.h"
+
+namespace kvtier::python {
+namespace {
+
+using Tokens = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
+
+absl::Span<const int32_t> TokenSpan(const Tokens& tokens) {
+  if (tokens.ndim() != 1) {
+    throw StatusError(absl::InvalidArgumentError("tokens must be one-dimensional, got " +
+                                                 std::to_string(tokens.ndim()) + " dimensions"));
+  }
+  return absl::MakeConstSpan(tokens.data(), static_cast<size_t>(tokens.size()));
+}
+
+// The identity extras (and, for CreateSequence, the retention and session) of a sequence.
+SequenceOptions Identity(std::optional<AdapterIdentity> adapter,
+                         std::optional<std::string> tenant_salt,
+                         std::vector<MultimodalItem> multimodal) {
+  SequenceOptions o;
+  o.adapter = std::move(adapter);
+  o.tenant_salt = std::move(tenant_salt);
+  o.multimodal = std::move(multimodal);
+  return o;
+}
+
+// Runs `f` with the GIL released.
+template <typename F>
+auto Unlocked(F&& f) {
+  py::gil_scoped_release unlocked;
+  return f();
+}
+
+KvCache& Cache(const PyKvCache& c) { return *c.cache; }
+
+// The identity keyword arguments shared by lookup, prefetch, retain and invalidate.
+#define KVTIER_PY_IDENTITY_ARGS                                                        \
+  py::kw_only(), py::arg("adapter") = py::none(), py::arg("tenant_salt") = py::none(), \
+                 py::arg("multimodal") = std::vector<MultimodalItem> {}
+
+using OptAdapter = std::optional<AdapterIdentity>;
+using OptSalt = std::optional<std::string>;
+using Items = std::vector<MultimodalItem>;
+
+void ReleaseTicket(PyTicket& t) {
+  if (t.released) {
+    throw StatusError(absl::FailedPreconditionError(
+        "ReleaseTicket: ticket " + std::to_string(t.ticket.id()) + " was released before"));
+  }
+  t.released = true;
+  ThrowIfError(Unlocked([&] { return t.cache->ReleaseTicket(t.ticket); }));
+}
+
+void BindTicket(py::module_& m) {
+  py::class_<PyTicket>(m, "ResidencyTicket",
+                       "The outcome of KvCache.ensure_resident: the range's blocks pinned in HBM "
+                       "until release() (or the end of a with block, or the object's death).")
+      .def_property_readonly("id", [](const PyTicket& t) { return t.ticket.id(); })
+      .def_property_readonly("sequence",
+                             [](const PyTicket& t) { return t.ticket.sequence().value(); })
+      .def_property_readonly("begin_token",
+                             [](const PyTicket& t) { return t.ticket.begin_token(); })
+      .def_property_readonly("end_token", [](const PyTicket& t) { return t.ticket.end_token(); })
+      .def_property_readonly(
+          "block_table",
+          [](const PyTicket& t) {
+            const std::vector<int32_t>& slots = t.ticket.block_table().slots;
+            py::array_t<int32_t> out(static_cast<py::ssize_t>(slots.size()));
+            std::copy(slots.begin(), slots.end(), out.mutable_data());
+            return out;
+          },
+          "HBM slot of each logical block of the range (int32; -1: not resident, recompute it). "
+          "A copy, taken now: for ASYNC, final once the completion has fired.")
+      .def_property_readonly("first_block",
+                             [](const PyTicket& t) { return t.ticket.block_table().first_block; })
+      .def_property_readonly(
+          "tokens_per_block",
+          [](const PyTicket& t) { return t.ticket.block_table().tokens_per_block; })
+      .def_property_readonly(
+          "tokens_in_last_block",
+          [](const PyTicket& t) { return t.ticket.block_table().tokens_in_last_block; })
+      .def_property_readonly("block_status",
+                             [](const PyTicket& t) { return t.ticket.block_status(); })
+      .def(
+          "block_error",
+          [](const PyTicket& t, int64_t index) -> py::object {
+            const absl::Status s = t.ticket.block_error(index);
+            if (s.ok()) return py::none();
+            return MakeErrorObject(s);
+          },
+          py::arg("index"), "None for a resident block; the kvtier.Error of its cause otherwise.")
+      .def_property_readonly("resident_tokens",
+                             [](const PyTicket& t) { return t.ticket.resident_tokens(); })
+      .def_property_readonly("completion", [](const PyTicket& t) { return t.ticket.completion(); })
+      .def_property_readonly("released", [](const PyTicket& t) { return t.released; })
+      .def("release", &ReleaseTicket,
+           "Unpins the ticket's blocks. FailedPreconditionError for a second release.")
+      .def("__enter__", [](py::object self) { return self; })
+      .def(
+          "__exit__",
+          [](PyTicket& t, const py::object&, const py::object&, const py::object&) {
+            if (!t.released) ReleaseTicket(t);
+            return false;
+          },
+          py::arg("exc_type"), py::arg("exc"), py::arg("traceback"));
+}
+
+}  // namespace
+
+void BindKvCache(py::module_& m) {
+  BindTicket(m);
+
+  py::class_<PyKvCache>(
+      m, "KvCache",
+      "The API an inference server links (kv_cache.h): sequences, prefix attach, residency "
+      "tickets with device block tables, hints, stats and events. Thread-safe.")
+      .def_static(
+          "create",
+          [](const CacheNamespace& ns, PyTierStack& stack, std::string eviction_policy,
+             HashAlgorithm hash, WritePolicy write_policy, TierInclusion inclusion,
+             std::array<int, kNumTiers> admit_after_uses, bool demote_on_evict,
+             double prefill_flops_per_second, bool measure_bandwidth, int64_t event_buffer,
+             double room_wait_s, int bounce_buffers, int remote_probe_window_blocks,
+             double remote_probe_timeout_s) {
+            if (stack.consumed) {
+              throw StatusError(absl::FailedPreconditionError(
+                  "KvCache.create: this TierStack's backends were taken by another cache"));
+            }
+            KvCacheOptions o;
+            o.hash = hash;
+            o.eviction_policy = std::move(eviction_policy);
+            o.write_policy = write_policy;
+            o.inclusion = inclusion;
+            o.admit_after_uses = admit_after_uses;
+            o.demote_on_evict = demote_on_evict;
+            o.prefill_flops_per_second = prefill_flops_per_second;
+            o.measure_bandwidth = measure_bandwidth;
+            o.event_buffer = event_buffer;
+            o.room_wait = SecondsToDuration(room_wait_s);
+            o.bounce_buffers = bounce_buffers;
+            o.remote_probe_window_blocks = remote_probe_window_blocks;
+            o.remote_probe_timeout = SecondsToDuration(remote_probe_timeout_s);
+            // The pool's address and shape, read before the cache takes the tier; the memory
+            // lives as long as the cache does.
+            std::optional<DevicePoolView> view;
+            int64_t hbm_blocks = 0;
+            if (const auto& hbm = stack.tiers[0]; hbm != nullptr) {
+              view = hbm->device_pool();
+              hbm_blocks = hbm->info().capacity_blocks;
+            }
+            // Create takes the backends even when it fails: the stack is spent either way.
+            o.tiers = std::move(stack.tiers);
+            stack.consumed = true;
+            absl::StatusOr<std::unique_ptr<KvCache>> made =
+                Unlocked([&] { return KvCache::Create(ns, std::move(o)); });
+            if (!made.ok()) throw StatusError(made.status());
+            PyKvCache out;
+            out.cache = std::shared_ptr<KvCache>(*std::move(made));
+            if (view.has_value() && view->host_accessible && !view->k_base.empty()) {
+              out.pool = PyHbmPool{out.cache, ns.geometry(), stack.hbm_layout, hbm_blocks, *view};
+            }
+            return out;
+          },
+          py::arg("namespace"), py::arg("tiers"), py::kw_only(), py::arg("eviction_policy") = "lru",
+          py::arg("hash") = HashAlgorithm::kXxh3_128,
+          py::arg("write_policy") = WritePolicy::kWriteBack,
+          py::arg("inclusion") = TierInclusion::kInclusive,
+          py::arg("admit_after_uses") = std::array<int, kNumTiers>{1, 1, 1, 1},
+          py::arg("demote_on_evict") = true, py::arg("prefill_flops_per_second") = 4e14,
+          py::arg("measure_bandwidth") = true, py::arg("event_buffer") = 65536,
+          py::arg("room_wait_s") = 10.0, py::arg("bounce_buffers") = 4,
+          py::arg("remote_probe_window_blocks") = 32, py::arg("remote_probe_timeout_s") = 0.02,
+          "KvCache::Create over a TierStack's backends (the stack is consumed).")
+      .def_property_readonly("namespace",
+                             [](const PyKvCache& c) { return Cache(c).cache_namespace(); })
+      .def_property_readonly(
+          "hbm_pool",
+          [](const PyKvCache& c) {
+            if (!c.pool.has_value()) {
+              throw StatusError(absl::FailedPreconditionError(
+                  "KvCache.hbm_pool: the HBM tier is not host-addressable memory"));
+            }
+            return *c.pool;
+          },
+          "The emulated HBM pool as kvtier.HbmPool (writable, no copy).")
+      // ---- Sequences
+      .def(
+          "create_sequence",
+          [](const PyKvCache& c, uint64_t id, uint64_t session, OptAdapter adapter,
+             OptSalt tenant_salt, Items multimodal, double retention_priority, double retention_s) {
+            SequenceOptions o =
+                Identity(std::move(adapter), std::move(tenant_salt), std::move(multimodal));
+            o.session = session;
+            o.retention_priority = retention_priority;
+            o.retention = SecondsToDuration(retention_s);
+            ThrowIfError(Unlocked([&] { return Cache(c).CreateSequence(SequenceId(id), o); }));
+          },
+          py::arg("id"), py::kw_only(), py::arg("session") = 0, py::arg("adapter") = py::none(),
+          py::arg("tenant_salt") = py::none(), py::arg("multimodal") = Items{},
+          py::arg("retention_priority") = 0.0, py::arg("retention_s") = 0.0)
+      .def(
+          "attach_prefix",
+          [](const PyKvCache& c, uint64_t id, const Tokens& prompt) {
+            const auto span = TokenSpan(prompt);
+            return Unwrap(Unlocked([&] { return Cache(c).AttachPrefix(SequenceId(id), span); }));
+          },
+          py::arg("id"), py::arg("prompt"))
+      .def(
+          "append",
+          [](const PyKvCache& c, uint64_t id, const Tokens& tokens) {
+            const auto span = TokenSpan(tokens);
+            return Unwrap(Unlocked([&] { return Cache(c).Append(SequenceId(id), span); }));
+          },
+          py::arg("id"), py::arg("tokens"))
+      .def(
+          "report_written",
+          [](const PyKvCache& c, uint64_t id, int64_t num_tokens, std::optional<Completion> ready) {
+            const Completion done = ready.value_or(Completion::Done(absl::OkStatus()));
+            ThrowIfError(
+                Unlocked([&] { return Cache(c).ReportWritten(SequenceId(id), num_tokens, done); }));
+          },
+          py::arg("id"), py::arg("num_tokens"), py::arg("ready") = py::none(),
+          "The KV of tokens [0, num_tokens) is in HBM once `ready` fires (default: now).")
+      .def(
+          "fork",
+          [](const PyKvCache& c, uint64_t parent, uint64_t child, int64_t num_tokens) {
+            return Unwrap(Unlocked(
+                [&] { return Cache(c).Fork(SequenceId(parent), SequenceId(child), num_tokens); }));
+          },
+          py::arg("parent"), py::arg("child"), py::arg("num_tokens"),
+          "A child with the parent's first num_tokens tokens; a BlockCopy to perform when the "
+          "fork point is inside a block, else None.")
+      .def(
+          "release",
+          [](const PyKvCache& c, uint64_t id, std::optional<StopReason> stop_reason,
+             std::optional<double> expected_idle_s) -> py::object {
+            if (!stop_reason.has_value() && !expected_idle_s.has_value()) {
+              ThrowIfError(Unlocked([&] { return Cache(c).Release(SequenceId(id)); }));
+              return py::none();
+            }
+            ReleaseHints hints;
+            hints.stop_reason = stop_reason.value_or(StopReason::kUnknown);
+            hints.expected_idle = OptionalSeconds(expected_idle_s);
+            return py::cast(
+                Unwrap(Unlocked([&] { return Cache(c).Release(SequenceId(id), hints); })));
+          },
+          py::arg("id"), py::kw_only(), py::arg("stop_reason") = py::none(),
+          py::arg("expected_idle_s") = py::none(),
+          "Drops the sequence (its written full blocks stay cached). With hints, returns the "
+          "HintOutcome; without, None.")
+      .def(
+          "get_sequence",
+          [](const PyKvCache& c, uint64_t id) {
+            return Unwrap(Unlocked([&] { return Cache(c).GetSequence(SequenceId(id)); }));
+          },
+          py::arg("id"))
+      // ---- Hints
+      .def(
+          "pause",
+          [](const PyKvCache& c, uint64_t id, double expected_idle_s) {
+            const absl::Duration idle = SecondsToDuration(expected_idle_s);
+            ThrowIfError(Unlocked([&] { return Cache(c).Pause(SequenceId(id), idle); }));
+          },
+          py::arg("id"), py::arg("expected_idle_s"))
+      .def(
+          "resume",
+          [](const PyKvCache& c, uint64_t id) {
+            return Unwrap(Unlocked([&] { return Cache(c).Resume(SequenceId(id)); }));
+          },
+          py::arg("id"), "Ends a pause; the Completion fires once the blocks are back in HBM.")
+      .def(
+          "prefetch",
+          [](const PyKvCache& c, const Tokens& tokens, OptAdapter a, OptSalt s, Items mm) {
+            const auto span = TokenSpan(tokens);
+            const SequenceOptions o = Identity(std::move(a), std::move(s), std::move(mm));
+            return Unwrap(Unlocked([&] { return Cache(c).Prefetch(span, o); }));
+          },
+          py::arg("tokens"), KVTIER_PY_IDENTITY_ARGS)
+      .def(
+          "retain_prefix",
+          [](const PyKvCache& c, const Tokens& tokens, double priority, double ttl_s, OptAdapter a,
+             OptSalt s, Items mm) {
+            const auto span = TokenSpan(tokens);
+            const SequenceOptions o = Identity(std::move(a), std::move(s), std::move(mm));
+            const absl::Duration ttl = SecondsToDuration(ttl_s);
+            return Unwrap(Unlocked([&] { return Cache(c).RetainPrefix(span, priority, ttl, o); }));
+          },
+          py::arg("tokens"), py::arg("priority"), py::arg("ttl_s"), KVTIER_PY_IDENTITY_ARGS)
+      .def(
+          "invalidate_prefix",
+          [](const PyKvCache& c, const Tokens& tokens, int64_t from_token, OptAdapter a, OptSalt s,
+             Items mm) {
+            const auto span = TokenSpan(tokens);
+            const SequenceOptions o = Identity(std::move(a), std::move(s), std::move(mm));
+            return Unwrap(Unlocked([&] { return Cache(c).InvalidatePrefix(span, from_token, o); }));
+          },
+          py::arg("tokens"), py::arg("from_token") = 0, KVTIER_PY_IDENTITY_ARGS)
+      // ---- Residency
+      .def(
+          "ensure_resident",
+          [](const PyKvCache& c, uint64_t id, int64_t begin_token, int64_t end_token,
+             std::optional<double> timeout_s, ResidencyMode mode) {
+            EnsureResidentOptions o;
+            o.deadline = DeadlineAfter(timeout_s);
+            o.mode = mode;
+            ResidencyTicket ticket = Unwrap(Unlocked([&] {
+              return Cache(c).EnsureResident(SequenceId(id), begin_token, end_token, o);
+            }));
+            return PyTicket{std::move(ticket), c.cache, false};
+          },
+          py::arg("id"), py::arg("begin_token"), py::arg("end_token"), py::kw_only(),
+          py::arg("timeout_s") = py::none(), py::arg("mode") = ResidencyMode::kWait,
+          "Pins blocks [begin / B, ceil(end / B)) in HBM, onboarding those below; a "
+          "ResidencyTicket, usable as a context manager (released on exit).")
+      .def(
+          "release_ticket", [](const PyKvCache&, PyTicket& t) { ReleaseTicket(t); },
+          py::arg("ticket"))
+      // ---- Lookups, stats, events
+      .def(
+          "lookup",
+          [](const PyKvCache& c, const Tokens& tokens, OptAdapter a, OptSalt s, Items mm) {
+            const auto span = TokenSpan(tokens);
+            const SequenceOptions o = Identity(std::move(a), std::move(s), std::move(mm));
+            return Unwrap(Unlocked([&] { return Cache(c).Lookup(span, o); }));
+          },
+          py::arg("tokens"), KVTIER_PY_IDENTITY_ARGS)
+      .def("stats", [](const PyKvCache& c) { return Unlocked([&] { return Cache(c).stats(); }); })
+      .def(
+          "poll_events",
+          [](const PyKvCache& c, uint64_t after_sequence, size_t max_events) {
+            return Unlocked([&] { return Cache(c).PollEvents(after_sequence, max_events); });
+          },
+          py::arg("after_sequence") = 0, py::arg("max_events") = 4096,
+          "Events numbered above after_sequence, oldest first.")
+      .def(
+          "wait_idle",
+          [](const PyKvCache& c, std::optional<double> timeout_s) {
+            const absl::Time deadline = DeadlineAfter(timeout_s);
+            ThrowIfError(Unlocked([&] { return Cache(c).WaitIdle(deadline); }));
+          },
+          py::arg("timeout_s") = py::none(), "Blocks until no transfer is in flight.")
+      .def("check_invariants", [](const PyKvCache& c) {
+        ThrowIfError(Unlocked([&] { return Cache(c).CheckInvariants(); }));
+      });
+}
+
+#undef KVTIER_PY_IDENTITY_ARGS
+
+}  // namespace kvtier::python

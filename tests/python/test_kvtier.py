@@ -1,0 +1,291 @@
+"""The kvtier Python package against kv_cache.h's contract: geometry and namespaces, errors as
+exceptions with their status codes, the serving loop (attach, append, tickets, report_written,
+release), fork, hints, pause/resume, lookups, stats and events. HBM pool bytes are in
+test_hbm_pool.py."""
+import numpy as np
+import pytest
+
+import kvtier
+
+B = 16  # tokens per block
+
+
+def make_namespace(layout=kvtier.HbmLayout.LAYER_FIRST, weights="w1"):
+    g = kvtier.KvGeometry(num_layers=2, num_kv_heads=2, head_dim=8, dtype=kvtier.KvDtype.FP16,
+                          tokens_per_block=B)
+    # An unknown model id: no prefill cost model, so attach restores every matched block.
+    return kvtier.CacheNamespace(g, model_id="test-model", weights_fingerprint=weights,
+                                 hbm_layout=layout)
+
+
+def make_cache(hbm=8, dram=16, **options):
+    ns = make_namespace()
+    return kvtier.KvCache.create(ns, kvtier.TierStack(ns, hbm_blocks=hbm, dram_blocks=dram),
+                                 **options)
+
+
+def tokens(n, seed=0):
+    return np.random.default_rng(seed).integers(0, 50000, n, dtype=np.int32)
+
+
+def serve(cache, seq, prompt, **create):
+    """One request: attach, append the rest, one forward pass, release. The attach result."""
+    cache.create_sequence(seq, **create)
+    hit = cache.attach_prefix(seq, prompt)
+    cache.append(seq, prompt[hit.attached_tokens:])
+    with cache.ensure_resident(seq, 0, len(prompt)):
+        cache.report_written(seq, len(prompt))
+    cache.release(seq)
+    return hit
+
+
+def test_geometry_sizes():
+    g = make_namespace().geometry
+    assert g.kv_planes == 2
+    assert g.bytes_per_token_per_layer == 2 * 2 * 8 * 2
+    assert g.bytes_per_block == B * 2 * (2 * 2 * 8 * 2)
+    assert g.blocks_for_tokens(33) == 3
+    assert g.dtype_name == "fp16"
+    by_name = kvtier.KvGeometry(num_layers=2, num_kv_heads=2, head_dim=8, dtype="fp16",
+                                tokens_per_block=B)
+    assert by_name == g
+    assert "layers=2" in repr(g)
+
+
+def test_invalid_geometry_raises_invalid_argument():
+    with pytest.raises(kvtier.InvalidArgumentError) as e:
+        kvtier.KvGeometry(num_layers=0, num_kv_heads=2, head_dim=8)
+    assert isinstance(e.value, kvtier.Error)
+    assert e.value.code == 3
+    assert e.value.code_name == "INVALID_ARGUMENT"
+    assert "num_layers" in e.value.message
+    with pytest.raises(kvtier.InvalidArgumentError):
+        kvtier.KvGeometry(num_layers=2, num_kv_heads=2, head_dim=8, dtype="int4")
+
+
+def test_namespace_digest_follows_its_fields():
+    a, b, c = make_namespace(), make_namespace(), make_namespace(weights="w2")
+    assert a.digest == b.digest and len(a.digest) == 16
+    assert a.digest_hex == a.digest.hex()
+    assert a.digest != c.digest
+    assert make_namespace(kvtier.HbmLayout.BLOCK_FIRST).digest != a.digest
+    with pytest.raises(kvtier.InvalidArgumentError):
+        kvtier.CacheNamespace(a.geometry, model_id="", weights_fingerprint="w")
+
+
+def test_errors_carry_the_documented_codes():
+    cache = make_cache()
+    with pytest.raises(kvtier.NotFoundError) as e:
+        cache.append(99, [1, 2, 3])
+    assert e.value.code == 5 and e.value.code_name == "NOT_FOUND"
+    assert str(e.value).startswith("NOT_FOUND: ")
+    cache.create_sequence(1)
+    with pytest.raises(kvtier.AlreadyExistsError):
+        cache.create_sequence(1)
+    cache.append(1, tokens(20))
+    with pytest.raises(kvtier.OutOfRangeError):
+        cache.ensure_resident(1, 0, 21)
+    with pytest.raises(kvtier.InvalidArgumentError):
+        cache.ensure_resident(1, 10, 5)
+    with pytest.raises(kvtier.DeadlineExceededError):
+        cache.ensure_resident(1, 0, 20, timeout_s=-1.0)
+    cache.report_written(1, 10)
+    with pytest.raises(kvtier.InvalidArgumentError):
+        cache.report_written(1, 5)  # below what was reported
+    cache.release(1)
+    with pytest.raises(kvtier.FailedPreconditionError):
+        cache.release(1)
+    with pytest.raises(kvtier.InvalidArgumentError):
+        cache.append(1, np.zeros((2, 2), dtype=np.int32))  # not 1-D
+    assert kvtier.error_class(5) is kvtier.NotFoundError
+    assert issubclass(kvtier.ResourceExhaustedError, kvtier.Error)
+    cache.check_invariants()
+
+
+def test_attach_finds_the_written_prefix():
+    cache = make_cache()
+    first = tokens(40)
+    assert serve(cache, 1, first).matched_tokens == 0
+    second = np.concatenate([first, tokens(10, seed=1)])
+    lookup = cache.lookup(second)
+    assert lookup.matched_tokens == 32
+    assert lookup.blocks_by_tier[int(kvtier.Tier.HBM)] == 2
+    hit = serve(cache, 2, second)
+    assert hit.matched_tokens == 32
+    assert hit.attached_tokens == 32
+    assert hit.attached_blocks_by_tier == [2, 0, 0, 0]
+    assert hit.plan.restore_blocks == 2
+    stats = cache.stats()
+    assert stats.attach_queries == 2
+    assert stats.query_tokens == 40 + 50
+    assert stats.matched_tokens == 32
+    assert stats.attached_tokens == 32
+    assert stats.tier(kvtier.Tier.HBM).hits == 2
+    assert stats.live_sequences == 0 and stats.open_tickets == 0
+    # Sequence 2 wrote 50 tokens: 3 full blocks, the first 2 shared with sequence 1.
+    assert stats.indexed_blocks == 3
+    # Other identity extras name other blocks.
+    assert cache.lookup(second, tenant_salt="tenant-b").matched_tokens == 0
+    assert cache.lookup(second, adapter=kvtier.AdapterIdentity("lora", 1)).matched_tokens == 0
+
+
+def test_ticket_is_a_context_manager_with_an_int32_block_table():
+    cache = make_cache()
+    cache.create_sequence(1)
+    cache.append(1, tokens(40))
+    with cache.ensure_resident(1, 0, 40) as t:
+        table = t.block_table
+        assert table.dtype == np.int32 and table.shape == (3,)
+        assert (table >= 0).all() and len(set(table.tolist())) == 3
+        assert t.first_block == 0 and t.tokens_per_block == B and t.tokens_in_last_block == 8
+        assert t.block_status == [kvtier.BlockResidency.RESIDENT] * 3
+        assert t.block_error(0) is None
+        assert t.resident_tokens == 40
+        assert t.completion.done and t.completion.ok and t.completion.error is None
+        assert t.sequence == 1 and (t.begin_token, t.end_token) == (0, 40)
+        stats = cache.stats()
+        assert stats.open_tickets == 1
+        assert stats.tier(kvtier.Tier.HBM).locked_blocks == 3
+        assert not t.released
+    assert t.released
+    stats = cache.stats()
+    assert stats.open_tickets == 0 and stats.tier(kvtier.Tier.HBM).locked_blocks == 0
+    with pytest.raises(kvtier.FailedPreconditionError):
+        t.release()
+    t2 = cache.ensure_resident(1, 16, 40)
+    assert t2.first_block == 1 and len(t2.block_table) == 2
+    cache.release_ticket(t2)
+    assert t2.released
+    with cache.ensure_resident(1, 0, 40) as t3:
+        t3.release()  # an early release inside the block: the exit does not release twice
+    cache.check_invariants()
+
+
+def test_fork_shares_full_blocks_and_copies_a_partial_one():
+    cache = make_cache()
+    cache.create_sequence(1)
+    cache.append(1, tokens(20))
+    with cache.ensure_resident(1, 0, 20) as t:
+        parent_slots = t.block_table.tolist()
+        cache.report_written(1, 20)
+    assert cache.fork(1, 2, 16) is None
+    copy = cache.fork(1, 3, 20)
+    assert copy is not None
+    assert copy.src == parent_slots[1] and copy.dst != copy.src and copy.num_tokens == 4
+    assert cache.get_sequence(3).num_tokens == 20
+    assert cache.get_sequence(2).num_blocks == 1
+    with pytest.raises(kvtier.AlreadyExistsError):
+        cache.fork(1, 2, 4)
+    with pytest.raises(kvtier.OutOfRangeError):
+        cache.fork(1, 4, 21)
+    cache.check_invariants()
+
+
+def test_release_hints_are_answered():
+    cache = make_cache(eviction_policy="reuse_index")
+    cache.create_sequence(1, session=42)
+    cache.append(1, tokens(40))
+    cache.report_written(1, 40)
+    out = cache.release(1, stop_reason=kvtier.StopReason.TOOL_USE, expected_idle_s=5.0)
+    assert out.result == kvtier.HintResult.ACCEPTED and out.blocks == 2
+    cache.create_sequence(2)  # no session: nothing to tie the hint to
+    cache.append(2, tokens(20, seed=2))
+    out = cache.release(2, stop_reason=kvtier.StopReason.END_TURN)
+    assert out.result == kvtier.HintResult.REJECTED and out.reason
+    with pytest.raises(kvtier.NotFoundError):
+        cache.release(3, stop_reason=kvtier.StopReason.LENGTH)
+
+
+def test_pause_moves_references_down_and_resume_brings_them_back():
+    cache = make_cache()
+    cache.create_sequence(1, session=1)
+    cache.append(1, tokens(40))
+    cache.report_written(1, 40)
+    cache.pause(1, expected_idle_s=9.0)
+    assert cache.get_sequence(1).paused
+    with pytest.raises(kvtier.FailedPreconditionError):
+        cache.pause(1, 1.0)
+    cache.wait_idle(timeout_s=30)
+    assert cache.stats().tier(kvtier.Tier.DRAM).stored == 2
+    assert cache.get_sequence(1).blocks_by_tier[int(kvtier.Tier.DRAM)] == 2
+    done = cache.resume(1)
+    done.wait(timeout_s=30)
+    info = cache.get_sequence(1)
+    assert not info.paused and info.written_tokens == 40 and info.num_blocks == 3
+    with pytest.raises(kvtier.FailedPreconditionError):
+        cache.resume(1)
+    cache.check_invariants()
+
+
+def test_report_written_waits_for_the_kernel_completion():
+    cache = make_cache()
+    prompt = tokens(32)
+    cache.create_sequence(1)
+    cache.append(1, prompt)
+    kernel_done = kvtier.Completion()
+    assert not kernel_done.done
+    cache.report_written(1, 32, kernel_done)
+    assert cache.lookup(prompt).matched_tokens == 0  # not readable before the kernel is done
+    assert kernel_done.complete()
+    assert not kernel_done.complete(13, "second outcome loses")
+    assert kernel_done.ok
+    assert cache.lookup(prompt).matched_tokens == 32
+
+
+def test_retain_invalidate_and_prefetch():
+    cache = make_cache()
+    prompt = tokens(40)
+    serve(cache, 1, prompt)
+    out = cache.retain_prefix(prompt, 1.0, 60.0)
+    assert out.result == kvtier.HintResult.ACCEPTED and out.blocks == 2
+    assert cache.retain_prefix(prompt, -1.0, 60.0).result == kvtier.HintResult.REJECTED
+    assert cache.prefetch(tokens(40, seed=9)) == 0  # nothing cached to onboard
+    out = cache.invalidate_prefix(prompt, from_token=16)
+    assert out.result == kvtier.HintResult.ACCEPTED and out.blocks == 1
+    assert cache.lookup(prompt).matched_tokens == 16
+    assert cache.invalidate_prefix(prompt, from_token=-1).result == kvtier.HintResult.REJECTED
+
+
+def test_events_and_stats_agree():
+    cache = make_cache()
+    serve(cache, 1, tokens(40))
+    events = cache.poll_events()
+    assert [e.sequence for e in events] == list(range(1, len(events) + 1))
+    stored_hbm = [e for e in events
+                  if e.kind == kvtier.CacheEventKind.STORED and e.tier == kvtier.Tier.HBM]
+    assert len(stored_hbm) == 2 and len({e.key for e in stored_hbm}) == 2
+    assert all(len(e.key) == 32 for e in events)
+    stats = cache.stats()
+    assert stats.last_event_sequence == events[-1].sequence
+    assert stats.tier(kvtier.Tier.HBM).stored == 2
+    assert cache.poll_events(after_sequence=events[-1].sequence) == []
+    assert len(cache.poll_events(max_events=1)) == 1
+    d = stats.as_dict()
+    assert d["tiers"]["hbm"]["stored"] == 2 and d["tiers"]["nvme"]["present"] is False
+    assert d["blocks_moved"][0][1] == stats.moved(kvtier.Tier.HBM, kvtier.Tier.DRAM)
+    hbm = stats.tiers[0]
+    assert hbm.capacity_blocks == 8
+    assert (hbm.free_blocks + hbm.locked_blocks + hbm.held_blocks + hbm.droppable_blocks
+            + hbm.in_flight_blocks + hbm.quarantined_blocks) == 8
+    assert "kvtier_" in stats.prometheus()
+
+
+def test_tier_stack_options_and_consumption(tmp_path):
+    ns = make_namespace()
+    stack = kvtier.TierStack(ns, hbm_blocks=4, dram_blocks=4, nvme_blocks=8,
+                             nvme_path=str(tmp_path / "kv.nvme"), remote_blocks=8,
+                             remote_directory=str(tmp_path / "remote"))
+    assert stack.capacity_blocks(kvtier.Tier.NVME) == 8
+    assert stack.backend_name(kvtier.Tier.HBM).startswith("emulated_hbm")
+    cache = kvtier.KvCache.create(ns, stack, write_policy=kvtier.WritePolicy.WRITE_THROUGH)
+    assert stack.consumed and stack.capacity_blocks(kvtier.Tier.HBM) == 0
+    with pytest.raises(kvtier.FailedPreconditionError):
+        kvtier.KvCache.create(ns, stack)
+    assert [t.present for t in cache.stats().tiers] == [True, True, True, True]
+    serve(cache, 1, tokens(32))
+    cache.wait_idle(timeout_s=30)
+    assert cache.stats().tier(kvtier.Tier.DRAM).stored == 2  # write-through: one tier down
+    with pytest.raises(kvtier.InvalidArgumentError):
+        kvtier.TierStack(ns, hbm_blocks=-1)
+    with pytest.raises(kvtier.InvalidArgumentError):
+        kvtier.KvCache.create(ns, kvtier.TierStack(ns, hbm_blocks=4), eviction_policy="nope")

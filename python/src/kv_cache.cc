@@ -70,6 +70,22 @@ void ReleaseTicket(PyTicket& t) {
   ThrowIfError(Unlocked([&] { return t.cache->ReleaseTicket(t.ticket); }));
 }
 
+void BindHashedPrompt(py::module_& m) {
+  py::class_<HashedPrompt>(m, "HashedPrompt",
+                           "A prompt with its full blocks' keys (KvCache.hash_prompt). Immutable.")
+      .def_property_readonly("tokens",
+                             [](const HashedPrompt& p) {
+                               const auto t = p.tokens();
+                               return py::array_t<int32_t>(static_cast<py::ssize_t>(t.size()),
+                                                           t.data());
+                             })
+      .def_property_readonly("keys", [](const HashedPrompt& p) {
+        std::vector<std::string> keys;
+        for (const BlockKey& k : p.keys()) keys.push_back(k.ToHex());
+        return keys;
+      });
+}
+
 void BindTicket(py::module_& m) {
   py::class_<PyTicket>(m, "ResidencyTicket",
                        "The outcome of KvCache.ensure_resident: the range's blocks pinned in HBM "
@@ -127,6 +143,7 @@ void BindTicket(py::module_& m) {
 }  // namespace
 
 void BindKvCache(py::module_& m) {
+  BindHashedPrompt(m);
   BindTicket(m);
 
   py::class_<PyKvCache>(
@@ -343,6 +360,28 @@ void BindKvCache(py::module_& m) {
             return Unwrap(Unlocked([&] { return Cache(c).Lookup(span, o); }));
           },
           py::arg("tokens"), KVTIER_PY_IDENTITY_ARGS)
+      .def(
+          "hash_prompt",
+          [](const PyKvCache& c, const Tokens& tokens, OptAdapter a, OptSalt s, Items mm) {
+            const auto span = TokenSpan(tokens);
+            const SequenceOptions o = Identity(std::move(a), std::move(s), std::move(mm));
+            return Unwrap(Unlocked([&] { return Cache(c).HashPrompt(span, o); }));
+          },
+          py::arg("tokens"), KVTIER_PY_IDENTITY_ARGS,
+          "The prompt's block keys, hashed once for lookup_hashed and attach_hashed_prefix.")
+      .def(
+          "lookup_hashed",
+          [](const PyKvCache& c, const HashedPrompt& prompt) {
+            return Unwrap(Unlocked([&] { return Cache(c).LookupHashed(prompt); }));
+          },
+          py::arg("prompt"))
+      .def(
+          "attach_hashed_prefix",
+          [](const PyKvCache& c, uint64_t id, const HashedPrompt& prompt) {
+            return Unwrap(
+                Unlocked([&] { return Cache(c).AttachHashedPrefix(SequenceId(id), prompt); }));
+          },
+          py::arg("id"), py::arg("prompt"))
       .def("stats", [](const PyKvCache& c) { return Unlocked([&] { return Cache(c).stats(); }); })
       .def(
           "poll_events",

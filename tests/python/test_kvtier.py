@@ -289,3 +289,20 @@ def test_tier_stack_options_and_consumption(tmp_path):
         kvtier.TierStack(ns, hbm_blocks=-1)
     with pytest.raises(kvtier.InvalidArgumentError):
         kvtier.KvCache.create(ns, kvtier.TierStack(ns, hbm_blocks=4), eviction_policy="nope")
+
+
+def test_a_prompt_hashed_once_serves_lookup_and_attach():
+    cache = make_cache()
+    prompt = tokens(40)
+    serve(cache, 1, prompt)
+    hashed = cache.hash_prompt(prompt)
+    assert len(hashed.keys) == 2 and all(len(k) == 32 for k in hashed.keys)
+    assert (hashed.tokens == prompt).all()
+    assert cache.lookup_hashed(hashed).matched_tokens == 32
+    cache.create_sequence(2)
+    assert cache.attach_hashed_prefix(2, hashed).attached_tokens == 32
+    cache.create_sequence(3, tenant_salt="other")
+    with pytest.raises(kvtier.InvalidArgumentError):
+        cache.attach_hashed_prefix(3, hashed)  # hashed under another identity
+    stored = {e.key for e in cache.poll_events() if e.kind == kvtier.CacheEventKind.STORED}
+    assert set(hashed.keys) <= stored

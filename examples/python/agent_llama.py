@@ -169,14 +169,14 @@ class Server:
         return tokens, hit
 
 
-def main():
+def serve(sessions=4, decode=6):
+    """Runs every session's two turns; a summary of what happened (asserting every step)."""
     torch.set_num_threads(2)
     model = Model(seed=0)
     g = kvtier.KvGeometry(num_layers=LAYERS, num_kv_heads=KV_HEADS, head_dim=2 * HEAD_DIM,
                           dtype=kvtier.KvDtype.FP16, tokens_per_block=B)
     ns = kvtier.CacheNamespace(g, model_id="tiny-llama-fp32-as-fp16x2", weights_fingerprint="seed0")
     rng = np.random.default_rng(0)
-    sessions = 4
     with tempfile.TemporaryDirectory() as tmp:
         stack = kvtier.TierStack(ns, hbm_blocks=10, dram_blocks=8, nvme_blocks=64,
                                  nvme_path=f"{tmp}/kv.nvme")
@@ -185,25 +185,32 @@ def main():
         turn1 = {}
         for s in range(sessions):  # turn 1 of every session; each then waits on a tool
             prompt = rng.integers(0, VOCAB, 40).tolist()
-            turn1[s], _ = server.turn(100 + s, s + 1, prompt, decode=6)
+            turn1[s], _ = server.turn(100 + s, s + 1, prompt, decode)
             cache.pause(100 + s, expected_idle_s=5.0)
         for s in range(sessions):  # the tools return: turn 1's requests end
             cache.release(100 + s, stop_reason=kvtier.StopReason.TOOL_USE)
         restored = 0
         for s in range(sessions):  # turn 2: the context so far plus the tool's result
             context = turn1[s] + rng.integers(0, VOCAB, 12).tolist()
-            _, hit = server.turn(200 + s, s + 1, context, decode=6)
+            _, hit = server.turn(200 + s, s + 1, context, decode)
             restored += sum(hit.attached_blocks_by_tier[1:])
             cache.release(200 + s, stop_reason=kvtier.StopReason.END_TURN)
         cache.check_invariants()
         stats = cache.stats()
-    hits = [stats.tiers[t].hits for t in range(3)]
-    print(f"{server.steps} steps, max |logits - dense| = {server.max_error:.2e}, "
-          f"greedy tokens identical; attached blocks restored from below HBM: {restored}; "
-          f"hits hbm/dram/nvme = {hits[0]}/{hits[1]}/{hits[2]}; "
-          f"demotions hbm->dram {stats.moved(kvtier.Tier.HBM, kvtier.Tier.DRAM)}, "
-          f"dram->nvme {stats.moved(kvtier.Tier.DRAM, kvtier.Tier.NVME)}")
-    ok = restored > 0 and hits[1] + hits[2] > 0
+    return dict(steps=server.steps, max_error=server.max_error, restored_blocks=restored,
+                hits=[stats.tiers[t].hits for t in range(3)],
+                hbm_to_dram=stats.moved(kvtier.Tier.HBM, kvtier.Tier.DRAM),
+                dram_to_nvme=stats.moved(kvtier.Tier.DRAM, kvtier.Tier.NVME))
+
+
+def main():
+    r = serve()
+    hits = r["hits"]
+    print(f"{r['steps']} steps, max |logits - dense| = {r['max_error']:.2e}, "
+          f"greedy tokens identical; attached blocks restored from below HBM: "
+          f"{r['restored_blocks']}; hits hbm/dram/nvme = {hits[0]}/{hits[1]}/{hits[2]}; "
+          f"demotions hbm->dram {r['hbm_to_dram']}, dram->nvme {r['dram_to_nvme']}")
+    ok = r["restored_blocks"] > 0 and hits[1] + hits[2] > 0
     print("agent_llama: OK" if ok else "agent_llama: nothing was restored from a lower tier")
     return 0 if ok else 1
 

@@ -23,6 +23,13 @@ are float seconds (`*_s`); per-tier lists are indexed by `int(kvtier.Tier.X)`. A
 raises `kvtier.Error` (subclass per absl status code: `kvtier.NotFoundError`, ...) with `code`,
 `code_name` and `message`.
 
+For a scheduler: `append`, `fork` and `truncate` take `wait=kvtier.RoomWait.NEVER` (raise
+`kvtier.ResourceExhaustedError`, nothing changed, while HBM is short instead of waiting);
+`check_room(seq=..., num_new_tokens=...)` or `check_room(num_slots=...)` answers a `RoomCheck`;
+`reset_prefix_cache(tier=None)` drops droppable copies; `create_sequence(...,
+enable_caching=False)` keeps a sequence's blocks private; `release(..., preempted=True)` then
+`create_sequence(..., readmission=True)` counts `stats().preemptions` and `readmitted_blocks`.
+
 The HBM pool (`KvCache.hbm_pool`, the emulated HBM in host memory) is writable memory viewed
 without a copy: the buffer protocol gives its bytes flat; `array()`, `layer(l)`, `k(l)`, `v(l)`
 give numpy views in its layout (see `HbmPool`), and `tensor()` the same as torch tensors.

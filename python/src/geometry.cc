@@ -79,7 +79,12 @@ void BindGeometry(py::module_& m) {
       .value("REJECTED", HintOutcome::Result::kRejected);
   py::enum_<CacheEventKind>(m, "CacheEventKind")
       .value("STORED", CacheEventKind::kStored)
-      .value("REMOVED", CacheEventKind::kRemoved);
+      .value("REMOVED", CacheEventKind::kRemoved)
+      .value("ALL_CLEARED", CacheEventKind::kAllCleared);
+  py::enum_<RoomWait>(m, "RoomWait",
+                      "How append, fork and truncate behave while HBM is short (kv_cache.h).")
+      .value("WAIT", RoomWait::kWait)
+      .value("NEVER", RoomWait::kNever);
   py::enum_<TierBackendKind>(m, "TierBackendKind")
       .value("NATIVE", TierBackendKind::kNative)
       .value("METADATA", TierBackendKind::kMetadata);

@@ -223,17 +223,24 @@ void BindKvCache(py::module_& m) {
       .def(
           "create_sequence",
           [](const PyKvCache& c, uint64_t id, uint64_t session, OptAdapter adapter,
-             OptSalt tenant_salt, Items multimodal, double retention_priority, double retention_s) {
+             OptSalt tenant_salt, Items multimodal, double retention_priority, double retention_s,
+             bool enable_caching, bool readmission) {
             SequenceOptions o =
                 Identity(std::move(adapter), std::move(tenant_salt), std::move(multimodal));
             o.session = session;
             o.retention_priority = retention_priority;
             o.retention = SecondsToDuration(retention_s);
+            o.enable_caching = enable_caching;
+            o.readmission = readmission;
             ThrowIfError(Unlocked([&] { return Cache(c).CreateSequence(SequenceId(id), o); }));
           },
           py::arg("id"), py::kw_only(), py::arg("session") = 0, py::arg("adapter") = py::none(),
           py::arg("tenant_salt") = py::none(), py::arg("multimodal") = Items{},
-          py::arg("retention_priority") = 0.0, py::arg("retention_s") = 0.0)
+          py::arg("retention_priority") = 0.0, py::arg("retention_s") = 0.0,
+          py::arg("enable_caching") = true, py::arg("readmission") = false,
+          "enable_caching=False: the sequence's blocks are private (never indexed, never "
+          "attached); readmission=True: it re-admits a preempted request, so what it attaches "
+          "counts as readmitted_blocks, not hits.")
       .def(
           "attach_prefix",
           [](const PyKvCache& c, uint64_t id, const Tokens& prompt) {
@@ -243,11 +250,13 @@ void BindKvCache(py::module_& m) {
           py::arg("id"), py::arg("prompt"))
       .def(
           "append",
-          [](const PyKvCache& c, uint64_t id, const Tokens& tokens) {
+          [](const PyKvCache& c, uint64_t id, const Tokens& tokens, RoomWait wait) {
             const auto span = TokenSpan(tokens);
-            return Unwrap(Unlocked([&] { return Cache(c).Append(SequenceId(id), span); }));
+            return Unwrap(Unlocked([&] { return Cache(c).Append(SequenceId(id), span, wait); }));
           },
-          py::arg("id"), py::arg("tokens"))
+          py::arg("id"), py::arg("tokens"), py::kw_only(), py::arg("wait") = RoomWait::kWait,
+          "Slots for more tokens. wait=RoomWait.NEVER never blocks: ResourceExhaustedError "
+          "(nothing changed) while HBM is short.")
       .def(
           "report_written",
           [](const PyKvCache& c, uint64_t id, int64_t num_tokens, std::optional<Completion> ready) {
@@ -259,31 +268,68 @@ void BindKvCache(py::module_& m) {
           "The KV of tokens [0, num_tokens) is in HBM once `ready` fires (default: now).")
       .def(
           "fork",
-          [](const PyKvCache& c, uint64_t parent, uint64_t child, int64_t num_tokens) {
-            return Unwrap(Unlocked(
-                [&] { return Cache(c).Fork(SequenceId(parent), SequenceId(child), num_tokens); }));
+          [](const PyKvCache& c, uint64_t parent, uint64_t child, int64_t num_tokens,
+             RoomWait wait) {
+            return Unwrap(Unlocked([&] {
+              return Cache(c).Fork(SequenceId(parent), SequenceId(child), num_tokens, wait);
+            }));
           },
-          py::arg("parent"), py::arg("child"), py::arg("num_tokens"),
+          py::arg("parent"), py::arg("child"), py::arg("num_tokens"), py::kw_only(),
+          py::arg("wait") = RoomWait::kWait,
           "A child with the parent's first num_tokens tokens; a BlockCopy to perform when the "
           "fork point is inside a block, else None.")
       .def(
+          "truncate",
+          [](const PyKvCache& c, uint64_t id, int64_t num_tokens, RoomWait wait) {
+            return Unwrap(
+                Unlocked([&] { return Cache(c).Truncate(SequenceId(id), num_tokens, wait); }));
+          },
+          py::arg("id"), py::arg("num_tokens"), py::kw_only(), py::arg("wait") = RoomWait::kWait,
+          "Cuts the sequence back to its first num_tokens tokens; a BlockCopy (the cut block's "
+          "first num_tokens % B positions into a fresh slot) to perform when the cut is inside a "
+          "full block, else None.")
+      .def(
+          "check_room",
+          [](const PyKvCache& c, std::optional<uint64_t> seq, std::optional<int64_t> num_new_tokens,
+             std::optional<int64_t> num_slots) {
+            if (num_slots.has_value()) {
+              if (seq.has_value() || num_new_tokens.has_value()) {
+                throw StatusError(absl::InvalidArgumentError(
+                    "check_room: give num_slots alone, or seq and num_new_tokens"));
+              }
+              return Unwrap(Unlocked([&] { return Cache(c).CheckRoom(*num_slots); }));
+            }
+            if (!seq.has_value() || !num_new_tokens.has_value()) {
+              throw StatusError(absl::InvalidArgumentError(
+                  "check_room: give seq and num_new_tokens, or num_slots alone"));
+            }
+            return Unwrap(
+                Unlocked([&] { return Cache(c).CheckRoom(SequenceId(*seq), *num_new_tokens); }));
+          },
+          py::kw_only(), py::arg("seq") = py::none(), py::arg("num_new_tokens") = py::none(),
+          py::arg("num_slots") = py::none(),
+          "Whether num_new_tokens more tokens of sequence seq (or num_slots new blocks, for a "
+          "request not yet created) fit in HBM now: a RoomCheck. Never blocks on transfers.")
+      .def(
           "release",
           [](const PyKvCache& c, uint64_t id, std::optional<StopReason> stop_reason,
-             std::optional<double> expected_idle_s) -> py::object {
-            if (!stop_reason.has_value() && !expected_idle_s.has_value()) {
+             std::optional<double> expected_idle_s, bool preempted) -> py::object {
+            if (!stop_reason.has_value() && !expected_idle_s.has_value() && !preempted) {
               ThrowIfError(Unlocked([&] { return Cache(c).Release(SequenceId(id)); }));
               return py::none();
             }
             ReleaseHints hints;
             hints.stop_reason = stop_reason.value_or(StopReason::kUnknown);
             hints.expected_idle = OptionalSeconds(expected_idle_s);
+            hints.preempted = preempted;
             return py::cast(
                 Unwrap(Unlocked([&] { return Cache(c).Release(SequenceId(id), hints); })));
           },
           py::arg("id"), py::kw_only(), py::arg("stop_reason") = py::none(),
-          py::arg("expected_idle_s") = py::none(),
-          "Drops the sequence (its written full blocks stay cached). With hints, returns the "
-          "HintOutcome; without, None.")
+          py::arg("expected_idle_s") = py::none(), py::arg("preempted") = false,
+          "Drops the sequence (its written full blocks stay cached). With hints (stop_reason, "
+          "expected_idle_s or preempted=True: the scheduler preempted the request, counted in "
+          "stats().preemptions), returns the HintOutcome; without, None.")
       .def(
           "get_sequence",
           [](const PyKvCache& c, uint64_t id) {
@@ -383,6 +429,15 @@ void BindKvCache(py::module_& m) {
           },
           py::arg("id"), py::arg("prompt"))
       .def("stats", [](const PyKvCache& c) { return Unlocked([&] { return Cache(c).stats(); }); })
+      .def(
+          "reset_prefix_cache",
+          [](const PyKvCache& c, std::optional<Tier> tier) {
+            return Unwrap(Unlocked([&] { return Cache(c).ResetPrefixCache(tier); }));
+          },
+          py::arg("tier") = py::none(),
+          "Drops every droppable cached copy of `tier` (None: every tier); held and busy copies "
+          "stay. Emits REMOVED per copy, then ALL_CLEARED per tier cleared. Returns how many "
+          "copies were dropped.")
       .def(
           "poll_events",
           [](const PyKvCache& c, uint64_t after_sequence, size_t max_events) {

@@ -66,6 +66,8 @@ py::dict CacheStatsDict(const KvCacheStats& s) {
   d["attached_tokens"] = s.attached_tokens;
   d["cached_but_recomputed_blocks"] = s.cached_but_recomputed_blocks;
   d["indexed_blocks"] = s.indexed_blocks;
+  d["preemptions"] = s.preemptions;
+  d["readmitted_blocks"] = s.readmitted_blocks;
   d["blocks_moved"] = py::cast(s.blocks_moved);
   d["last_event_sequence"] = s.last_event_sequence;
   d["remote_probe"] = ProbeStatsDict(s.remote_probe);
@@ -103,12 +105,33 @@ void BindResults(py::module_& m) {
       .def_readonly("num_sealed_blocks", &KvAppendResult::num_sealed_blocks)
       .def_readonly("num_new_slots", &KvAppendResult::num_new_slots);
 
-  py::class_<BlockCopy>(m, "BlockCopy",
-                        "Fork's copy-on-write order: copy the first num_tokens token positions of "
-                        "HBM slot src into slot dst, every layer, before a kernel reads dst.")
+  py::class_<BlockCopy>(
+      m, "BlockCopy",
+      "Fork's and truncate's copy-on-write order: copy the first num_tokens token positions of "
+      "HBM slot src into slot dst, every layer, before a kernel reads dst.")
       .def_property_readonly("src", [](const BlockCopy& c) { return c.src.value(); })
       .def_property_readonly("dst", [](const BlockCopy& c) { return c.dst.value(); })
       .def_readonly("num_tokens", &BlockCopy::num_tokens);
+
+  py::class_<RoomCheck>(m, "RoomCheck",
+                        "Whether HBM has room for a request now (KvCache.check_room), in HBM "
+                        "slots, read from counters without evicting or waiting.")
+      .def_readonly("needed_slots", &RoomCheck::needed_slots)
+      .def_readonly("free_slots", &RoomCheck::free_slots)
+      .def_readonly("evictable_slots", &RoomCheck::evictable_slots)
+      .def_readonly("demotions_in_flight", &RoomCheck::demotions_in_flight)
+      .def_readonly("fits_now", &RoomCheck::fits_now)
+      .def_readonly("fits_after_evictions", &RoomCheck::fits_after_evictions)
+      .def_readonly("missing_slots", &RoomCheck::missing_slots)
+      .def("__repr__", [](const RoomCheck& r) {
+        return "RoomCheck(needed_slots=" + std::to_string(r.needed_slots) +
+               ", free_slots=" + std::to_string(r.free_slots) +
+               ", evictable_slots=" + std::to_string(r.evictable_slots) +
+               ", demotions_in_flight=" + std::to_string(r.demotions_in_flight) +
+               ", fits_now=" + (r.fits_now ? "True" : "False") +
+               ", fits_after_evictions=" + (r.fits_after_evictions ? "True" : "False") +
+               ", missing_slots=" + std::to_string(r.missing_slots) + ")";
+      });
 
   py::class_<SequenceInfo>(m, "SequenceInfo")
       .def_readonly("num_tokens", &SequenceInfo::num_tokens)
@@ -180,6 +203,8 @@ void BindResults(py::module_& m) {
       .def_readonly("attached_tokens", &KvCacheStats::attached_tokens)
       .def_readonly("cached_but_recomputed_blocks", &KvCacheStats::cached_but_recomputed_blocks)
       .def_readonly("indexed_blocks", &KvCacheStats::indexed_blocks)
+      .def_readonly("preemptions", &KvCacheStats::preemptions)
+      .def_readonly("readmitted_blocks", &KvCacheStats::readmitted_blocks)
       .def_readonly("blocks_moved", &KvCacheStats::blocks_moved)
       .def(
           "moved",
@@ -195,15 +220,18 @@ void BindResults(py::module_& m) {
 
   py::class_<CacheEvent>(m, "CacheEvent",
                          "A block copy became readable in a tier (STORED) or stopped being "
-                         "readable there (REMOVED).")
+                         "readable there (REMOVED), or reset_prefix_cache cleared a tier "
+                         "(ALL_CLEARED, key: the root key).")
       .def_readonly("sequence", &CacheEvent::sequence)
       .def_readonly("kind", &CacheEvent::kind)
       .def_property_readonly("key", [](const CacheEvent& e) { return e.key.ToHex(); })
       .def_readonly("tier", &CacheEvent::tier)
       .def("__repr__", [](const CacheEvent& e) {
-        return "CacheEvent(" + std::to_string(e.sequence) +
-               (e.kind == CacheEventKind::kStored ? ", STORED, " : ", REMOVED, ") + e.key.ToHex() +
-               ", " + std::string(TierName(e.tier)) + ")";
+        const char* kind = e.kind == CacheEventKind::kStored    ? ", STORED, "
+                           : e.kind == CacheEventKind::kRemoved ? ", REMOVED, "
+                                                                : ", ALL_CLEARED, ";
+        return "CacheEvent(" + std::to_string(e.sequence) + kind + e.key.ToHex() + ", " +
+               std::string(TierName(e.tier)) + ")";
       });
 }
 

@@ -1,7 +1,10 @@
 """The kvtier Python package against kv_cache.h's contract: geometry and namespaces, errors as
 exceptions with their status codes, the serving loop (attach, append, tickets, report_written,
-release), fork, hints, pause/resume, lookups, stats and events. HBM pool bytes are in
-test_hbm_pool.py."""
+release), fork, hints, pause/resume, lookups, stats and events, and the scheduler calls (truncate,
+RoomWait.NEVER, check_room, reset_prefix_cache, caching off, preemption and readmission). HBM pool
+bytes are in test_hbm_pool.py."""
+import time
+
 import numpy as np
 import pytest
 
@@ -306,3 +309,177 @@ def test_a_prompt_hashed_once_serves_lookup_and_attach():
         cache.attach_hashed_prefix(3, hashed)  # hashed under another identity
     stored = {e.key for e in cache.poll_events() if e.kind == kvtier.CacheEventKind.STORED}
     assert set(hashed.keys) <= stored
+
+
+# ---- The scheduler calls (tests/unit/cache/scheduler_api_test.cc in Python form)
+
+
+def add(cache, seq, toks, written, **create):
+    """Creates seq, appends toks and reports the first `written` of them written."""
+    cache.create_sequence(seq, **create)
+    cache.append(seq, toks)
+    if written > 0:
+        cache.report_written(seq, written)
+
+
+def free_hbm(cache):
+    return cache.stats().tier(kvtier.Tier.HBM).free_blocks
+
+
+def test_truncate_inside_a_full_block_returns_a_copy_of_its_head():
+    cache = make_cache(hbm=16)
+    toks = tokens(2 * B + 2, seed=3)  # blocks 0, 1 full; 2 partial
+    add(cache, 1, toks, len(toks))
+    with cache.ensure_resident(1, 0, len(toks)) as t:
+        slots = t.block_table.tolist()
+    free_before = free_hbm(cache)
+    copy = cache.truncate(1, B + 2)
+    assert isinstance(copy, kvtier.BlockCopy)
+    assert copy.num_tokens == (B + 2) % B == 2
+    assert copy.src == slots[1] and copy.dst != copy.src
+    info = cache.get_sequence(1)
+    assert (info.num_tokens, info.written_tokens, info.num_blocks) == (B + 2, B + 2, 2)
+    # The old partial block freed, the copy's slot taken; the cut block stays indexed.
+    assert free_hbm(cache) == free_before
+    assert cache.lookup(toks[:2 * B]).matched_tokens == 2 * B
+    cache.check_invariants()
+    # The sequence goes on from the cut.
+    cache.append(1, tokens(B, seed=4))
+    cache.report_written(1, 2 * B + 2)
+    cache.check_invariants()
+    # At a block boundary nothing is copied; past the end or negative is out of range.
+    assert cache.truncate(1, B) is None
+    assert cache.get_sequence(1).num_blocks == 1
+    with pytest.raises(kvtier.OutOfRangeError):
+        cache.truncate(1, B + 1)
+    with pytest.raises(kvtier.OutOfRangeError):
+        cache.truncate(1, -1)
+    with pytest.raises(kvtier.NotFoundError):
+        cache.truncate(7, 0)
+    cache.release(1)
+    cache.check_invariants()
+
+
+def test_no_wait_calls_raise_resource_exhausted_when_hbm_is_held():
+    # room_wait is long: a call that waited would hold the test for a minute.
+    cache = make_cache(hbm=8, room_wait_s=60.0)
+    add(cache, 1, tokens(8 * B, seed=5), 0)  # every HBM slot held
+    cache.create_sequence(2)
+    start = time.monotonic()
+    with pytest.raises(kvtier.ResourceExhaustedError) as e:
+        cache.append(2, tokens(B, seed=6), wait=kvtier.RoomWait.NEVER)
+    assert e.value.code_name == "RESOURCE_EXHAUSTED"
+    info = cache.get_sequence(2)
+    assert info.num_tokens == 0 and info.num_blocks == 0  # nothing changed
+    with pytest.raises(kvtier.ResourceExhaustedError):
+        cache.fork(1, 3, B + 1, wait=kvtier.RoomWait.NEVER)
+    with pytest.raises(kvtier.ResourceExhaustedError):
+        cache.truncate(1, B + 1, wait=kvtier.RoomWait.NEVER)
+    assert time.monotonic() - start < 30.0  # none of them waited out room_wait
+    assert cache.get_sequence(1).num_tokens == 8 * B
+    with pytest.raises(kvtier.NotFoundError):
+        cache.get_sequence(3)
+    room = cache.check_room(seq=2, num_new_tokens=B)
+    assert room.needed_slots == 1 and room.free_slots == 0 and room.missing_slots == 1
+    assert not room.fits_now and not room.fits_after_evictions
+    cache.check_invariants()
+
+
+def test_no_wait_append_drops_what_can_go_at_once():
+    cache = make_cache(hbm=8, dram=0)  # no tier below HBM: evicting is dropping
+    add(cache, 1, tokens(8 * B, seed=7), 8 * B)
+    cache.release(1)
+    cache.create_sequence(2)
+    out = cache.append(2, tokens(3 * B, seed=8), wait=kvtier.RoomWait.NEVER)
+    assert out.num_new_slots == 3
+    assert cache.stats().tier(kvtier.Tier.HBM).evictions == 3
+
+
+def test_check_room_counts_free_evictable_and_missing_slots():
+    cache = make_cache(hbm=16)
+    add(cache, 1, tokens(4 * B, seed=9), 4 * B)
+    cache.release(1)  # 4 cached blocks
+    add(cache, 2, tokens(4 * B - 1, seed=10), 0)  # 4 held, the last partial
+    r = cache.check_room(num_slots=10)
+    assert (r.needed_slots, r.free_slots, r.evictable_slots, r.demotions_in_flight) == (10, 8, 4, 0)
+    assert not r.fits_now and r.fits_after_evictions and r.missing_slots == 0
+    assert "needed_slots=10" in repr(r)
+    r = cache.check_room(num_slots=14)
+    assert not r.fits_after_evictions and r.missing_slots == 2
+    # One more token fills sequence 2's partial block; two more need a new slot.
+    r = cache.check_room(seq=2, num_new_tokens=1)
+    assert r.needed_slots == 0 and r.fits_now
+    assert cache.check_room(seq=2, num_new_tokens=2).needed_slots == 1
+    with pytest.raises(kvtier.InvalidArgumentError):
+        cache.check_room(num_slots=-1)
+    with pytest.raises(kvtier.InvalidArgumentError):
+        cache.check_room(seq=2, num_new_tokens=-1)
+    with pytest.raises(kvtier.NotFoundError):
+        cache.check_room(seq=9, num_new_tokens=1)
+    with pytest.raises(kvtier.InvalidArgumentError):
+        cache.check_room()  # neither form
+    with pytest.raises(kvtier.InvalidArgumentError):
+        cache.check_room(seq=2, num_new_tokens=1, num_slots=1)  # both forms
+
+
+def test_reset_prefix_cache_drops_released_blocks_and_says_all_cleared():
+    cache = make_cache(hbm=16, dram=16)
+    released, held = tokens(3 * B, seed=11), tokens(2 * B, seed=12)
+    add(cache, 1, released, 3 * B)
+    cache.release(1)
+    add(cache, 2, held, 2 * B)
+    after = cache.stats().last_event_sequence
+    assert cache.reset_prefix_cache() == 3
+    assert cache.lookup(released).matched_tokens == 0
+    assert cache.lookup(held).matched_tokens == 2 * B  # held blocks stay
+    events = cache.poll_events(after_sequence=after)
+    assert sum(e.kind == kvtier.CacheEventKind.REMOVED for e in events) == 3
+    cleared = [e.tier for e in events if e.kind == kvtier.CacheEventKind.ALL_CLEARED]
+    assert cleared == [kvtier.Tier.HBM, kvtier.Tier.DRAM]  # one per present tier
+    assert events[-1].kind == kvtier.CacheEventKind.ALL_CLEARED
+    assert "ALL_CLEARED" in repr(events[-1])
+    # One tier; a tier the cache does not have.
+    assert cache.reset_prefix_cache(tier=kvtier.Tier.DRAM) == 0
+    with pytest.raises(kvtier.InvalidArgumentError):
+        cache.reset_prefix_cache(kvtier.Tier.NVME)
+    cache.check_invariants()
+
+
+def test_a_sequence_with_caching_off_is_never_matched():
+    cache = make_cache(hbm=16)
+    toks = tokens(3 * B, seed=13)
+    free_before = free_hbm(cache)
+    add(cache, 1, toks, 3 * B, enable_caching=False)
+    assert cache.lookup(toks).matched_tokens == 0
+    with pytest.raises(kvtier.FailedPreconditionError):
+        cache.pause(1, 1.0)
+    cache.release(1)
+    assert free_hbm(cache) == free_before  # private blocks: freed
+    assert cache.stats().indexed_blocks == 0
+    # Cached by another sequence, still not attached to one with caching off.
+    serve(cache, 2, toks)
+    cache.create_sequence(3, enable_caching=False)
+    query = np.append(toks, np.int32(7))
+    assert cache.attach_prefix(3, query).attached_tokens == 0
+    assert cache.lookup(toks).matched_tokens == 3 * B
+    cache.check_invariants()
+
+
+def test_a_readmission_after_preemption_counts_readmitted_blocks_not_hits():
+    cache = make_cache(hbm=16)
+    toks = tokens(3 * B, seed=14)
+    add(cache, 1, toks, 3 * B)
+    assert isinstance(cache.release(1, preempted=True), kvtier.HintOutcome)
+    query = np.append(toks, np.int32(7))
+    cache.create_sequence(2, readmission=True)
+    assert cache.attach_prefix(2, query).attached_tokens == 3 * B
+    s = cache.stats()
+    assert s.preemptions == 1 and s.readmitted_blocks == 3
+    assert s.tier(kvtier.Tier.HBM).hits == 0
+    assert s.as_dict()["preemptions"] == 1 and s.as_dict()["readmitted_blocks"] == 3
+    # Another request's attach of the same blocks is a hit.
+    cache.create_sequence(3)
+    cache.attach_prefix(3, query)
+    s = cache.stats()
+    assert s.tier(kvtier.Tier.HBM).hits == 3 and s.readmitted_blocks == 3
+    assert s.preemptions == 1

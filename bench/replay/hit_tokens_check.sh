@@ -18,7 +18,7 @@ trap 'rm -rf "$out"' EXIT
 run() {  # name, flags...
   local name=$1
   shift
-  "$replay" --payload none --quiet --json "$out/$name.json" "$@" > /dev/null
+  "$replay" --mode cache --payload none --quiet --json "$out/$name.json" "$@" > /dev/null
   python3 - "$name" "$out/$name.json" <<'PY'
 import json, sys
 name, path = sys.argv[1], sys.argv[2]

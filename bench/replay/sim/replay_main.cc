@@ -25,6 +25,7 @@
 #include "bench/replay/sim/model_table.h"
 #include "bench/replay/sim/replay.h"
 #include "bench/replay/sim/report.h"
+#include "bench/replay/sim/serve_command.h"
 #include "bench/replay/trace/agentic_workload.h"
 #include "bench/replay/trace/claude_code_trace.h"
 #include "bench/replay/trace/mooncake_trace.h"
@@ -33,12 +34,14 @@ namespace kvtier::replay {
 namespace {
 
 constexpr const char* kTierKeys[kNumTiers] = {"hbm", "dram", "nvme", "remote"};
+constexpr const char* kSizeFlag[kNumTiers] = {"--hbm", "--dram", "--nvme", "--remote-size"};
 
 struct Flags {
+  std::string mode = "serve";
   std::string workload = "agentic";
   std::string trace;
   std::string format = "auto";
-  std::string model = "Llama-3.1-70B";
+  std::string model;  // default: Llama-3.1-70B (cache), Llama-3.1-8B (serve)
   std::string geometry_csv;
   int tokens_per_block = 0;
   double active_params = 0;
@@ -62,6 +65,7 @@ struct Flags {
   std::string json;
   int64_t max_requests = -1;
   bool quiet = false;
+  ServeFlags serve;
 };
 
 // Exit code 2: the user's input is wrong.
@@ -245,6 +249,9 @@ absl::Status Plot(const std::string& path, const std::string& tier,
 int Main(int argc, char** argv) {
   Flags f;
   CLI::App app{"kvtier-replay: replay a request trace through a real KvCache (docs/replay.md)"};
+  app.add_option("--mode", f.mode,
+                 "serve (default: a serving simulation, every profile side by side) or cache "
+                 "(the sequential cache replay against the offline bounds)");
   app.add_option("--workload", f.workload, "embedded workload when no --trace: agentic");
   app.add_option("--trace", f.trace,
                  "Mooncake JSON Lines file, or a Claude Code session file or folder");
@@ -294,6 +301,37 @@ int Main(int argc, char** argv) {
   app.add_option("--json", f.json, "write the report as JSON to this file");
   app.add_option("--max-requests", f.max_requests, "replay only the first N requests");
   app.add_flag("--quiet", f.quiet, "no progress bar");
+  // --mode serve
+  ServeFlags& sf = f.serve;
+  std::vector<CLI::Option*> serve_only;
+  serve_only.push_back(app.add_option("--gpu", sf.gpu, "serve: GPU kind, H100, H200 or B200"));
+  serve_only.push_back(
+      app.add_option("--tp", sf.tensor_parallel, "serve: tensor-parallel GPUs per instance"));
+  serve_only.push_back(
+      app.add_option("--instances", sf.instances, "serve: instances in the fleet"));
+  serve_only.push_back(app.add_option("--router", sf.router,
+                                      "serve: round_robin, least_loaded, session or kv_aware"));
+  serve_only.push_back(app.add_option(
+      "--profile", sf.profile,
+      "serve: one profile (recompute, hbm_lru, dram_lru, hicache, kvtier) instead of all"));
+  serve_only.push_back(app.add_option(
+      "--onboard-deadline-ms", sf.onboard_deadline_ms,
+      "serve: how long an admitted request waits for its prefix to land before recomputing it"));
+  serve_only.push_back(
+      app.add_flag("--open-loop", sf.open_loop,
+                   "serve: sessions' requests at their trace times (not closed-loop)"));
+  serve_only.push_back(app.add_option("--slo-ttft", sf.slo_ttft_ms, "serve: TTFT SLO, ms"));
+  serve_only.push_back(
+      app.add_option("--slo-itl", sf.slo_itl_ms, "serve: mean inter-token latency SLO, ms"));
+  serve_only.push_back(app.add_option("--max-batched-tokens", sf.max_batched_tokens,
+                                      "serve: token budget per step"));
+  serve_only.push_back(
+      app.add_option("--max-running", sf.max_running, "serve: running requests per instance"));
+  serve_only.push_back(app.add_option("--mfu", sf.mfu, "serve: matmul efficiency, (0, 1]"));
+  serve_only.push_back(app.add_option("--pcie-bandwidth", sf.pcie_bandwidth,
+                                      "serve: PCIe bytes/s per direction per instance"));
+  serve_only.push_back(app.add_option("--network-bandwidth", sf.network_bandwidth,
+                                      "serve: network bytes/s to the remote store per instance"));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -307,6 +345,69 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "kvtier-replay: %s\n", s.ToString().c_str());
     return code;
   };
+  if (f.mode != "serve" && f.mode != "cache") {
+    return fail(absl::InvalidArgumentError(absl::StrCat("--mode ", f.mode, ": serve or cache")), 2);
+  }
+  const bool serve = f.mode == "serve";
+  // A flag of the other mode is refused, not ignored.
+  static constexpr const char* kCacheOnly[] = {"--policy",
+                                               "--sweep",
+                                               "--plot",
+                                               "--payload",
+                                               "--payload-bytes-per-token",
+                                               "--hints",
+                                               "--prefill-flops",
+                                               "--prefill-instances",
+                                               "--keep-state",
+                                               "--remote",
+                                               "--nvme-path",
+                                               "--dram-bandwidth",
+                                               "--remote-bandwidth",
+                                               "--dram-latency-us",
+                                               "--nvme-latency-us",
+                                               "--remote-latency-us"};
+  for (const char* name : kCacheOnly) {
+    if (serve && app.count(name) > 0) {
+      return fail(absl::InvalidArgumentError(absl::StrCat(
+                      name,
+                      " belongs to --mode cache (the serving simulation models its own "
+                      "hardware: see --help)")),
+                  2);
+    }
+  }
+  for (CLI::Option* option : serve_only) {
+    if (!serve && option->count() > 0) {
+      return fail(
+          absl::InvalidArgumentError(absl::StrCat(option->get_name(), " belongs to --mode serve")),
+          2);
+    }
+  }
+  if (f.max_requests < -1 || (app.count("--max-requests") > 0 && f.max_requests < 0)) {
+    return fail(absl::InvalidArgumentError(
+                    absl::StrCat("--max-requests ", f.max_requests, ": must be >= 0")),
+                2);
+  }
+  if (app.count("--active-params") > 0 && !(f.active_params > 0)) {
+    return fail(absl::InvalidArgumentError(
+                    absl::StrCat("--active-params ", f.active_params, ": must be > 0")),
+                2);
+  }
+  if (app.count("--tokens-per-block") > 0 && f.tokens_per_block <= 0) {
+    return fail(absl::InvalidArgumentError(
+                    absl::StrCat("--tokens-per-block ", f.tokens_per_block, ": must be positive")),
+                2);
+  }
+  if (!f.plot.empty() && f.sweep.empty()) {
+    return fail(absl::InvalidArgumentError("--plot needs --sweep (it draws the sweep's points)"),
+                2);
+  }
+  if (!f.json.empty()) {
+    // An unwritable --json path is found now, not after the run.
+    if (absl::Status s = CheckWritablePath(f.json); !s.ok()) {
+      return fail(absl::InvalidArgumentError(absl::StrCat("--json: ", s.message())), 2);
+    }
+  }
+  if (f.model.empty()) f.model = serve ? "Llama-3.1-8B" : "Llama-3.1-70B";
 
   // The model.
   std::vector<ModelSpec> models = BuiltInModels();
@@ -343,6 +444,25 @@ int Main(int argc, char** argv) {
   }
   if (f.tokens_per_block < 0) {
     return fail(absl::InvalidArgumentError("--tokens-per-block must be positive"), 2);
+  }
+
+  if (serve) {
+    sf.compare = f.compare || app.count("--profile") == 0;
+    sf.json = f.json;
+    sf.quiet = f.quiet;
+    for (int t = 0; t < kNumTiers; ++t) {
+      if (app.count(kSizeFlag[t]) > 0) sf.size[t] = f.size[t];
+    }
+    if (app.count("--nvme-bandwidth") > 0) sf.nvme_bandwidth = f.bandwidth[2];
+    std::printf("kvtier-replay --mode serve: %s, %zu requests, %d-token trace blocks; model %s\n",
+                trace->name.c_str(), trace->requests.size(), trace->block_tokens,
+                spec->name.c_str());
+    Progress progress(!f.quiet);
+    absl::Status s = RunServeCommand(
+        sf, *spec, f.tokens_per_block > 0 ? f.tokens_per_block : trace->block_tokens, *trace,
+        f.max_requests, [&](const std::string& label) { return progress.Callback(label); });
+    if (!s.ok()) return fail(s, absl::IsInvalidArgument(s) ? 2 : 1);
+    return 0;
   }
 
   KvGeometryOptions go = spec->geometry;

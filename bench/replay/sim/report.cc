@@ -1,7 +1,10 @@
 // The replay report (report.h): the runs' figures as a table and as JSON.
 #include "bench/replay/sim/report.h"
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -96,6 +99,27 @@ std::string SweepJson(const std::string& tier, const std::vector<int64_t>& capac
     j["points"].push_back(p);
   }
   return j.dump(2) + "\n";
+}
+
+absl::Status CheckWritablePath(const std::string& path) {
+  const std::filesystem::path p(path);
+  std::error_code ec;
+  if (std::filesystem::is_directory(p, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is a directory"));
+  }
+  const std::filesystem::path parent = p.has_parent_path() ? p.parent_path() : ".";
+  if (!std::filesystem::is_directory(parent, ec)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": folder ", parent.string(), " does not exist"));
+  }
+  if (access(parent.c_str(), W_OK) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": folder ", parent.string(), " is not writable"));
+  }
+  if (std::filesystem::exists(p, ec) && access(p.c_str(), W_OK) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not writable"));
+  }
+  return absl::OkStatus();
 }
 
 std::string FormatBytes(double bytes) {

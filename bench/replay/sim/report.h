@@ -41,6 +41,11 @@ std::string ReportTable(const std::vector<ReplayReport>& reports);
 // Errors: kInvalidArgument naming the text.
 absl::StatusOr<TierCapacity> ParseTierSize(const std::string& text, int64_t block_bytes);
 
+// Whether a report can be written to `path` later, without creating it: its folder exists and
+// is writable, and the file, if present, is writable. Errors: kInvalidArgument naming the path
+// and why.
+absl::Status CheckWritablePath(const std::string& path);
+
 // "1.5 TiB", "320 KiB", "12 B".
 std::string FormatBytes(double bytes);
 

@@ -1,0 +1,175 @@
+// The serving simulation (kvtier-replay --mode serve, docs/replay.md): a trace served by one or
+// more inference instances, each a continuous-batching scheduler over its own real KvCache, on
+// the trace's simulated clock. Every placement, eviction, restore and prefix match is the
+// cache's own decision; the simulation supplies time: step durations from a roofline
+// (hardware.h) and transfer durations from links shared by the transfers in flight (link.h).
+//
+// Per instance, per step (as vLLM V1 and SGLang schedule):
+//   1. every decoding request takes one token: a slot for it (Append); when HBM is full of
+//      held blocks the most recently admitted request is preempted (its KV released, cached
+//      blocks stay cached; it re-enters the queue's head as a readmission and recomputes or
+//      re-attaches its prompt and the tokens it had produced);
+//   2. requests in prefill take chunks of the remaining token budget (chunked prefill);
+//   3. queued requests are admitted in arrival order while budget and running slots remain:
+//      CreateSequence, AttachPrefix (the cached prefix), Append (slots for the rest of the
+//      prompt). A request whose HBM room is missing waits at the head of the queue; one whose
+//      prompt cannot fit an empty HBM fails ("prompt_exceeds_hbm"). Attached blocks below HBM
+//      are onboarded (EnsureResident): the request waits for its transfers on the links while
+//      others keep running, at most onboard_deadline_seconds after admission; what has not
+//      landed by then is recomputed (counted as late, not as a hit).
+//   The step lasts Roofline::StepSeconds of its batch. A request's first token comes at the
+//   end of the step that finishes its prefill (TTFT = that - arrival); each later step gives
+//   one token (inter-token latency = the time between consecutive tokens).
+// Copies the cache makes on its own (demotions, write-through, pauses) load the links too.
+// Sessions (traces with session ids) run closed-loop when closed_loop: a session's next
+// request arrives its think time after the previous one finished, so slower service delays the
+// session as it does a real agent; requests without a session arrive at their trace time.
+//
+// Profiles, one cache configuration each (docs/replay.md says what of each peer is modeled):
+//   recompute  no prefix cache (caching off on every sequence)
+//   hbm_lru    prefix cache in HBM only, LRU (vLLM automatic prefix caching)
+//   dram_lru   HBM + DRAM, every computed block written through to DRAM, LRU, load on hit
+//              (LMCache, vLLM CPU offloading)
+//   hicache    HBM + DRAM + remote, write-through, LRU (SGLang HiCache with an L3)
+//   kvtier     every configured tier, write-back, the learned policy, the restore-versus-
+//              recompute cost model, stop-reason hints on release, prefetch of a queued
+//              request's prefix at its arrival
+// Where a profile has a tier the options give no capacity for, it runs without it.
+//
+// Determinism: no thread timing enters the results: every cache call completes its copies
+// (KvCache::WaitIdle) before the simulation goes on, and time is the simulated clock. Equal
+// inputs give equal reports.
+//
+// Not modeled yet (docs/replay.md): a remote store shared by the instances (each instance's
+// remote tier is its own), swap preemption, layer-wise overlap of onboarding with compute.
+//
+// Thread-safety: RunServe is reentrant; it owns everything it creates. The Trace is only read.
+#ifndef KVTIER_BENCH_REPLAY_SERVE_SERVE_H_
+#define KVTIER_BENCH_REPLAY_SERVE_SERVE_H_
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "bench/replay/serve/hardware.h"
+#include "bench/replay/trace/trace.h"
+#include "kvtier/cost_model.h"
+#include "kvtier/ids.h"
+#include "kvtier/kv_geometry.h"
+
+namespace kvtier::replay {
+
+enum class ServeProfile : uint8_t { kRecompute, kHbmLru, kDramLru, kHicache, kKvtier };
+inline constexpr ServeProfile kAllServeProfiles[] = {ServeProfile::kRecompute,
+                                                     ServeProfile::kHbmLru, ServeProfile::kDramLru,
+                                                     ServeProfile::kHicache, ServeProfile::kKvtier};
+// "recompute", "hbm_lru", "dram_lru", "hicache", "kvtier".
+const char* ServeProfileName(ServeProfile profile);
+// Errors: kInvalidArgument listing the names.
+absl::StatusOr<ServeProfile> ParseServeProfile(std::string_view name);
+
+// Which instance a request goes to.
+enum class RouterKind : uint8_t {
+  kRoundRobin,   // in turn
+  kLeastLoaded,  // fewest queued and running requests (lowest index on a tie)
+  kSession,      // a session stays where its first request went (least loaded); none: least
+                 // loaded
+  kKvAware,      // least estimated work: the prompt tokens the instance's cache does not hold
+                 // (KvCache::Lookup) plus the prompt tokens queued there (llm-d, Dynamo)
+};
+const char* RouterName(RouterKind router);  // "round_robin", "least_loaded", "session", "kv_aware"
+absl::StatusOr<RouterKind> ParseRouter(std::string_view name);
+
+struct SchedulerOptions {
+  int64_t max_batched_tokens = 8192;  // token budget per step (vLLM max_num_batched_tokens)
+  int max_running = 256;              // running requests (vLLM max_num_seqs)
+};
+
+struct ServeOptions {
+  explicit ServeOptions(const KvGeometry& model_geometry) : geometry(model_geometry) {}
+
+  std::string model_name;
+  KvGeometry geometry;       // tokens_per_block divides the trace's block size
+  PrefillCostOptions cost;   // params, layers, d_model (flops_per_second from the roofline)
+  RooflineOptions roofline;  // GPU kind, tensor parallelism, efficiencies
+  HostLinks links;           // per instance
+  SchedulerOptions scheduler;
+  ServeProfile profile = ServeProfile::kKvtier;
+  int instances = 1;  // in [1, 64]
+  RouterKind router = RouterKind::kRoundRobin;
+  // Blocks per instance, index TierIndex. HBM: 0 sizes it from the roofline's KV pool
+  // (Roofline::KvPoolBytes / bytes per block); others: 0 absent.
+  std::array<int64_t, kNumTiers> capacity_blocks{0, 0, 0, 0};
+  double onboard_deadline_seconds = 1.0;  // > 0
+  bool closed_loop = true;
+  double slo_ttft_seconds = 2.0;  // a request meets the SLO when its TTFT <= this
+  double slo_itl_seconds = 0.1;   // and its mean inter-token time (TPOT) <= this
+  int64_t max_requests = -1;      // serve only the first n requests; < 0: all
+  // Called now and then with (requests finished or failed, total), from the calling thread.
+  std::function<void(int64_t, int64_t)> progress;
+};
+
+struct LinkReport {
+  std::string name;  // "i0.pcie_h2d", "i0.pcie_d2h", "i0.nvme", "i0.network"
+  double bytes = 0;
+  double utilization = 0;  // busy seconds / the run's simulated seconds
+};
+
+struct ServeReport {
+  std::string profile;
+  std::string trace;
+  std::string model;
+  std::string gpu;
+  int tensor_parallel = 1;
+  int instances = 1;
+  std::string router;
+  std::array<int64_t, kNumTiers> capacity_blocks{-1, -1, -1, -1};  // per instance; -1 absent
+  int64_t requests = 0;                                            // requests that arrived
+  int64_t finished = 0;
+  int64_t failed = 0;  // every request finishes or fails with a reason:
+  int64_t failed_prompt_exceeds_hbm = 0;
+  // Tokens of admitted requests (a failed request that was never admitted counts in none):
+  // prompt_tokens = served_hit_tokens + prefilled_tokens - recomputed_after_preemption_tokens
+  // for runs without preemption in mid-prefill (a preempted request's first pass is partly
+  // lost; its readmissions' prefill is recomputed_after_preemption_tokens, part of
+  // prefilled_tokens). Hits are counted at a request's first admission.
+  int64_t prompt_tokens = 0;
+  int64_t matched_tokens = 0;     // the caches' longest cached prefixes at admission
+  int64_t served_hit_tokens = 0;  // of those, served from cache (resident, or landed in time)
+  std::array<int64_t, kNumTiers> served_hit_tokens_by_tier{};  // by the tier they came from
+  int64_t late_tokens = 0;                   // matched and attached, not landed by the deadline
+  int64_t cost_model_recomputed_tokens = 0;  // matched, recomputed by the cost model's choice
+  int64_t prefilled_tokens = 0;
+  int64_t recomputed_after_preemption_tokens = 0;
+  int64_t output_tokens = 0;
+  int64_t preemptions = 0;
+  double ttft_p50_ms = 0, ttft_p90_ms = 0, ttft_p99_ms = 0;
+  double itl_p50_ms = 0, itl_p99_ms = 0;
+  double e2e_p50_s = 0, e2e_p99_s = 0;
+  double simulated_seconds = 0;         // first arrival to last finish
+  double output_tokens_per_second = 0;  // output_tokens / simulated_seconds
+  int64_t slo_met = 0;                  // finished requests meeting both SLOs
+  double slo_attainment = 0;            // slo_met / requests
+  // HBM blocks over simulated time, summed over instances: held by running requests, and
+  // cached (droppable); time-weighted means and the maximum of held.
+  double hbm_running_blocks_mean = 0;
+  double hbm_cached_blocks_mean = 0;
+  int64_t hbm_running_blocks_max = 0;
+  std::vector<LinkReport> links;
+  int64_t steps = 0;
+  double wall_seconds = 0;
+};
+
+// Serves `trace` under `options`. Errors: kInvalidArgument for options out of range (a block
+// size that does not divide the trace's, instances, deadlines, SLOs, scheduler limits, a
+// roofline the model does not fit, HBM of no block), naming the option; the cache's errors
+// otherwise.
+absl::StatusOr<ServeReport> RunServe(const Trace& trace, const ServeOptions& options);
+
+}  // namespace kvtier::replay
+
+#endif  // KVTIER_BENCH_REPLAY_SERVE_SERVE_H_

@@ -1,0 +1,115 @@
+// The serving simulation's report (serve_report.h).
+#include "bench/replay/serve/serve_report.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+
+namespace kvtier::replay {
+namespace {
+
+constexpr const char* kTierKeys[kNumTiers] = {"hbm", "dram", "nvme", "remote"};
+
+nlohmann::json ToJson(const ServeReport& r, bool deterministic) {
+  nlohmann::json j;
+  j["profile"] = r.profile;
+  j["trace"] = r.trace;
+  j["model"] = r.model;
+  j["gpu"] = r.gpu;
+  j["tensor_parallel"] = r.tensor_parallel;
+  j["instances"] = r.instances;
+  j["router"] = r.router;
+  nlohmann::json cap = nlohmann::json::object();
+  nlohmann::json by_tier = nlohmann::json::object();
+  for (int t = 0; t < kNumTiers; ++t) {
+    cap[kTierKeys[t]] = r.capacity_blocks[t];
+    by_tier[kTierKeys[t]] = r.served_hit_tokens_by_tier[t];
+  }
+  j["capacity_blocks"] = cap;
+  j["requests"] = r.requests;
+  j["finished"] = r.finished;
+  j["failed"] = r.failed;
+  j["failed_prompt_exceeds_hbm"] = r.failed_prompt_exceeds_hbm;
+  j["prompt_tokens"] = r.prompt_tokens;
+  j["matched_tokens"] = r.matched_tokens;
+  j["served_hit_tokens"] = r.served_hit_tokens;
+  j["served_hit_tokens_by_tier"] = by_tier;
+  j["late_tokens"] = r.late_tokens;
+  j["cost_model_recomputed_tokens"] = r.cost_model_recomputed_tokens;
+  j["prefilled_tokens"] = r.prefilled_tokens;
+  j["recomputed_after_preemption_tokens"] = r.recomputed_after_preemption_tokens;
+  j["output_tokens"] = r.output_tokens;
+  j["preemptions"] = r.preemptions;
+  j["ttft_ms"] = {{"p50", r.ttft_p50_ms}, {"p90", r.ttft_p90_ms}, {"p99", r.ttft_p99_ms}};
+  j["itl_ms"] = {{"p50", r.itl_p50_ms}, {"p99", r.itl_p99_ms}};
+  j["e2e_s"] = {{"p50", r.e2e_p50_s}, {"p99", r.e2e_p99_s}};
+  j["simulated_seconds"] = r.simulated_seconds;
+  j["output_tokens_per_second"] = r.output_tokens_per_second;
+  j["slo_met"] = r.slo_met;
+  j["slo_attainment"] = r.slo_attainment;
+  j["hbm_blocks"] = {{"running_mean", r.hbm_running_blocks_mean},
+                     {"cached_mean", r.hbm_cached_blocks_mean},
+                     {"running_max", r.hbm_running_blocks_max}};
+  nlohmann::json links = nlohmann::json::array();
+  for (const LinkReport& l : r.links) {
+    links.push_back({{"name", l.name}, {"bytes", l.bytes}, {"utilization", l.utilization}});
+  }
+  j["links"] = links;
+  j["steps"] = r.steps;
+  if (!deterministic) j["wall_seconds"] = r.wall_seconds;
+  return j;
+}
+
+}  // namespace
+
+std::string ServeJson(const std::vector<ServeReport>& runs, bool deterministic) {
+  nlohmann::json j;
+  j["mode"] = "serve";
+  j["trace"] = runs.empty() ? "" : runs.front().trace;
+  nlohmann::json list = nlohmann::json::array();
+  for (const ServeReport& r : runs) list.push_back(ToJson(r, deterministic));
+  j["runs"] = list;
+  return j.dump(2) + "\n";
+}
+
+std::string ServeTable(const std::vector<ServeReport>& runs) {
+  std::string out =
+      absl::StrFormat("%-10s %6s %5s %6s %9s %9s %9s %7s %7s %9s %6s %6s %9s %9s\n", "profile",
+                      "done", "fail", "hit", "ttft_p50", "ttft_p90", "ttft_p99", "itl_p50",
+                      "itl_p99", "out_tok/s", "slo", "preempt", "hbm_run", "hbm_cache");
+  absl::StrAppend(
+      &out, absl::StrFormat("%-10s %6s %5s %6s %9s %9s %9s %7s %7s %9s %6s %6s %9s %9s\n", "", "",
+                            "", "", "ms", "ms", "ms", "ms", "ms", "", "", "", "blocks", "blocks"));
+  for (const ServeReport& r : runs) {
+    const double hit = r.prompt_tokens > 0 ? static_cast<double>(r.served_hit_tokens) /
+                                                 static_cast<double>(r.prompt_tokens)
+                                           : 0;
+    absl::StrAppend(
+        &out, absl::StrFormat("%-10s %6d %5d %6.3f %9.0f %9.0f %9.0f %7.1f %7.1f %9.0f %6.3f "
+                              "%6d %9.0f %9.0f\n",
+                              r.profile, r.finished, r.failed, hit, r.ttft_p50_ms, r.ttft_p90_ms,
+                              r.ttft_p99_ms, r.itl_p50_ms, r.itl_p99_ms, r.output_tokens_per_second,
+                              r.slo_attainment, r.preemptions, r.hbm_running_blocks_mean,
+                              r.hbm_cached_blocks_mean));
+  }
+  for (const ServeReport& r : runs) {
+    const LinkReport* busiest = nullptr;
+    for (const LinkReport& l : r.links) {
+      if (busiest == nullptr || l.utilization > busiest->utilization) busiest = &l;
+    }
+    absl::StrAppend(
+        &out,
+        absl::StrFormat("  %-10s hits by tier (tokens) hbm %d dram %d nvme %d remote %d; late %d; "
+                        "busiest link %s %.1f%%; %.1f s wall\n",
+                        r.profile, r.served_hit_tokens_by_tier[0], r.served_hit_tokens_by_tier[1],
+                        r.served_hit_tokens_by_tier[2], r.served_hit_tokens_by_tier[3],
+                        r.late_tokens, busiest ? busiest->name : "-",
+                        busiest ? 100 * busiest->utilization : 0.0, r.wall_seconds));
+  }
+  return out;
+}
+
+}  // namespace kvtier::replay

@@ -1,0 +1,52 @@
+// kvtier-replay --mode serve: the flags of the serving simulation (serve/serve.h) and the run
+// they ask for. replay_main.cc parses them beside the cache mode's flags; this file validates
+// them, runs each profile (all five with --compare) and prints the table and JSON.
+//
+// Thread-safety: single-threaded; it prints to stdout and stderr.
+#ifndef KVTIER_BENCH_REPLAY_SIM_SERVE_COMMAND_H_
+#define KVTIER_BENCH_REPLAY_SIM_SERVE_COMMAND_H_
+
+#include <array>
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "bench/replay/serve/serve.h"
+#include "bench/replay/sim/model_table.h"
+#include "bench/replay/trace/trace.h"
+
+namespace kvtier::replay {
+
+struct ServeFlags {
+  std::string gpu = "H100";
+  int tensor_parallel = 1;
+  int instances = 1;
+  std::string router = "session";
+  std::string profile = "kvtier";
+  bool compare = false;
+  // Per instance: "auto" (HBM only: the KV pool the roofline leaves), a byte size, Nblocks, or 0.
+  std::array<std::string, kNumTiers> size = {"auto", "256GiB", "2TiB", "8TiB"};
+  double onboard_deadline_ms = 1000;
+  bool open_loop = false;
+  double slo_ttft_ms = 2000;
+  double slo_itl_ms = 100;
+  int64_t max_batched_tokens = 8192;
+  int max_running = 256;
+  double mfu = 0.5;
+  double pcie_bandwidth = 50e9;
+  double nvme_bandwidth = 6e9;
+  double network_bandwidth = 12.5e9;
+  std::string json;
+  bool quiet = false;
+};
+
+// What went wrong: kInvalidArgument is the user's input (exit code 2), anything else exit 1.
+// `progress` (may be empty) is called as the runs go, with (label, done, total).
+absl::Status RunServeCommand(
+    const ServeFlags& flags, const ModelSpec& model, int tokens_per_block, const Trace& trace,
+    int64_t max_requests,
+    const std::function<std::function<void(int64_t, int64_t)>(const std::string&)>& progress);
+
+}  // namespace kvtier::replay
+
+#endif  // KVTIER_BENCH_REPLAY_SIM_SERVE_COMMAND_H_

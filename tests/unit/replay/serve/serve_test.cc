@@ -1,0 +1,271 @@
+// The serving simulation (bench/replay/serve/serve.h): step times, TTFT and ITL by arithmetic,
+// conservation, the onboarding deadline, preemption, the routers and determinism.
+#include "bench/replay/serve/serve.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "bench/replay/serve/serve_report.h"
+#include "bench/replay/trace/agentic_workload.h"
+#include "gtest/gtest.h"
+#include "kvtier/kv_geometry.h"
+#include "tests/testing/status_matchers.h"
+
+namespace kvtier::replay {
+namespace {
+
+constexpr int kBlock = 64;
+// 1 layer, 1 KV head of 64: 256 bytes a token (K and V, bf16).
+constexpr double kKvBytesPerToken = 256;
+constexpr double kParams = 1e9;
+constexpr int64_t kDModel = 64;
+
+TraceRequest Req(double t, int64_t input, int64_t output, std::vector<uint64_t> ids,
+                 uint64_t session = 0, double think = 0) {
+  TraceRequest r;
+  r.arrival_seconds = t;
+  r.input_tokens = input;
+  r.output_tokens = output;
+  r.block_ids = std::move(ids);
+  r.session = session;
+  r.think_seconds = think;
+  return r;
+}
+
+Trace MakeTrace(std::vector<TraceRequest> requests) {
+  Trace t;
+  t.name = "hand";
+  t.block_tokens = kBlock;
+  t.requests = std::move(requests);
+  return t;
+}
+
+// A GPU with round numbers: 1 TFLOP/s, 1 TB/s, every efficiency 1, no overheads.
+ServeOptions HandOptions(ServeProfile profile, int64_t hbm_blocks, int64_t dram_blocks = 0) {
+  auto g = KvGeometry::Create({.num_layers = 1,
+                               .num_kv_heads = 1,
+                               .head_dim = 64,
+                               .dtype = KvDtype::kBf16,
+                               .tokens_per_block = kBlock});
+  EXPECT_TRUE(g.ok());
+  ServeOptions o(*g);
+  o.model_name = "hand";
+  o.cost = {.params = kParams, .num_layers = 1, .d_model = kDModel};
+  o.roofline.gpu = {"hand", 1e12, 1e12, 1e12, "test"};
+  o.roofline.mfu = 1;
+  o.roofline.mbu = 1;
+  o.roofline.step_overhead_seconds = 0;
+  o.profile = profile;
+  o.capacity_blocks = {hbm_blocks, dram_blocks, 0, 0};
+  o.closed_loop = false;
+  return o;
+}
+
+// F(n) of cost_model.h for the hand model.
+double F(double n) { return 2 * kParams * n + 2.0 * kDModel * n * n; }
+double PrefillStep(double context, double chunk) {
+  const double compute = (F(context + chunk) - F(context)) / 1e12;
+  const double memory = (2 * kParams + (context + chunk) * kKvBytesPerToken) / 1e12;
+  return std::max(compute, memory);
+}
+double DecodeStep(double context) {
+  const double compute = (2 * kParams + 4.0 * kDModel * context) / 1e12;
+  const double memory = (2 * kParams + (context + 1) * kKvBytesPerToken) / 1e12;
+  return std::max(compute, memory);
+}
+
+TEST(ServeTest, OneRequestsStepTimesGiveItsTtftAndInterTokenLatency) {
+  const Trace trace = MakeTrace({Req(0, 128, 3, {1, 2})});
+  auto r = RunServe(trace, HandOptions(ServeProfile::kHbmLru, 100));
+  KVTIER_ASSERT_OK(r.status());
+  const double ttft = PrefillStep(0, 128);
+  const double itl1 = DecodeStep(128);
+  const double itl2 = DecodeStep(129);
+  EXPECT_NEAR(r->ttft_p50_ms, ttft * 1e3, 1e-9);
+  EXPECT_NEAR(r->itl_p50_ms, std::min(itl1, itl2) * 1e3, 1e-9);
+  EXPECT_NEAR(r->itl_p99_ms, std::max(itl1, itl2) * 1e3, 1e-9);
+  EXPECT_NEAR(r->e2e_p50_s, ttft + itl1 + itl2, 1e-12);
+  EXPECT_EQ(r->steps, 3);
+  EXPECT_EQ(r->finished, 1);
+  EXPECT_EQ(r->output_tokens, 3);
+  EXPECT_EQ(r->prompt_tokens, 128);
+  EXPECT_EQ(r->prefilled_tokens, 128);
+  EXPECT_EQ(r->served_hit_tokens, 0);
+}
+
+TEST(ServeTest, ASecondRequestWithTheSamePrefixPrefillsOnlyItsLastBlock) {
+  // The prompt's last token must be computed, so of two cached blocks one is restored.
+  const Trace trace = MakeTrace({Req(0, 128, 1, {1, 2}), Req(10, 128, 1, {1, 2})});
+  auto r = RunServe(trace, HandOptions(ServeProfile::kHbmLru, 100));
+  KVTIER_ASSERT_OK(r.status());
+  EXPECT_EQ(r->matched_tokens, 128);
+  EXPECT_EQ(r->served_hit_tokens, 64);
+  EXPECT_EQ(r->served_hit_tokens_by_tier[0], 64);
+  EXPECT_EQ(r->prompt_tokens, r->served_hit_tokens + r->prefilled_tokens);
+  // TTFTs: the whole prompt, then 64 tokens after 64 cached.
+  EXPECT_NEAR(r->ttft_p99_ms, PrefillStep(0, 128) * 1e3, 1e-9);
+  EXPECT_NEAR(r->ttft_p50_ms, PrefillStep(64, 64) * 1e3, 1e-9);
+
+  // recompute: no prefix cache at all.
+  auto none = RunServe(trace, HandOptions(ServeProfile::kRecompute, 100));
+  KVTIER_ASSERT_OK(none.status());
+  EXPECT_EQ(none->served_hit_tokens, 0);
+  EXPECT_EQ(none->prefilled_tokens, 256);
+}
+
+// Request 1's blocks are written through to DRAM; request 2 (another prompt) evicts them from a
+// small HBM; request 3 repeats request 1 and restores them from DRAM over PCIe.
+Trace EvictAndComeBack() {
+  return MakeTrace({Req(0, 256, 1, {1, 2, 3, 4}), Req(5, 256, 1, {11, 12, 13, 14}),
+                    Req(10, 256, 1, {1, 2, 3, 4})});
+}
+
+TEST(ServeTest, BlocksRestoredFromDramWaitForThePcieTransfer) {
+  ServeOptions o = HandOptions(ServeProfile::kDramLru, 6, 64);
+  o.links.pcie_bytes_per_second = 1e6;  // a block (16 KiB) in 16.4 ms
+  o.links.pcie_latency_seconds = 0;
+  auto r = RunServe(EvictAndComeBack(), o);
+  KVTIER_ASSERT_OK(r.status());
+  EXPECT_EQ(r->finished, 3);
+  EXPECT_GT(r->served_hit_tokens_by_tier[1], 0);
+  EXPECT_EQ(r->late_tokens, 0);
+  EXPECT_EQ(r->prompt_tokens, r->served_hit_tokens + r->prefilled_tokens);
+  // Request 3's TTFT includes the restore: its DRAM blocks over 1 MB/s.
+  const double restore =
+      static_cast<double>(r->served_hit_tokens_by_tier[1]) * kKvBytesPerToken / 1e6;
+  EXPECT_GE(r->ttft_p99_ms, restore * 1e3);
+}
+
+TEST(ServeTest, BlocksNotLandedByTheDeadlineAreRecomputedAndCountedLate) {
+  ServeOptions o = HandOptions(ServeProfile::kDramLru, 6, 64);
+  o.links.pcie_bytes_per_second = 1;  // never in time
+  o.onboard_deadline_seconds = 0.5;
+  auto r = RunServe(EvictAndComeBack(), o);
+  KVTIER_ASSERT_OK(r.status());
+  EXPECT_EQ(r->finished, 3);
+  EXPECT_EQ(r->served_hit_tokens_by_tier[1], 0);
+  EXPECT_GT(r->late_tokens, 0);
+  EXPECT_EQ(r->prompt_tokens, r->served_hit_tokens + r->prefilled_tokens);
+  // The request waited for the deadline, no longer: then it prefilled what had not landed.
+  EXPECT_GE(r->ttft_p99_ms, 500);
+  EXPECT_LT(r->ttft_p99_ms, 500 + 1e3 * PrefillStep(0, 256) + 1);
+}
+
+TEST(ServeTest, DecodesThatOutgrowHbmPreemptTheLatestAdmittedAndBothFinish) {
+  // 8 blocks of HBM; two requests of one block each produce 200 tokens (4 blocks each): they
+  // cannot both hold 5 blocks, so one is preempted and re-admitted.
+  const Trace trace = MakeTrace({Req(0, 60, 200, {1}), Req(0, 60, 200, {2})});
+  auto r = RunServe(trace, HandOptions(ServeProfile::kHbmLru, 8));
+  KVTIER_ASSERT_OK(r.status());
+  EXPECT_GE(r->preemptions, 1);
+  EXPECT_EQ(r->finished, 2);
+  EXPECT_EQ(r->failed, 0);
+  EXPECT_EQ(r->output_tokens, 400);
+  EXPECT_GT(r->recomputed_after_preemption_tokens, 0);
+  EXPECT_LE(r->hbm_running_blocks_max, 8);
+}
+
+TEST(ServeTest, APromptLargerThanHbmFailsWithItsReasonAndOthersGoOn) {
+  const Trace trace =
+      MakeTrace({Req(0, 640, 1, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}), Req(1, 64, 1, {20})});
+  auto r = RunServe(trace, HandOptions(ServeProfile::kHbmLru, 4));
+  KVTIER_ASSERT_OK(r.status());
+  EXPECT_EQ(r->failed, 1);
+  EXPECT_EQ(r->failed_prompt_exceeds_hbm, 1);
+  EXPECT_EQ(r->finished, 1);
+  EXPECT_EQ(r->requests, 2);
+}
+
+// A, B on different prefixes; then B' and A' extend them. Routed where their prefix is, both
+// hit; in turn (or to the idle instance), both miss.
+TEST(ServeTest, KvAwareAndSessionRoutersSendARequestWhereItsPrefixIs) {
+  const Trace trace =
+      MakeTrace({Req(0, 128, 1, {1, 2}, 1), Req(0.001, 128, 1, {11, 12}, 2),
+                 Req(10, 192, 1, {11, 12, 13}, 2), Req(10.001, 192, 1, {1, 2, 3}, 1)});
+  auto run = [&](RouterKind router) {
+    ServeOptions o = HandOptions(ServeProfile::kHbmLru, 100);
+    o.instances = 2;
+    o.router = router;
+    auto r = RunServe(trace, o);
+    KVTIER_EXPECT_OK(r.status());
+    return r.ok() ? r->served_hit_tokens : -1;
+  };
+  EXPECT_EQ(run(RouterKind::kKvAware), 2 * 128);
+  EXPECT_EQ(run(RouterKind::kSession), 2 * 128);
+  EXPECT_EQ(run(RouterKind::kRoundRobin), 0);
+  EXPECT_EQ(run(RouterKind::kLeastLoaded), 0);
+}
+
+TEST(ServeTest, ClosedLoopSessionsWaitForTheirPreviousRequest) {
+  // The session's second request comes 1 s after the first finished, not at its trace time 0.
+  const Trace trace = MakeTrace({Req(0, 128, 2, {1, 2}, 1), Req(0, 192, 1, {1, 2, 3}, 1, 1.0)});
+  ServeOptions o = HandOptions(ServeProfile::kHbmLru, 100);
+  o.closed_loop = true;
+  auto r = RunServe(trace, o);
+  KVTIER_ASSERT_OK(r.status());
+  const double first = PrefillStep(0, 128) + DecodeStep(128);
+  const double second = PrefillStep(128, 64);
+  EXPECT_NEAR(r->simulated_seconds, first + 1.0 + second, 1e-9);
+  EXPECT_EQ(r->served_hit_tokens, 128);
+}
+
+TEST(ServeTest, TheAgenticWorkloadKeepsTheTokenIdentityAndHbmBoundsAndRunsAlike) {
+  AgenticOptions a;
+  a.sessions = 12;
+  const Trace trace = GenerateAgenticWorkload(a);
+  auto g = KvGeometry::Create({.num_layers = 32,
+                               .num_kv_heads = 8,
+                               .head_dim = 128,
+                               .dtype = KvDtype::kBf16,
+                               .tokens_per_block = 64});
+  KVTIER_ASSERT_OK(g.status());
+  for (ServeProfile p : kAllServeProfiles) {
+    ServeOptions o(*g);
+    o.model_name = "Llama-3.1-8B";
+    o.cost = {.params = 8.03e9, .num_layers = 32, .d_model = 4096};
+    o.roofline.gpu = *FindGpu("H100");
+    o.profile = p;
+    o.capacity_blocks = {2000, 4000, 8000, 0};
+    o.max_requests = 150;
+    auto r = RunServe(trace, o);
+    KVTIER_ASSERT_OK(r.status());
+    SCOPED_TRACE(r->profile);
+    EXPECT_EQ(r->finished + r->failed, r->requests);
+    EXPECT_EQ(r->requests, 150);
+    EXPECT_LE(r->hbm_running_blocks_max, 2000);
+    if (r->preemptions == 0) {
+      EXPECT_EQ(r->prompt_tokens, r->served_hit_tokens + r->prefilled_tokens);
+    }
+    EXPECT_LE(r->served_hit_tokens, r->matched_tokens);
+    auto again = RunServe(trace, o);
+    KVTIER_ASSERT_OK(again.status());
+    EXPECT_EQ(ServeJson({*r}, true), ServeJson({*again}, true));
+  }
+}
+
+TEST(ServeTest, BadOptionsAreRefusedNamingTheOption) {
+  const Trace trace = MakeTrace({Req(0, 128, 1, {1, 2})});
+  ServeOptions o = HandOptions(ServeProfile::kHbmLru, 100);
+  o.instances = 0;
+  EXPECT_EQ(RunServe(trace, o).status().code(), absl::StatusCode::kInvalidArgument);
+  o = HandOptions(ServeProfile::kHbmLru, 100);
+  o.onboard_deadline_seconds = 0;
+  EXPECT_EQ(RunServe(trace, o).status().code(), absl::StatusCode::kInvalidArgument);
+  o = HandOptions(ServeProfile::kHbmLru, 100);
+  o.scheduler.max_batched_tokens = 0;
+  EXPECT_EQ(RunServe(trace, o).status().code(), absl::StatusCode::kInvalidArgument);
+  o = HandOptions(ServeProfile::kHbmLru, 100);
+  o.roofline.mfu = 1.5;
+  EXPECT_EQ(RunServe(trace, o).status().code(), absl::StatusCode::kInvalidArgument);
+  o = HandOptions(ServeProfile::kHbmLru, 0);
+  o.roofline.gpu.hbm_bytes = 1e9;  // less than the weights
+  EXPECT_EQ(RunServe(trace, o).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseServeProfile("vllm").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseRouter("nearest").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(FindGpu("Z80").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(FindGpu("h200").ok());
+}
+
+}  // namespace
+}  // namespace kvtier::replay

@@ -93,6 +93,8 @@ struct Live {
   std::vector<Transfer> transfers;
   std::vector<Transfer> prefetch;  // started at arrival (kvtier); waited for at admission
   int64_t deadline_version = 0;
+  // The prompt hashed once while it waits (a head that does not fit yet is tried every step).
+  std::optional<HashedPrompt> hashed;
 };
 
 struct Event {
@@ -154,7 +156,9 @@ class Simulation {
     events_.push({time, order_++, kind, instance, request, version});
   }
   std::vector<int32_t> Tokens(int64_t r) const;
-  int Route(int64_t r, const std::vector<int32_t>& tokens);
+  int Route(int64_t r, const HashedPrompt& prompt);
+  // The request's prompt, hashed (the namespace is the fleet's: any instance takes it).
+  absl::StatusOr<const HashedPrompt*> Hashed(int64_t r);
   absl::Status OnArrival(int64_t r);
   absl::Status StartStep(int i);
   absl::Status OnStepDone(int i);
@@ -269,7 +273,17 @@ absl::Status Simulation::BuildInstances() {
   return absl::OkStatus();
 }
 
-int Simulation::Route(int64_t r, const std::vector<int32_t>& tokens) {
+absl::StatusOr<const HashedPrompt*> Simulation::Hashed(int64_t r) {
+  Live& l = live_[static_cast<size_t>(r)];
+  if (!l.hashed.has_value()) {
+    auto h = inst_.front().cache->HashPrompt(Tokens(r));
+    if (!h.ok()) return h.status();
+    l.hashed = *std::move(h);
+  }
+  return &*l.hashed;
+}
+
+int Simulation::Route(int64_t r, const HashedPrompt& prompt) {
   const int n = static_cast<int>(inst_.size());
   if (n == 1) return 0;
   auto least_loaded = [&] {
@@ -296,9 +310,9 @@ int Simulation::Route(int64_t r, const std::vector<int32_t>& tokens) {
       int best = 0;
       double best_cost = kInf;
       for (int i = 0; i < n; ++i) {
-        auto found = inst_[i].cache->Lookup(tokens);
+        auto found = inst_[i].cache->LookupHashed(prompt);
         const int64_t hit = found.ok() ? found->matched_tokens : 0;
-        const double cost = static_cast<double>(static_cast<int64_t>(tokens.size()) - hit +
+        const double cost = static_cast<double>(static_cast<int64_t>(prompt.tokens().size()) - hit +
                                                 inst_[i].queued_prompt_tokens);
         if (cost < best_cost) {
           best_cost = cost;
@@ -319,8 +333,14 @@ absl::Status Simulation::OnArrival(int64_t r) {
   l.output = std::max<int64_t>(1, q.output_tokens);
   first_arrival_ = std::min(first_arrival_, now_);
   r_.requests++;
-  const std::vector<int32_t> tokens = Tokens(r);
-  const int i = Route(r, tokens);
+  int i = 0;
+  if (inst_.size() > 1 && o_.router == RouterKind::kKvAware) {
+    auto hashed = Hashed(r);
+    if (!hashed.ok()) return hashed.status();
+    i = Route(r, **hashed);
+  } else {
+    i = Route(r, HashedPrompt());
+  }
   l.instance = i;
   l.phase = Phase::kQueued;
   Instance& in = inst_[static_cast<size_t>(i)];
@@ -329,9 +349,11 @@ absl::Status Simulation::OnArrival(int64_t r) {
   if (o_.profile == ServeProfile::kKvtier && !in.waiting.empty() &&
       (in.stepping || in.waiting.size() > 1)) {
     // Prefetch while it waits: its prefix's blocks below HBM start moving up now.
-    auto where = in.cache->Lookup(tokens, {.session = q.session});
+    auto hashed = Hashed(r);
+    if (!hashed.ok()) return hashed.status();
+    auto where = in.cache->LookupHashed(**hashed);
     if (where.ok()) {
-      auto started = in.cache->Prefetch(tokens, {.session = q.session});
+      auto started = in.cache->Prefetch((*hashed)->tokens(), {.session = q.session});
       if (started.ok() && *started > 0) {
         int64_t left = *started;
         for (int t = kDram; t < kNumTiers && left > 0; ++t) {
@@ -393,6 +415,25 @@ absl::Status Simulation::Admit(int i, int64_t r) {
   Live& l = live_[static_cast<size_t>(r)];
   const TraceRequest& q = trace_.requests[static_cast<size_t>(r)];
   KvCache& cache = *in.cache;
+  auto prompt = Hashed(r);
+  if (!prompt.ok()) return prompt.status();
+  const HashedPrompt& hashed = **prompt;
+  {
+    // Room first, from counters: the head of a queue is tried every step until it fits.
+    int64_t hbm_hits = 0;
+    if (o_.profile != ServeProfile::kRecompute) {
+      auto where = cache.LookupHashed(hashed);
+      if (!where.ok()) return where.status();
+      hbm_hits = where->blocks_by_tier[kHbm];
+    }
+    const int64_t needed = (l.prompt + B_ - 1) / B_ + 1 - hbm_hits;
+    auto room = cache.CheckRoom(needed);
+    if (!room.ok()) return room.status();
+    if (!room->fits_after_evictions) {
+      if (in.running.empty()) return absl::OutOfRangeError("the prompt does not fit an empty HBM");
+      return absl::ResourceExhaustedError("no room yet");
+    }
+  }
   const SequenceId id(next_seq_++);
   const bool caching = o_.profile != ServeProfile::kRecompute;
   if (absl::Status s = cache.CreateSequence(
@@ -400,18 +441,15 @@ absl::Status Simulation::Admit(int i, int64_t r) {
       !s.ok()) {
     return s;
   }
-  const std::vector<int32_t> tokens = Tokens(r);
-  auto hashed = cache.HashPrompt(tokens, {.session = q.session});
-  if (!hashed.ok()) return hashed.status();
-  auto attach = cache.AttachHashedPrefix(id, *hashed);
+  const absl::Span<const int32_t> tokens = hashed.tokens();
+  auto attach = cache.AttachHashedPrefix(id, hashed);
   if (!attach.ok()) return attach.status();
   auto undo = [&](absl::Status why) {
     (void)cache.Release(id);
     return why;
   };
   const int64_t attached = attach->attached_tokens;
-  auto append =
-      cache.Append(id, absl::MakeConstSpan(tokens).subspan(static_cast<size_t>(attached)));
+  auto append = cache.Append(id, tokens.subspan(static_cast<size_t>(attached)));
   if (!append.ok()) {
     if (!absl::IsResourceExhausted(append.status())) return undo(append.status());
     (void)undo(append.status());
@@ -442,6 +480,7 @@ absl::Status Simulation::Admit(int i, int64_t r) {
   in.waiting.pop_front();
   in.queued_prompt_tokens -= live_[static_cast<size_t>(r)].prompt;
   in.running.push_back(r);
+  l.hashed.reset();
   l.seq = id;
   l.computed = attached;
   l.kv_tokens = attached;
@@ -549,6 +588,7 @@ absl::Status Simulation::Preempt(int i, int64_t victim) {
   v.prompt = trace_.requests[static_cast<size_t>(victim)].input_tokens + v.emitted;
   v.computed = 0;
   v.readmission = true;
+  v.hashed.reset();  // its prompt grew
   v.phase = Phase::kQueued;
   v.deadline_version++;
   in.running.erase(std::find(in.running.begin(), in.running.end(), victim));
@@ -608,7 +648,7 @@ absl::Status Simulation::Finish(int i, int64_t r) {
   }
   last_finish_ = std::max(last_finish_, now_);
   done_++;
-  if (o_.progress && (done_ % 256 == 0 || done_ == n_)) o_.progress(done_, n_);
+  if (o_.progress && (done_ % 64 == 0 || done_ == n_)) o_.progress(done_, n_);
   if (o_.closed_loop) SessionNext(r);
   return absl::OkStatus();
 }

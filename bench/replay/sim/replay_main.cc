@@ -116,21 +116,31 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& tex
   return absl::OkStatus();
 }
 
-// A progress line on a terminal (stderr): requests done, rate, ETA.
+// Progress on stderr: on a terminal a bar redrawn in place (requests done, rate, ETA); in a pipe
+// or a log, a line every 5 s, so a slow run is never silent.
 class Progress {
  public:
-  explicit Progress(bool enabled) : enabled_(enabled && isatty(STDERR_FILENO)) {}
+  explicit Progress(bool enabled) : enabled_(enabled), tty_(isatty(STDERR_FILENO) != 0) {}
   std::function<void(int64_t, int64_t)> Callback(std::string label) {
     if (!enabled_) return nullptr;
-    return [this, label = std::move(label), start = std::chrono::steady_clock::now(),
-            last = int64_t{-1}](int64_t done, int64_t total) mutable {
+    const auto start = std::chrono::steady_clock::now();
+    return [this, label = std::move(label), start, last = int64_t{-1}, last_line = start](
+               int64_t done, int64_t total) mutable {
+      const auto now = std::chrono::steady_clock::now();
+      const double s = std::chrono::duration<double>(now - start).count();
+      const double rate = s > 0 ? static_cast<double>(done) / s : 0;
+      const double eta = rate > 0 ? static_cast<double>(total - done) / rate : 0;
+      if (!tty_) {
+        if (std::chrono::duration<double>(now - last_line).count() < 5 && done != total) return;
+        last_line = now;
+        std::fprintf(stderr, "kvtier-replay: %s %lld/%lld requests, %.0f s, ETA %.0f s\n",
+                     label.c_str(), static_cast<long long>(done), static_cast<long long>(total), s,
+                     eta);
+        return;
+      }
       const int64_t step = std::max<int64_t>(1, total / 200);
       if (done != total && last >= 0 && done - last < step) return;
       last = done;
-      const double s =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      const double rate = s > 0 ? static_cast<double>(done) / s : 0;
-      const double eta = rate > 0 ? static_cast<double>(total - done) / rate : 0;
       const int width = 30;
       const int filled = total > 0 ? static_cast<int>(width * done / total) : width;
       std::fprintf(stderr, "\r%-14s [%s%s] %lld/%lld  %.0f req/s  ETA %.0f s ", label.c_str(),
@@ -143,6 +153,7 @@ class Progress {
 
  private:
   bool enabled_;
+  bool tty_;
 };
 
 int64_t TotalBlocks(const std::array<int64_t, kNumTiers>& c) {

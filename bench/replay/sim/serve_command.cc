@@ -125,16 +125,16 @@ absl::Status RunServeCommand(
     if (!r.ok()) return r.status();
     runs.push_back(*std::move(r));
   }
-  const ServeReport& first = runs.front();
+  const ServeReport& first = runs.back();  // the last profile has every configured tier
   std::printf(
-      "serving: %d x %s (tp %d), %s per instance; tiers per instance (blocks): hbm %lld, dram "
-      "%lld, nvme %lld, remote %lld; %s sessions\n",
+      "serving: %d x %s (tp %d), router %s; tiers per instance (blocks): hbm %lld, dram "
+      "%lld, nvme %lld, remote %lld; %s\n",
       first.instances, first.gpu.c_str(), first.tensor_parallel, first.router.c_str(),
       static_cast<long long>(first.capacity_blocks[0]),
       static_cast<long long>(first.capacity_blocks[1]),
       static_cast<long long>(first.capacity_blocks[2]),
       static_cast<long long>(first.capacity_blocks[3]),
-      o.closed_loop ? "closed-loop" : "open-loop");
+      o.closed_loop ? "sessions closed-loop" : "open-loop");
   std::printf("%s", ServeTable(runs).c_str());
   if (!f.json.empty()) {
     std::ofstream out(f.json, std::ios::binary | std::ios::trunc);

@@ -98,6 +98,10 @@ struct ClaudeCodeOptions {
 //   in < 1, out < 0, think_time < 0, duration_ms < 0, an id < 0 or >= 2^40; len(hash_ids)
 //   neither floor nor ceil of in / block_size; hash_id_scope other than "local"; block_size
 //   differing between files; no requests at all.
+// - kInvalidArgument "<file>: <n> bytes, over the limit of 256 MiB ...": a file larger than
+//   kMaxTraceFileBytes (trace_file.h), refused from its size before any of it is read. A file is
+//   parsed whole, and its parsed form takes several times its size, so this bounds memory (the
+//   released files are at most 4 MB). The limit is per file; a directory may hold many.
 // - another code when reading fails (see ReadTraceFile).
 // Requests out of time order within a session are accepted and sorted.
 absl::StatusOr<Trace> LoadClaudeCodeTraces(const std::string& file_or_directory,

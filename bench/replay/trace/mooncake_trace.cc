@@ -1,7 +1,6 @@
 // The Mooncake trace loader (mooncake_trace.h): JSON Lines requests into one Trace.
 #include "bench/replay/trace/mooncake_trace.h"
 
-#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -71,30 +70,24 @@ absl::StatusOr<Line> ParseLine(absl::string_view line, const std::string& where,
 }  // namespace
 
 absl::StatusOr<Trace> LoadMooncakeTrace(const std::string& path) {
-  absl::StatusOr<std::string> bytes = ReadTraceFile(path);
-  if (!bytes.ok()) return bytes.status();
-  const absl::string_view text = *bytes;
-
   Trace trace;
   trace.name = TraceNameOf(path);
   trace.block_tokens = kMooncakeBlockTokens;
   double previous_timestamp_ms = -1;
   int64_t previous_line_number = 0;
-  int64_t line_number = 0;
-  for (size_t start = 0; start < text.size();) {
-    size_t end = text.find('\n', start);
-    if (end == absl::string_view::npos) end = text.size();
-    const absl::string_view line = text.substr(start, end - start);
-    start = end + 1;
-    ++line_number;
-    if (IsBlank(line)) continue;
-    absl::StatusOr<Line> parsed = ParseLine(line, absl::StrCat(path, ":", line_number),
-                                            previous_timestamp_ms, previous_line_number);
-    if (!parsed.ok()) return parsed.status();
-    previous_timestamp_ms = parsed->timestamp_ms;
-    previous_line_number = line_number;
-    trace.requests.push_back(std::move(parsed->request));
-  }
+  // Line by line, so a hostile line costs at most kMaxTraceLineBytes (trace_file.h).
+  const absl::Status read =
+      ForEachTraceLine(path, [&](int64_t line_number, absl::string_view line) -> absl::Status {
+        if (IsBlank(line)) return absl::OkStatus();
+        absl::StatusOr<Line> parsed = ParseLine(line, absl::StrCat(path, ":", line_number),
+                                                previous_timestamp_ms, previous_line_number);
+        if (!parsed.ok()) return parsed.status();
+        previous_timestamp_ms = parsed->timestamp_ms;
+        previous_line_number = line_number;
+        trace.requests.push_back(std::move(parsed->request));
+        return absl::OkStatus();
+      });
+  if (!read.ok()) return read;
   if (trace.requests.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": no requests (an empty trace)"));
   }

@@ -18,6 +18,7 @@
 #include "tests/testing/shared_dir.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/unit/replay/trace/big_files.h"
 
 namespace kvtier::replay {
 namespace {
@@ -298,6 +299,20 @@ TEST(ClaudeCodeTraceTest, MissingInputsAreNotFound) {
   EXPECT_THAT(LoadClaudeCodeTraces(dir.path()), IsError(StatusCode::kNotFound, "no *.json"));
   Write(dir, "INDEX.csv", "x\n");
   EXPECT_THAT(LoadClaudeCodeTraces(dir.path()), IsError(StatusCode::kNotFound, "no *.json"));
+}
+
+// A session file is parsed whole, so one past kMaxTraceFileBytes (256 MiB) is refused before
+// any of it is read: a 2 GiB sparse file costs neither disk nor memory.
+TEST(ClaudeCodeTraceTest, RefusesAFileOverTheSizeLimitBeforeReadingIt) {
+  kvtier::testing::TempDir dir;
+  const std::string path = dir.File("huge.json");
+  ASSERT_TRUE(
+      kvtier::testing::WriteSparse(path, R"({"block_size": 64, "requests": [)", uint64_t{2} << 30));
+  const uint64_t peak_before = kvtier::testing::PeakRssBytes();
+  EXPECT_THAT(LoadClaudeCodeTraces(path),
+              IsError(StatusCode::kInvalidArgument,
+                      absl::StrCat(path, ": 2147483648 bytes, over the limit of 256 MiB")));
+  EXPECT_LT(kvtier::testing::PeakRssBytes() - peak_before, uint64_t{64} << 20);
 }
 
 TEST(ClaudeCodeTraceTest, NoRequestsIsAnError) {

@@ -12,6 +12,7 @@
 #include "tests/testing/shared_dir.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/unit/replay/trace/big_files.h"
 
 namespace kvtier::replay {
 namespace {
@@ -155,6 +156,43 @@ TEST(MooncakeTraceTest, RejectsADirectoryAndAnEmptyFile) {
   EXPECT_THAT(LoadMooncakeTrace(dir.path()), IsError(StatusCode::kInvalidArgument, dir.path()));
   const std::string empty = WriteFile(dir, "empty.jsonl", "\n\n");
   EXPECT_THAT(LoadMooncakeTrace(empty), IsError(StatusCode::kInvalidArgument, "no requests"));
+}
+
+// A line past kMaxTraceLineBytes (64 MiB) is refused while it is read: 65 MiB of hash_ids, or of
+// one string field, in an otherwise valid line.
+TEST(MooncakeTraceTest, RejectsALineOverTheLimit) {
+  kvtier::testing::TempDir dir;
+  const std::string ids = dir.File("ids.jsonl");
+  ASSERT_TRUE(kvtier::testing::WriteRepeated(
+      ids,
+      absl::StrCat(kLine1, "\n",
+                   R"({"timestamp": 1, "input_length": 10, "output_length": 1, "hash_ids": [0)"),
+      ", 0", uint64_t{65} << 20, absl::StrCat("]}\n", kLine2, "\n")));
+  EXPECT_THAT(LoadMooncakeTrace(ids),
+              IsError(StatusCode::kInvalidArgument,
+                      absl::StrCat(ids, ":2: line exceeds the limit of 64 MiB")));
+
+  const std::string text = dir.File("text.jsonl");
+  ASSERT_TRUE(kvtier::testing::WriteRepeated(
+      text, absl::StrCat(kLine1, "\n", R"({"note": ")"), "x", uint64_t{65} << 20,
+      absl::StrCat(R"(", "timestamp": 1, "input_length": 10, "output_length": 1, )",
+                   R"("hash_ids": [0]})", "\n")));
+  EXPECT_THAT(LoadMooncakeTrace(text),
+              IsError(StatusCode::kInvalidArgument,
+                      absl::StrCat(text, ":2: line exceeds the limit of 64 MiB")));
+}
+
+// A 1.5 GiB line (a sparse file: no disk) is not read whole: the load stops at the limit, and
+// the process's peak memory grows by about the limit, not by the line.
+TEST(MooncakeTraceTest, AGigabyteLineIsNotReadIntoMemory) {
+  kvtier::testing::TempDir dir;
+  const std::string path = dir.File("huge.jsonl");
+  ASSERT_TRUE(kvtier::testing::WriteSparse(path, absl::StrCat(kLine1, "\n"), uint64_t{3} << 29));
+  const uint64_t peak_before = kvtier::testing::PeakRssBytes();
+  EXPECT_THAT(LoadMooncakeTrace(path),
+              IsError(StatusCode::kInvalidArgument,
+                      absl::StrCat(path, ":2: line exceeds the limit of 64 MiB")));
+  EXPECT_LT(kvtier::testing::PeakRssBytes() - peak_before, uint64_t{256} << 20);
 }
 
 TEST(MooncakeTraceTest, LoadsTheReleasedTrace) {

@@ -69,10 +69,10 @@ absl::StatusOr<RawRequest> ParseRequest(const json& entry, const std::string& wh
   absl::StatusOr<double> t = NumberField(entry, where, "t", 0);
   if (!t.ok()) return t.status();
   request.arrival_seconds = start_seconds + *t;
-  absl::StatusOr<int64_t> input = IntField(entry, where, "in", 1);
+  absl::StatusOr<int64_t> input = IntField(entry, where, "in", 1, kMaxTraceTokens);
   if (!input.ok()) return input.status();
   request.input_tokens = *input;
-  absl::StatusOr<int64_t> output = IntField(entry, where, "out", 0);
+  absl::StatusOr<int64_t> output = IntField(entry, where, "out", 0, kMaxTraceTokens);
   if (!output.ok()) return output.status();
   request.output_tokens = *output;
   absl::StatusOr<std::vector<uint64_t>> ids = IdArrayField(entry, where, "hash_ids");

@@ -95,9 +95,10 @@ struct ClaudeCodeOptions {
 //   valid JSON (with the parser's line and column); not an object; a missing field ("type", "t",
 //   "in", "out", "hash_ids"; "tool_tokens", "requests", "block_size" of a file; "t",
 //   "duration_ms", "tool_tokens", "requests" of a sub-agent); a field of the wrong type; t < 0,
-//   in < 1, out < 0, think_time < 0, duration_ms < 0, an id < 0 or >= 2^40; len(hash_ids)
-//   neither floor nor ceil of in / block_size; hash_id_scope other than "local"; block_size
-//   differing between files; no requests at all.
+//   in < 1, out < 0, in or out > kMaxTraceTokens (2^31 - 1, trace.h), think_time < 0,
+//   duration_ms < 0, an id < 0 or >= 2^40; len(hash_ids) neither floor nor ceil of
+//   in / block_size; hash_id_scope other than "local"; block_size differing between files; no
+//   requests at all.
 // - kInvalidArgument "<file>: <n> bytes, over the limit of 256 MiB ...": a file larger than
 //   kMaxTraceFileBytes (trace_file.h), refused from its size before any of it is read. A file is
 //   parsed whole, and its parsed form takes several times its size, so this bounds memory (the

@@ -69,16 +69,18 @@ absl::StatusOr<const json*> RequiredField(const json& object, absl::string_view 
 }
 
 absl::StatusOr<int64_t> IntField(const json& object, absl::string_view where,
-                                 absl::string_view field, int64_t min) {
+                                 absl::string_view field, int64_t min, int64_t max) {
   absl::StatusOr<const json*> value = RequiredField(object, where, field);
   if (!value.ok()) return value.status();
   const json& v = **value;
-  const std::string problem = absl::StrCat("must be an integer >= ", min);
+  std::string problem = absl::StrCat("must be an integer >= ", min);
+  if (max != std::numeric_limits<int64_t>::max()) absl::StrAppend(&problem, " and <= ", max);
   int64_t n = 0;
   if (v.is_number_unsigned()) {
     const uint64_t u = v.get<uint64_t>();
-    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-      return BadValue(where, field, problem + " that fits in 64 bits", v);
+    if (u > static_cast<uint64_t>(max)) {
+      if (max == std::numeric_limits<int64_t>::max()) problem += " that fits in 64 bits";
+      return BadValue(where, field, problem, v);
     }
     n = static_cast<int64_t>(u);
   } else if (v.is_number_integer()) {
@@ -86,7 +88,7 @@ absl::StatusOr<int64_t> IntField(const json& object, absl::string_view where,
   } else {
     return BadValue(where, field, problem, v);
   }
-  if (n < min) return BadValue(where, field, problem, v);
+  if (n < min || n > max) return BadValue(where, field, problem, v);
   return n;
 }
 

@@ -11,6 +11,7 @@
 #define KVTIER_BENCH_REPLAY_TRACE_JSON_FIELDS_H_
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -37,9 +38,11 @@ absl::StatusOr<const nlohmann::json*> RequiredField(const nlohmann::json& object
                                                     absl::string_view where,
                                                     absl::string_view field);
 
-// An integer field >= `min`. A float (even 3.0), a string or an out-of-range value is an error.
+// An integer field in [min, max]. A float (even 3.0 or 1e300), a string or an out-of-range value
+// is an error ("must be an integer >= 1 and <= 2147483647, got 2147483648").
 absl::StatusOr<int64_t> IntField(const nlohmann::json& object, absl::string_view where,
-                                 absl::string_view field, int64_t min);
+                                 absl::string_view field, int64_t min,
+                                 int64_t max = std::numeric_limits<int64_t>::max());
 
 // A finite number >= `min`, integer or not.
 absl::StatusOr<double> NumberField(const nlohmann::json& object, absl::string_view where,

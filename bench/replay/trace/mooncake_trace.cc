@@ -45,9 +45,9 @@ absl::StatusOr<Line> ParseLine(absl::string_view line, const std::string& where,
         absl::StrCat("is ", *timestamp_ms, " ms, before line ", previous_line_number, "'s ",
                      previous_timestamp_ms, " ms: a Mooncake trace must be in arrival order"));
   }
-  absl::StatusOr<int64_t> input = IntField(record, where, "input_length", 1);
+  absl::StatusOr<int64_t> input = IntField(record, where, "input_length", 1, kMaxTraceTokens);
   if (!input.ok()) return input.status();
-  absl::StatusOr<int64_t> output = IntField(record, where, "output_length", 0);
+  absl::StatusOr<int64_t> output = IntField(record, where, "output_length", 0, kMaxTraceTokens);
   if (!output.ok()) return output.status();
   absl::StatusOr<std::vector<uint64_t>> ids = IdArrayField(record, where, "hash_ids");
   if (!ids.ok()) return ids.status();

@@ -26,9 +26,10 @@ inline constexpr int kMooncakeBlockTokens = 512;
 // - kNotFound: `path` does not exist (other I/O failures: the errno's code, see ForEachTraceLine).
 // - kInvalidArgument, the message naming the path, the 1-based line and the field: a line that
 //   is not valid JSON or not an object; a missing field; a field of the wrong type (timestamp a
-//   number, lengths and ids integers); timestamp < 0, input_length < 1, output_length < 0, an id
-//   < 0; len(hash_ids) != ceil(input_length / 512); a timestamp earlier than the line before it
-//   (see below); a file with no requests.
+//   number, lengths and ids integers); timestamp < 0, input_length < 1, output_length < 0, a
+//   length > kMaxTraceTokens (2^31 - 1, trace.h), an id < 0; len(hash_ids) !=
+//   ceil(input_length / 512); a timestamp earlier than the line before it (see below); a file
+//   with no requests.
 // - kInvalidArgument "<path>:<line>: line exceeds the limit of 64 MiB ...": a line longer than
 //   kMaxTraceLineBytes (trace_file.h). The file is read line by line, so memory is bounded by
 //   that limit (plus the Trace) whatever a line holds; the released lines are at most 2 KB.

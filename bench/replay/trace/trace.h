@@ -27,10 +27,16 @@ enum class StopReason : uint8_t {
   kEndTurn = 2,
 };
 
+// The largest token count a loader accepts (input or output of one request): 2^31 - 1, so a
+// count fits an int32 (as a token position does downstream) and ceil(count / block_tokens) or a
+// sum of two counts cannot overflow int64. Loaders reject larger counts before using them; the
+// longest context windows served today (~10M tokens) are far inside it.
+inline constexpr int64_t kMaxTraceTokens = (int64_t{1} << 31) - 1;
+
 struct TraceRequest {
   double arrival_seconds = 0;  // since the trace's start, non-decreasing over Trace::requests
-  int64_t input_tokens = 0;    // prompt tokens, >= 1
-  int64_t output_tokens = 0;   // >= 0
+  int64_t input_tokens = 0;    // prompt tokens, in [1, kMaxTraceTokens]
+  int64_t output_tokens = 0;   // in [0, kMaxTraceTokens]
   // One id per trace block of the prompt: ceil(input_tokens / block_tokens) ids; the last block
   // may be partial.
   std::vector<uint64_t> block_ids;

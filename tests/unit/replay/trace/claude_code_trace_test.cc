@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -246,6 +247,21 @@ INSTANTIATE_TEST_SUITE_P(
                 "requests[1]", "\"in\"", "integer"},
         BadCase{"NegativeOut", EditedText([](json& d) { d["requests"][1]["out"] = -1; }),
                 "requests[1]", "\"out\"", "-1"},
+        // Token counts past kMaxTraceTokens (2^31 - 1) are refused before ceil(in / 64) is
+        // computed, so it cannot overflow.
+        BadCase{"In2Pow31", EditedText([](json& d) { d["requests"][1]["in"] = int64_t{1} << 31; }),
+                "requests[1]", "\"in\"", "<= 2147483647"},
+        BadCase{"InInt64Max", EditedText([](json& d) {
+                  d["requests"][1]["in"] = std::numeric_limits<int64_t>::max();
+                }),
+                "requests[1]", "\"in\"", "<= 2147483647"},
+        BadCase{"InHugeFloat", EditedText([](json& d) { d["requests"][1]["in"] = 1e300; }),
+                "requests[1]", "\"in\"", "1e+300"},
+        BadCase{"InFraction", EditedText([](json& d) { d["requests"][1]["in"] = 1.5; }),
+                "requests[1]", "\"in\"", "1.5"},
+        BadCase{"Out2Pow31",
+                EditedText([](json& d) { d["requests"][1]["out"] = int64_t{1} << 31; }),
+                "requests[1]", "\"out\"", "<= 2147483647"},
         BadCase{"NegativeT", EditedText([](json& d) { d["requests"][1]["t"] = -1; }), "requests[1]",
                 "\"t\"", "-1"},
         BadCase{"NegativeThinkTime",

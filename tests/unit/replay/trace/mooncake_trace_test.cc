@@ -134,7 +134,31 @@ INSTANTIATE_TEST_SUITE_P(
                 "\"hash_ids\"", "ceil(1025 / 512) = 3"},
         BadCase{"TooManyIds",
                 R"({"timestamp": 1, "input_length": 512, "output_length": 1, "hash_ids": [0, 1]})",
-                "\"hash_ids\"", "has 2 ids"}),
+                "\"hash_ids\"", "has 2 ids"},
+        // Lengths past kMaxTraceTokens (2^31 - 1) are refused before ceil(input / 512) is
+        // computed, so it cannot overflow and no length sizes an allocation.
+        BadCase{"InputLength2Pow31",
+                R"({"timestamp": 1, "input_length": 2147483648, "output_length": 1, )"
+                R"("hash_ids": []})",
+                "\"input_length\"", "<= 2147483647"},
+        BadCase{"InputLengthInt64Max",
+                R"({"timestamp": 1, "input_length": 9223372036854775807, "output_length": 1, )"
+                R"("hash_ids": []})",
+                "\"input_length\"", "<= 2147483647"},
+        BadCase{"InputLengthUint64Max",
+                R"({"timestamp": 1, "input_length": 18446744073709551615, "output_length": 1, )"
+                R"("hash_ids": []})",
+                "\"input_length\"", "<= 2147483647"},
+        BadCase{"InputLengthHugeFloat",
+                R"({"timestamp": 1, "input_length": 1e300, "output_length": 1, "hash_ids": []})",
+                "\"input_length\"", "1e+300"},
+        BadCase{"InputLengthFraction",
+                R"({"timestamp": 1, "input_length": 1.5, "output_length": 1, "hash_ids": [0]})",
+                "\"input_length\"", "1.5"},
+        BadCase{"OutputLength2Pow31",
+                R"({"timestamp": 1, "input_length": 10, "output_length": 2147483648, )"
+                R"("hash_ids": [0]})",
+                "\"output_length\"", "<= 2147483647"}),
     [](const ::testing::TestParamInfo<BadCase>& param) { return param.param.name; });
 
 TEST(MooncakeTraceTest, RejectsOutOfOrderTimestamps) {

@@ -120,10 +120,11 @@ absl::StatusOr<int64_t> ToolTokensField(const json& object, const std::string& w
 
 // Parses the array `requests` (at `path` `where_array`, e.g. "requests[3].requests") into
 // `session`, appending sub-agents to `loader.sessions` after it. `session_index` is the
-// session's position in loader.sessions (which may grow while it is being filled).
+// session's position in loader.sessions (which may grow while it is being filled); `depth` is
+// the session's sub-agent depth (0 for a file's main session), which bounds the recursion.
 absl::Status ParseSessionRequests(const json& requests, const std::string& path,
                                   const std::string& where_array, double start_seconds,
-                                  size_t session_index, Loader& loader) {
+                                  size_t session_index, int depth, Loader& loader) {
   for (size_t i = 0; i < requests.size(); ++i) {
     const std::string index_path = absl::StrCat(where_array, "[", i, "]");
     const std::string where = absl::StrCat(path, ": ", index_path);
@@ -137,6 +138,10 @@ absl::Status ParseSessionRequests(const json& requests, const std::string& path,
       if (!request.ok()) return request.status();
       loader.sessions[session_index].requests.push_back(*std::move(request));
       continue;
+    }
+    if (depth >= kMaxClaudeSubagentDepth) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": a sub-agent nested deeper than ",
+                                                     kMaxClaudeSubagentDepth, " levels"));
     }
     // The entry's "t" is when the sub-agent finished (its result entered the parent's
     // transcript); it started duration_ms before. See the header.
@@ -156,7 +161,7 @@ absl::Status ParseSessionRequests(const json& requests, const std::string& path,
     loader.sessions.push_back(std::move(subagent));
     if (absl::Status s = ParseSessionRequests(**nested, path, absl::StrCat(index_path, ".requests"),
                                               start_seconds + subagent_start,
-                                              loader.sessions.size() - 1, loader);
+                                              loader.sessions.size() - 1, depth + 1, loader);
         !s.ok()) {
       return s;
     }
@@ -205,7 +210,7 @@ absl::Status ParseFile(const std::string& path, uint64_t file_index, Loader& loa
   main_session.tool_tokens = *tool_tokens;
   loader.sessions.push_back(std::move(main_session));
   return ParseSessionRequests(**requests, path, "requests", /*start_seconds=*/0,
-                              loader.sessions.size() - 1, loader);
+                              loader.sessions.size() - 1, /*depth=*/0, loader);
 }
 
 // The session's canonical tool prefix: position by position through the first `blocks`

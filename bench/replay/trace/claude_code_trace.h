@@ -77,6 +77,11 @@ inline constexpr uint64_t kClaudeSharedToolIdBase = uint64_t{1} << 63;
 inline constexpr uint64_t kClaudeTailIdBase = uint64_t{1} << 62;
 inline constexpr int kClaudeLocalIdBits = 40;
 
+// How deep sub-agents may nest (a sub-agent of the session is depth 1). The released files nest
+// one deep (Claude Code gives sub-agents no sub-agents of their own); the limit keeps a hostile
+// file from exhausting the stack, as the parser descends one level per sub-agent.
+inline constexpr int kMaxClaudeSubagentDepth = 32;
+
 // Which sessions share the tool-definition prefix blocks (see above).
 enum class ToolPrefixSharing : uint8_t {
   kAllSessions = 0,     // every session: block j of the tool prefix is one id everywhere
@@ -98,7 +103,7 @@ struct ClaudeCodeOptions {
 //   in < 1, out < 0, in or out > kMaxTraceTokens (2^31 - 1, trace.h), think_time < 0,
 //   duration_ms < 0, an id < 0 or >= 2^40; len(hash_ids) neither floor nor ceil of
 //   in / block_size; hash_id_scope other than "local"; block_size differing between files; no
-//   requests at all.
+//   requests at all; sub-agents nested deeper than kMaxClaudeSubagentDepth.
 // - kInvalidArgument "<file>: <n> bytes, over the limit of 256 MiB ...": a file larger than
 //   kMaxTraceFileBytes (trace_file.h), refused from its size before any of it is read. A file is
 //   parsed whole, and its parsed form takes several times its size, so this bounds memory (the

@@ -331,6 +331,41 @@ TEST(ClaudeCodeTraceTest, RefusesAFileOverTheSizeLimitBeforeReadingIt) {
   EXPECT_LT(kvtier::testing::PeakRssBytes() - peak_before, uint64_t{64} << 20);
 }
 
+// A session whose sub-agents nest `depth` deep, each level with one request of its own. Written
+// as text: nlohmann would serialize (and a gtest failure print) a deep document recursively.
+std::string NestedSubagents(int depth) {
+  const std::string request = R"({"type": "n", "t": 0, "in": 64, "out": 1, "hash_ids": [1]})";
+  std::string text = absl::StrCat(R"({"block_size": 64, "tool_tokens": 0, "requests": [)", request);
+  for (int i = 0; i < depth; ++i) {
+    absl::StrAppend(&text, R"(, {"type": "subagent", "t": 0, "duration_ms": 0, )",
+                    R"("tool_tokens": 0, "requests": [)", request);
+  }
+  for (int i = 0; i < depth; ++i) text += "]}";
+  return text + "]}";
+}
+
+// Sub-agents are parsed level by level; a hostile file nesting them 20,000 deep (10,000 was enough)
+// overflowed the stack (SIGSEGV) before the depth was limited to kMaxClaudeSubagentDepth.
+TEST(ClaudeCodeTraceTest, DeeplyNestedSubagentsAreAnErrorNotACrash) {
+  kvtier::testing::TempDir dir;
+  const std::string deepest = Write(dir, "deepest.json", NestedSubagents(kMaxClaudeSubagentDepth));
+  KVTIER_ASSERT_OK_AND_ASSIGN(const Trace trace, LoadClaudeCodeTraces(deepest));
+  EXPECT_EQ(trace.requests.size(), static_cast<size_t>(kMaxClaudeSubagentDepth) + 1);
+
+  const std::string deeper =
+      Write(dir, "deeper.json", NestedSubagents(kMaxClaudeSubagentDepth + 1));
+  std::string where = "requests[1]";
+  for (int i = 1; i < kMaxClaudeSubagentDepth + 1; ++i) where += ".requests[1]";
+  EXPECT_THAT(LoadClaudeCodeTraces(deeper),
+              IsError(StatusCode::kInvalidArgument,
+                      absl::StrCat(deeper, ": ", where, ": a sub-agent nested deeper than ",
+                                   kMaxClaudeSubagentDepth)));
+
+  const std::string hostile = Write(dir, "hostile.json", NestedSubagents(20000));
+  EXPECT_THAT(LoadClaudeCodeTraces(hostile),
+              IsError(StatusCode::kInvalidArgument, "a sub-agent nested deeper than"));
+}
+
 TEST(ClaudeCodeTraceTest, NoRequestsIsAnError) {
   kvtier::testing::TempDir dir;
   const std::string path = Write(dir, "s.json", Session(0, json::array()).dump());

@@ -251,6 +251,9 @@ INSTANTIATE_TEST_SUITE_P(
         // computed, so it cannot overflow.
         BadCase{"In2Pow31", EditedText([](json& d) { d["requests"][1]["in"] = int64_t{1} << 31; }),
                 "requests[1]", "\"in\"", "<= 2147483647"},
+        BadCase{"InMaxWithoutItsIds",
+                EditedText([](json& d) { d["requests"][1]["in"] = (int64_t{1} << 31) - 1; }),
+                "requests[1]", "\"hash_ids\"", "floor(2147483647 / 64) = 33554431"},
         BadCase{"InInt64Max", EditedText([](json& d) {
                   d["requests"][1]["in"] = std::numeric_limits<int64_t>::max();
                 }),

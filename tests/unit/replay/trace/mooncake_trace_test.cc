@@ -141,6 +141,12 @@ INSTANTIATE_TEST_SUITE_P(
                 R"({"timestamp": 1, "input_length": 2147483648, "output_length": 1, )"
                 R"("hash_ids": []})",
                 "\"input_length\"", "<= 2147483647"},
+        // At the limit the count is accepted, and the ids must still agree with it.
+        BadCase{"InputLengthMaxWithoutItsIds",
+                R"({"timestamp": 1, "input_length": 2147483647, "output_length": 1, )"
+                R"("hash_ids": [0]})",
+                "\"hash_ids\"",
+                "has 1 ids, but input_length 2147483647 needs ceil(2147483647 / 512) = 4194304"},
         BadCase{"InputLengthInt64Max",
                 R"({"timestamp": 1, "input_length": 9223372036854775807, "output_length": 1, )"
                 R"("hash_ids": []})",

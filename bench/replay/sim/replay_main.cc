@@ -27,6 +27,7 @@
 #include "bench/replay/sim/report.h"
 #include "bench/replay/sim/serve_command.h"
 #include "bench/replay/trace/agentic_workload.h"
+#include "bench/replay/trace/azure_trace.h"
 #include "bench/replay/trace/claude_code_trace.h"
 #include "bench/replay/trace/mooncake_trace.h"
 
@@ -85,12 +86,15 @@ absl::StatusOr<Trace> LoadTrace(const Flags& f) {
   if (format == "auto") {
     std::error_code ec;
     const bool dir = std::filesystem::is_directory(f.trace, ec);
-    format = dir || absl::EndsWith(f.trace, ".json") ? "claude-code" : "mooncake";
+    format = dir || absl::EndsWith(f.trace, ".json") ? "claude-code"
+             : absl::EndsWith(f.trace, ".csv")               ? "azure"
+                                                             : "mooncake";
   }
+  if (format == "azure") return LoadAzureTrace(f.trace);
   if (format == "mooncake") return LoadMooncakeTrace(f.trace);
   if (format == "claude-code") return LoadClaudeCodeTraces(f.trace);
   return absl::InvalidArgumentError(
-      absl::StrCat("--format ", format, ": expected auto, mooncake or claude-code"));
+      absl::StrCat("--format ", format, ": expected auto, mooncake, claude-code or azure"));
 }
 
 // Writes `text` to `path` through a temporary file and a rename: a reader never sees half.
@@ -266,7 +270,7 @@ int Main(int argc, char** argv) {
   app.add_option("--workload", f.workload, "embedded workload when no --trace: agentic");
   app.add_option("--trace", f.trace,
                  "Mooncake JSON Lines file, or a Claude Code session file or folder");
-  app.add_option("--format", f.format, "auto, mooncake or claude-code");
+  app.add_option("--format", f.format, "auto (by extension: .jsonl, .json or a folder, .csv), mooncake, claude-code or azure");
   app.add_option("--model", f.model, "model geometry and prefill cost, e.g. Llama-3.1-70B");
   app.add_option("--geometry-csv", f.geometry_csv,
                  "more models, columns as shared/models/kv_geometry.csv");

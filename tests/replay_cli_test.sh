@@ -40,6 +40,26 @@ bin --quiet --max-requests 20 --geometry-csv "$dir/models.csv" --model Tiny-1B >
 out=$(bin --quiet --max-requests 20 --geometry-csv "$dir/models.csv" --model Tiny-1B \
   --active-params 1e9) || fail "csv model with --active-params: rc $?"
 grep -q "model Tiny-1B (128.0 KiB per 64-token block)" <<<"$out" || fail "csv geometry not used: $out"
+# Files that would not fit the disk are refused before anything is written.
+mkdir -p "$dir/scratch"
+err=$(bin --quiet --payload scaled --nvme 1000TiB --nvme-path "$dir/scratch" 2>&1); rc=$?
+[ "$rc" -eq 2 ] || fail "an NVMe file larger than the disk: rc $rc, want 2: $err"
+grep -q "would not fit" <<<"$err" || fail "no disk-space message: $err"
+[ -z "$(ls -A "$dir/scratch")" ] || fail "files left after the refusal: $(ls "$dir/scratch")"
+
+# SIGTERM mid-run removes the scratch directory (the NVMe file and the directory store).
+"$bin_path" --mode cache --quiet --payload scaled --nvme-path "$dir/scratch" > /dev/null 2>&1 &
+pid=$!
+for _ in $(seq 1 100); do
+  [ -n "$(ls -A "$dir/scratch")" ] && break
+  sleep 0.1
+done
+[ -n "$(ls -A "$dir/scratch")" ] || fail "no scratch directory appeared"
+sleep 0.5
+kill -TERM "$pid"
+wait "$pid"
+[ -z "$(ls -A "$dir/scratch")" ] || fail "scratch left after SIGTERM: $(ls "$dir/scratch")"
+
 # --mode serve (the default): every profile side by side; flags it refuses.
 out=$("$bin_path" --quiet --max-requests 60 --json "$dir/s.json") || fail "serve run: rc $?"
 for p in recompute hbm_lru dram_lru hicache kvtier; do

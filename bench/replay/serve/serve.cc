@@ -163,7 +163,7 @@ class Simulation {
   absl::Status StartStep(int i);
   absl::Status OnStepDone(int i);
   absl::Status OnDeadline(int64_t r);
-  absl::Status OnTransferDone(int i, int64_t tag, int64_t id);
+  absl::Status OnTransferDone(int i, int link, int64_t tag, int64_t id);
   // Admission of the queue's head: kOk admitted; kResourceExhausted no room now (stays queued);
   // kOutOfRange the prompt can never fit (failed).
   absl::Status Admit(int i, int64_t r);
@@ -374,6 +374,7 @@ absl::Status Simulation::OnArrival(int64_t r) {
 }
 
 absl::Status Simulation::Settle(int i) {
+  SampleOccupancy(i);  // the interval before this moment at the occupancy it had
   Instance& in = inst_[static_cast<size_t>(i)];
   if (absl::Status s = in.cache->WaitIdle(); !s.ok()) return s;
   const KvCacheStats st = in.cache->stats();
@@ -426,7 +427,9 @@ absl::Status Simulation::Admit(int i, int64_t r) {
       if (!where.ok()) return where.status();
       hbm_hits = where->blocks_by_tier[kHbm];
     }
-    const int64_t needed = (l.prompt + B_ - 1) / B_ + 1 - hbm_hits;
+    // One slot of headroom for the first decode token while others run; alone, exactly the
+    // prompt's blocks decide whether it can ever fit.
+    const int64_t needed = (l.prompt + B_ - 1) / B_ - hbm_hits + (in.running.empty() ? 0 : 1);
     auto room = cache.CheckRoom(needed);
     if (!room.ok()) return room.status();
     if (!room->fits_after_evictions) {
@@ -484,7 +487,7 @@ absl::Status Simulation::Admit(int i, int64_t r) {
   l.seq = id;
   l.computed = attached;
   l.kv_tokens = attached;
-  l.reported = 0;
+  l.reported = attached;  // the cache counts attached tokens as written
   if (!l.counted) {
     l.counted = true;
     l.hits_counted = true;
@@ -516,7 +519,10 @@ absl::Status Simulation::Admit(int i, int64_t r) {
         in.links[link].Start(now_, static_cast<double>(blocks) * block_bytes_, r * 2);
     l.transfers.push_back({link, tid, blocks, t});
   }
-  for (const Live::Transfer& p : l.prefetch) l.transfers.push_back(p);
+  // Prefetches clipped to nothing (their blocks were evicted again) go on as background copies.
+  for (const Live::Transfer& p : l.prefetch) {
+    if (p.blocks > 0) l.transfers.push_back(p);
+  }
   l.prefetch.clear();
   if (l.transfers.empty()) {
     ReadyToPrefill(r);
@@ -528,13 +534,13 @@ absl::Status Simulation::Admit(int i, int64_t r) {
   return absl::OkStatus();
 }
 
-absl::Status Simulation::OnTransferDone(int i, int64_t tag, int64_t id) {
+absl::Status Simulation::OnTransferDone(int i, int link, int64_t tag, int64_t id) {
   if (tag < 0) return absl::OkStatus();  // a background copy
   const int64_t r = tag / 2;
   Live& l = live_[static_cast<size_t>(r)];
   for (auto* list : {&l.transfers, &l.prefetch}) {
     for (auto it = list->begin(); it != list->end(); ++it) {
-      if (it->id != id) continue;
+      if (it->id != id || it->link != link) continue;  // ids are per link
       // A prefetch landing before admission is an HBM hit there; after, the onboarding's.
       if (list == &l.transfers && !l.readmission) {
         r_.served_hit_tokens += it->blocks * B_;
@@ -612,7 +618,9 @@ void Simulation::Fail(int64_t r) {
   l.phase = Phase::kFailed;
   r_.failed++;
   r_.failed_prompt_exceeds_hbm++;
+  last_finish_ = std::max(last_finish_, now_);
   done_++;
+  if (o_.progress && (done_ % 64 == 0 || done_ == n_)) o_.progress(done_, n_);
   if (o_.closed_loop) SessionNext(r);
 }
 
@@ -661,6 +669,7 @@ absl::Status Simulation::StartStep(int i) {
   int64_t budget = o_.scheduler.max_batched_tokens;
   // 1. Decodes: a slot for each one's next token; preempt from the back when HBM is full.
   const std::vector<int64_t> running = in.running;
+  const int64_t preemptions_before = r_.preemptions;
   for (int64_t r : running) {
     Live& l = live_[static_cast<size_t>(r)];
     if (l.phase != Phase::kDecode || budget < 1) continue;
@@ -686,7 +695,8 @@ absl::Status Simulation::StartStep(int i) {
     budget -= chunk;
   }
   // 3. Admissions while budget and running slots last.
-  while (budget > 0 && !in.waiting.empty() &&
+  // Not in a step that preempted (vLLM V1 likewise): the victim would come straight back.
+  while (r_.preemptions == preemptions_before && budget > 0 && !in.waiting.empty() &&
          static_cast<int>(in.running.size()) < o_.scheduler.max_running) {
     const int64_t r = in.waiting.front();
     absl::Status s = Admit(i, r);
@@ -830,7 +840,8 @@ absl::StatusOr<ServeReport> Simulation::Run() {
       for (const Link::Done& d : inst_[static_cast<size_t>(link_instance)]
                                      .links[static_cast<size_t>(link_index)]
                                      .AdvanceTo(now_)) {
-        if (absl::Status s = OnTransferDone(link_instance, d.tag, d.id); !s.ok()) return s;
+        if (absl::Status s = OnTransferDone(link_instance, link_index, d.tag, d.id); !s.ok())
+          return s;
       }
       continue;
     }
@@ -854,6 +865,10 @@ absl::StatusOr<ServeReport> Simulation::Run() {
     }
     if (!s.ok()) return s;
   }
+  // Occupancy is integrated up to the last finish; copies may drain after it.
+  const double end = now_;
+  const double start = first_arrival_ < kInf ? first_arrival_ : 0;
+  now_ = std::max(last_finish_, start);
   for (size_t i = 0; i < inst_.size(); ++i) {
     SampleOccupancy(static_cast<int>(i));
     if (absl::Status s = inst_[i].cache->WaitIdle(); !s.ok()) return s;
@@ -879,12 +894,13 @@ absl::StatusOr<ServeReport> Simulation::Run() {
       r_.simulated_seconds > 0 ? static_cast<double>(r_.output_tokens) / r_.simulated_seconds : 0;
   r_.slo_attainment =
       r_.requests > 0 ? static_cast<double>(r_.slo_met) / static_cast<double>(r_.requests) : 0;
-  const double span = std::max(now_, 1e-9);
+  const double span = std::max(last_finish_ - start, 1e-9);
+  const double link_span = std::max(end - start, 1e-9);
   r_.hbm_running_blocks_mean = held_integral_ / span;
   r_.hbm_cached_blocks_mean = cached_integral_ / span;
   for (const Instance& in : inst_) {
     for (const Link& link : in.links) {
-      r_.links.push_back({link.name(), link.bytes_moved(), link.busy_seconds() / span});
+      r_.links.push_back({link.name(), link.bytes_moved(), link.busy_seconds() / link_span});
     }
   }
   r_.wall_seconds =

@@ -116,7 +116,9 @@ struct ServeOptions {
 struct LinkReport {
   std::string name;  // "i0.pcie_h2d", "i0.pcie_d2h", "i0.nvme", "i0.network"
   double bytes = 0;
-  double utilization = 0;  // busy seconds / the run's simulated seconds
+  // Busy seconds / (first arrival to the end of the last copy, which may drain after the
+  // last request finished).
+  double utilization = 0;
 };
 
 struct ServeReport {
@@ -131,12 +133,14 @@ struct ServeReport {
   int64_t requests = 0;                                            // requests that arrived
   int64_t finished = 0;
   int64_t failed = 0;  // every request finishes or fails with a reason:
+  // The request (its prompt, or after a preemption its prompt and the tokens it had produced)
+  // does not fit an empty HBM; tokens a failed request had produced are not in output_tokens.
   int64_t failed_prompt_exceeds_hbm = 0;
   // Tokens of admitted requests (a failed request that was never admitted counts in none):
   // prompt_tokens = served_hit_tokens + prefilled_tokens - recomputed_after_preemption_tokens
-  // for runs without preemption in mid-prefill (a preempted request's first pass is partly
-  // lost; its readmissions' prefill is recomputed_after_preemption_tokens, part of
-  // prefilled_tokens). Hits are counted at a request's first admission.
+  // for runs without preemption (a request preempted while onboarding or in prefill loses
+  // part of its first pass; its readmissions' prefill is recomputed_after_preemption_tokens,
+  // part of prefilled_tokens). Hits are counted at a request's first admission.
   int64_t prompt_tokens = 0;
   int64_t matched_tokens = 0;     // the caches' longest cached prefixes at admission
   int64_t served_hit_tokens = 0;  // of those, served from cache (resident, or landed in time)
@@ -154,8 +158,8 @@ struct ServeReport {
   double output_tokens_per_second = 0;  // output_tokens / simulated_seconds
   int64_t slo_met = 0;                  // finished requests meeting both SLOs
   double slo_attainment = 0;            // slo_met / requests
-  // HBM blocks over simulated time, summed over instances: held by running requests, and
-  // cached (droppable); time-weighted means and the maximum of held.
+  // HBM blocks from the first arrival to the last finish, summed over instances: held by
+  // running requests, and cached (droppable); time-weighted means and the maximum of held.
   double hbm_running_blocks_mean = 0;
   double hbm_cached_blocks_mean = 0;
   int64_t hbm_running_blocks_max = 0;

@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "kvtier/cache_namespace.h"
 #include "kvtier/kv_cache.h"
+#include "kvtier/nvme_tier.h"
 #include "kvtier/tier_stack.h"
 
 namespace kvtier::replay {
@@ -232,6 +233,27 @@ absl::StatusOr<Built> BuildCache(const ReplayOptions& o, const TraceFootprint& f
       if (ec || !std::filesystem::is_directory(dir)) {
         return absl::UnavailableError(absl::StrCat("--keep-state: cannot use ", dir, ": ",
                                                    ec ? ec.message() : "not a directory"));
+      }
+    }
+    // The NVMe file is preallocated and a directory store fills up to its capacity: refuse a
+    // run whose files would not fit the disk, before writing a byte.
+    {
+      const double nvme = static_cast<double>(std::max<int64_t>(blocks[2], 0)) *
+                          static_cast<double>(NvmeTier::SlotBytes(g));
+      const double remote = o.remote_url.empty()
+                                ? static_cast<double>(std::max<int64_t>(blocks[3], 0)) *
+                                      static_cast<double>(g.bytes_per_block())
+                                : 0.0;
+      std::error_code ec;
+      const std::filesystem::space_info space = std::filesystem::space(dir, ec);
+      if (!ec && nvme + remote > static_cast<double>(space.available)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the NVMe file (", static_cast<int64_t>(nvme / 1e6), " MB) and the directory store (",
+            static_cast<int64_t>(remote / 1e6), " MB) would not fit the ",
+            static_cast<int64_t>(static_cast<double>(space.available) / 1e6), " MB free under ",
+            dir,
+            ": lower --nvme / --remote-size or --payload-bytes-per-token, "
+            "or pick another --nvme-path"));
       }
     }
     stack.dram.try_huge_pages = false;
@@ -616,6 +638,9 @@ absl::StatusOr<ReplayReport> RunReplay(const Trace& trace, const ReplayOptions& 
     // modes decide alike.
     if (absl::Status s = cache.WaitIdle(); !s.ok()) return s;
     if (options.progress) options.progress(i + 1, n);
+    if (options.cancelled && options.cancelled()) {
+      return absl::CancelledError(absl::StrCat("stopped after ", i + 1, " of ", n, " requests"));
+    }
   }
   for (const auto& [session, id] : paused) (void)cache.Release(id);
   if (absl::Status s = cache.WaitIdle(); !s.ok()) return s;

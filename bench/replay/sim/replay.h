@@ -112,6 +112,9 @@ struct ReplayOptions {
   int64_t max_requests = -1;  // replay only the first n requests; < 0: all
   // Called after every request with (done, total), from the calling thread.
   std::function<void(int64_t, int64_t)> progress;
+  // Checked after every request: true stops the run with kCancelled (its scratch directory is
+  // removed on the way out). kvtier-replay sets it from SIGINT and SIGTERM.
+  std::function<bool()> cancelled;
   // For tests: may wrap each tier backend (e.g. in a fault injector) before the cache takes it.
   std::function<std::unique_ptr<TierBackend>(Tier, std::unique_ptr<TierBackend>)> wrap_tier;
 };
@@ -168,8 +171,10 @@ struct ReplayReport {
 
 // Runs `trace` through a KvCache built from `options`. Errors: kInvalidArgument for options out of
 // range (no HBM, a block size that does not divide the trace's, an unknown policy, a bad remote
-// URL, payload_bytes_per_token), or a trace the bounds' checks reject; the cache's errors
-// otherwise (e.g. kResourceExhausted when a tier cannot be allocated).
+// URL, payload_bytes_per_token), or a trace the bounds' checks reject, and, before anything is
+// written, when the NVMe file and a directory store at full capacity would not fit
+// the free space of the disk under work_dir (kScaled); kCancelled when `cancelled` said so; the
+// cache's errors otherwise (e.g. kResourceExhausted when a tier cannot be allocated).
 absl::StatusOr<ReplayReport> RunReplay(const Trace& trace, const ReplayOptions& options);
 
 // The report an offline bound (or recompute_all, hits all zero) gives under the same modeled

@@ -3,6 +3,7 @@
 // prefill time saved, beside baselines and offline bounds. docs/replay.md is the manual.
 //
 // Exit codes: 0 done; 2 bad flags or a malformed trace (nothing written); 1 anything else.
+#include <signal.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -68,6 +69,20 @@ struct Flags {
   bool quiet = false;
   ServeFlags serve;
 };
+
+// Set by SIGINT and SIGTERM: the run stops after its current request, so its scratch directory
+// (payload scaled: an NVMe file and a directory store) is removed on the way out. A signal
+// handler can only reach a flag like this; it is the program's one piece of global state.
+volatile sig_atomic_t stop_requested = 0;
+void RequestStop(int) { stop_requested = 1; }
+void InstallStopHandlers() {
+  struct sigaction sa = {};
+  sa.sa_handler = RequestStop;
+  sa.sa_flags = SA_RESETHAND;  // a second signal kills at once
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
 
 // Exit code 2: the user's input is wrong.
 struct InputError {
@@ -515,6 +530,8 @@ int Main(int argc, char** argv) {
   } else {
     return fail(absl::InvalidArgumentError("--hints: none, pause, stop-reason or oracle-idle"), 2);
   }
+  o.cancelled = [] { return stop_requested != 0; };
+  InstallStopHandlers();
   o.work_dir = f.nvme_path;
   o.remote_url = f.remote;
   o.keep_state_dir = f.keep_state;

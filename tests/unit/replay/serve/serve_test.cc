@@ -152,6 +152,64 @@ TEST(ServeTest, BlocksNotLandedByTheDeadlineAreRecomputedAndCountedLate) {
   EXPECT_LT(r->ttft_p99_ms, 500 + 1e3 * PrefillStep(0, 256) + 1);
 }
 
+// With a small token budget the recomputation after a missed deadline ends its first chunks
+// below the attached tokens: the run goes on and the token identity holds.
+TEST(ServeTest, RecomputingLateBlocksInSmallChunksNeverReportsBelowTheAttachedTokens) {
+  ServeOptions o = HandOptions(ServeProfile::kDramLru, 6, 64);
+  o.links.pcie_bytes_per_second = 1;
+  o.onboard_deadline_seconds = 0.5;
+  o.scheduler.max_batched_tokens = 64;
+  auto r = RunServe(EvictAndComeBack(), o);
+  KVTIER_ASSERT_OK(r.status());
+  EXPECT_EQ(r->finished, 3);
+  EXPECT_GT(r->late_tokens, 0);
+  EXPECT_EQ(r->prompt_tokens, r->served_hit_tokens + r->prefilled_tokens);
+}
+
+TEST(ServeTest, APromptOfExactlyTheHbmFitsAlone) {
+  // 4 blocks of HBM, a 4-block prompt and one output token (no decode slot needed).
+  const Trace trace = MakeTrace({Req(0, 256, 1, {1, 2, 3, 4})});
+  auto r = RunServe(trace, HandOptions(ServeProfile::kHbmLru, 4));
+  KVTIER_ASSERT_OK(r.status());
+  EXPECT_EQ(r->finished, 1);
+  EXPECT_EQ(r->failed, 0);
+}
+
+TEST(ServeTest, AFailedRequestStillGivesANonNegativeSpan) {
+  const Trace trace = MakeTrace({Req(5, 640, 1, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10})});
+  auto r = RunServe(trace, HandOptions(ServeProfile::kHbmLru, 4));
+  KVTIER_ASSERT_OK(r.status());
+  EXPECT_EQ(r->failed, 1);
+  EXPECT_EQ(r->simulated_seconds, 0);
+  EXPECT_EQ(r->output_tokens_per_second, 0);
+}
+
+// A request whose prefix comes from DRAM and NVMe at once waits for both links (each link
+// numbers its own transfers: completions are matched by link and id).
+TEST(ServeTest, OnboardingFromTwoTiersWaitsForBothLinks) {
+  // HBM 6, DRAM 4, NVMe 64: request 1's 4 blocks go down to DRAM and on to NVMe as requests 2
+  // and 3 push through; request 4 repeats request 1.
+  const Trace trace = MakeTrace({Req(0, 256, 1, {1, 2, 3, 4}), Req(5, 256, 1, {11, 12, 13, 14}),
+                                 Req(10, 256, 1, {21, 22, 23, 24}), Req(15, 256, 1, {1, 2, 3, 4})});
+  ServeOptions o = HandOptions(ServeProfile::kKvtier, 6, 4);
+  o.capacity_blocks[2] = 64;
+  o.links.pcie_bytes_per_second = 1e6;
+  o.links.nvme_bytes_per_second = 1e5;  // 16 KiB blocks: 164 ms each
+  o.links.pcie_latency_seconds = 0;
+  o.links.nvme_latency_seconds = 0;
+  o.onboard_deadline_seconds = 100;
+  auto r = RunServe(trace, o);
+  KVTIER_ASSERT_OK(r.status());
+  EXPECT_EQ(r->finished, 4);
+  EXPECT_EQ(r->late_tokens, 0);
+  EXPECT_EQ(r->prompt_tokens, r->served_hit_tokens + r->prefilled_tokens);
+  const int64_t nvme = r->served_hit_tokens_by_tier[2];
+  if (nvme > 0) {
+    // Request 4 could not start before its NVMe blocks crossed at 100 kB/s.
+    EXPECT_GE(r->ttft_p99_ms, 1e3 * static_cast<double>(nvme) * kKvBytesPerToken / 1e5);
+  }
+}
+
 TEST(ServeTest, DecodesThatOutgrowHbmPreemptTheLatestAdmittedAndBothFinish) {
   // 8 blocks of HBM; two requests of one block each produce 200 tokens (4 blocks each): they
   // cannot both hold 5 blocks, so one is preempted and re-admitted.

@@ -52,7 +52,8 @@ set(KVTIER_LAYER_core_HEADERS
   device_block_table.h hbm_layout.h ids.h kv_geometry.h prefix_hasher.h)
 set(KVTIER_LAYER_platform_HEADERS cuda_device.h)
 set(KVTIER_LAYER_tiers_HEADERS
-  dram_tier.h emulated_hbm.h in_memory_slot_tier.h metadata_tier.h nvme_tier.h tier_backend.h)
+  dram_tier.h emulated_hbm.h in_memory_slot_tier.h metadata_store.h metadata_tier.h nvme_tier.h
+  tier_backend.h)
 set(KVTIER_LAYER_transfer_HEADERS transfer_engine.h)
 set(KVTIER_LAYER_remote_HEADERS
   codec.h directory_transport.h in_process_transport.h redis_transport.h remote_tier.h

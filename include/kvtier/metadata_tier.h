@@ -14,7 +14,8 @@
 //
 // Cost: 32 bytes of host memory per slot (InMemorySlotTier::kMetadataBytesPerSlot: 8 for the
 // allocator, 24 for the slot's key), whatever block_bytes is, reported as
-// TierInfo::metadata_bytes; nothing per byte of capacity.
+// TierInfo::metadata_bytes; nothing per byte of capacity. A remote tier over a shared
+// MetadataStore (MetadataTierOptions::store) adds one byte a slot, and the store its keys.
 //
 // Copies between two MetadataTiers run inline on the caller's thread (kCapInlineIo: the transfer
 // engine starts and finishes them inside Copy, with no thread hand-off). The tier is not host
@@ -40,10 +41,12 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "kvtier/in_memory_slot_tier.h"
 #include "kvtier/kv_geometry.h"
+#include "kvtier/metadata_store.h"
 #include "kvtier/tier_backend.h"
 
 namespace kvtier {
@@ -51,13 +54,21 @@ namespace kvtier {
 struct MetadataTierOptions {
   Tier tier = Tier::kHbm;       // the level this tier stands for
   int64_t capacity_blocks = 0;  // slots, in [1, BlockAllocator::kMaxCapacityBlocks]
+  // Only for tier kRemote: the fleet-wide key store this tier stands in front of
+  // (metadata_store.h), shared with other caches' metadata remote tiers. With it the tier has
+  // kCapProbe and behaves as a RemoteTier with write_if_absent and delete_freed: writes store
+  // the key there, reads fail (kNotFound) once the store has lost it, ProbeBlocks and
+  // AdoptStoredBlock find and take other workers' blocks, DiscardBlock erases a key this tier
+  // stored. Null: a remote tier of this cache alone, as before.
+  std::shared_ptr<MetadataStore> store;
 };
 
 class MetadataTier final : public InMemorySlotTier {
  public:
   // A tier of options.capacity_blocks slots of geometry.bytes_per_block() bytes each (counted,
   // never allocated). Errors: kInvalidArgument for a tier outside [kHbm, kRemote], capacity_blocks
-  // < 1 or > BlockAllocator::kMaxCapacityBlocks, or a capacity in bytes that overflows int64;
+  // < 1 or > BlockAllocator::kMaxCapacityBlocks, a capacity in bytes that overflows int64, or a
+  // store on a tier other than kRemote;
   // kResourceExhausted if the per-slot bookkeeping (32 bytes a slot) exceeds MemAvailable.
   static absl::StatusOr<std::unique_ptr<MetadataTier>> Create(const KvGeometry& geometry,
                                                               const MetadataTierOptions& options);
@@ -75,9 +86,21 @@ class MetadataTier final : public InMemorySlotTier {
                         const BlockIoOptions& options = {}) override;
   // OK if `slot` holds `key`; `dst` is not written (there are no bytes). Completes before
   // returning. Errors: kInvalidArgument and kDeadlineExceeded as WriteBlock; kNotFound if the slot
-  // holds no block; kDataLoss if it holds another key.
+  // holds no block, or (with a store) the store no longer holds `key`; kDataLoss if it holds
+  // another key.
   Completion ReadBlock(SlotId slot, const BlockKey& key, absl::Span<std::byte> dst,
                        const BlockIoOptions& options = {}) override;
+
+  // With a store (MetadataTierOptions::store), as TierBackend's: DiscardBlock erases `key` from
+  // the store if `slot` holds it and this tier's write added it there (not a block found by
+  // discovery or whose write was skipped); ProbeBlocks answers from the store at once
+  // (kDeadlineExceeded for a deadline already past); AdoptStoredBlock records that `slot` holds
+  // `key` (kInvalidArgument for a slot outside the tier). Without a store: the defaults
+  // (no-op, kUnimplemented, kUnimplemented).
+  void DiscardBlock(SlotId slot, const BlockKey& key) override;
+  absl::StatusOr<std::vector<bool>> ProbeBlocks(absl::Span<const BlockKey> keys,
+                                                absl::Time deadline) override;
+  absl::Status AdoptStoredBlock(SlotId slot, const BlockKey& key) override;
 
   // BeginDeviceWrite / EndDeviceWrite (InMemorySlotTier's): for kHbm, as EmulatedHbm, they mark
   // `slot` not-written and record `key`. No-ops on other tiers and for a slot outside the tier.

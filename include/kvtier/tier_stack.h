@@ -29,6 +29,7 @@
 #include "kvtier/emulated_hbm.h"
 #include "kvtier/ids.h"
 #include "kvtier/kv_geometry.h"
+#include "kvtier/metadata_store.h"
 #include "kvtier/nvme_tier.h"
 #include "kvtier/remote_tier.h"
 #include "kvtier/tier_backend.h"
@@ -76,6 +77,10 @@ struct TierStackOptions {
   // kMetadata.
   std::string remote_directory;
   std::string remote_url;
+  // A kMetadata remote tier's fleet-wide key store (MetadataTierOptions::store), shared by the
+  // caches built over it so each finds what the others stored. Null: that tier is this cache's
+  // alone. Not looked at for a native or absent remote tier.
+  std::shared_ptr<MetadataStore> metadata_store;
 
   // Called once per present tier, in tier order (kHbm first), after every backend is built,
   // on the calling thread; it takes ownership of the built backend and returns that tier's

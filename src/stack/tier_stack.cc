@@ -107,7 +107,9 @@ absl::StatusOr<TierBackends> Build(const KvGeometry& g, const CacheNamespace* ns
         break;
       case TierBackendKind::kMetadata:
         backend = Erased(
-            MetadataTier::Create(g, {.tier = tier, .capacity_blocks = spec.capacity_blocks}));
+            MetadataTier::Create(g, {.tier = tier,
+                                     .capacity_blocks = spec.capacity_blocks,
+                                     .store = tier == Tier::kRemote ? o.metadata_store : nullptr}));
         break;
       default:
         return absl::InvalidArgumentError(absl::StrCat("tier stack: ", std::string(TierName(tier)),

@@ -22,6 +22,7 @@
 #include "bench/replay/serve/link.h"
 #include "kvtier/cache_namespace.h"
 #include "kvtier/kv_cache.h"
+#include "kvtier/metadata_store.h"
 #include "kvtier/tier_stack.h"
 
 namespace kvtier::replay {
@@ -219,6 +220,10 @@ absl::Status Simulation::BuildInstances() {
                                 o_.model_name.empty() ? std::string("model") : o_.model_name),
        .weights_fingerprint = "kvtier-replay-serve"});
   if (!ns.ok()) return ns.status();
+  // One store for the fleet's remote tiers (serve.h), when there is a fleet and a remote tier.
+  std::shared_ptr<MetadataStore> store;
+  if (o_.shared_remote && o_.instances > 1 && capacity_[kRemote] > 0)
+    store = std::make_shared<MetadataStore>();
   for (int i = 0; i < o_.instances; ++i) {
     Instance in;
     in.links.emplace_back(absl::StrCat("i", i, ".pcie_h2d"), o_.links.pcie_bytes_per_second,
@@ -234,6 +239,7 @@ absl::Status Simulation::BuildInstances() {
       stack.tiers[t] = {.capacity_blocks = std::max<int64_t>(capacity_[t], 0),
                         .kind = TierBackendKind::kMetadata};
     }
+    stack.metadata_store = store;
     auto tiers = BuildTierStack(*ns, stack);
     if (!tiers.ok()) return tiers.status();
     KvCacheOptions co;
@@ -242,6 +248,8 @@ absl::Status Simulation::BuildInstances() {
     co.room_wait = absl::Seconds(10);
     co.event_buffer = 1;
     co.measure_bandwidth = false;
+    // The store answers at once, so the probe may cover a whole prompt (its largest window).
+    if (store != nullptr) co.remote_probe_window_blocks = 4096;
     co.links[kDram] = {absl::Seconds(o_.links.pcie_latency_seconds),
                        o_.links.pcie_bytes_per_second};
     co.links[kNvme] = {absl::Seconds(o_.links.nvme_latency_seconds),
@@ -881,6 +889,10 @@ absl::StatusOr<ServeReport> Simulation::Run() {
   r_.tensor_parallel = o_.roofline.tensor_parallel;
   r_.instances = o_.instances;
   r_.router = RouterName(o_.router);
+  r_.shared_remote = o_.shared_remote && o_.instances > 1 && capacity_[kRemote] > 0;
+  for (const Instance& in : inst_) {
+    r_.remote_discovered_blocks += in.cache->stats().remote_probe.blocks_indexed;
+  }
   for (int t = 0; t < kNumTiers; ++t) r_.capacity_blocks[t] = capacity_[t] > 0 ? capacity_[t] : -1;
   r_.ttft_p50_ms = Percentile(ttft_, 0.50);
   r_.ttft_p90_ms = Percentile(ttft_, 0.90);

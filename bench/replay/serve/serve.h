@@ -40,8 +40,14 @@
 // (KvCache::WaitIdle) before the simulation goes on, and time is the simulated clock. Equal
 // inputs give equal reports.
 //
-// Not modeled yet (docs/replay.md): a remote store shared by the instances (each instance's
-// remote tier is its own), swap preemption, layer-wise overlap of onboarding with compute.
+// The remote tier: with shared_remote (the default), one store for the whole fleet, as SGLang
+// HiCache's L3 or LMCache's shared backends are: every instance's remote tier writes there and
+// discovers (KvCache's remote discovery) what the others wrote, so a session that moves to
+// another instance finds its prefix. Each instance's remote capacity is its own budget of the
+// store, as RemoteTier's slots are. Off: each instance's remote tier is its own.
+//
+// Not modeled yet (docs/replay.md): swap preemption, layer-wise overlap of onboarding with
+// compute, the probe's network round trip (discovery answers at once on the simulated clock).
 //
 // Thread-safety: RunServe is reentrant; it owns everything it creates. The Trace is only read.
 #ifndef KVTIER_BENCH_REPLAY_SERVE_SERVE_H_
@@ -104,6 +110,8 @@ struct ServeOptions {
   // Blocks per instance, index TierIndex. HBM: 0 sizes it from the roofline's KV pool
   // (Roofline::KvPoolBytes / bytes per block); others: 0 absent.
   std::array<int64_t, kNumTiers> capacity_blocks{0, 0, 0, 0};
+  // With a remote tier and several instances: one fleet-wide store (see above), or one each.
+  bool shared_remote = true;
   double onboard_deadline_seconds = 1.0;  // > 0
   bool closed_loop = true;
   double slo_ttft_seconds = 2.0;  // a request meets the SLO when its TTFT <= this
@@ -130,6 +138,11 @@ struct ServeReport {
   int instances = 1;
   std::string router;
   std::array<int64_t, kNumTiers> capacity_blocks{-1, -1, -1, -1};  // per instance; -1 absent
+  bool shared_remote = false;  // the instances' remote tiers share one store
+  // Blocks an instance found in the remote store by discovery (KvCache's remote probe) that it
+  // had not indexed itself, summed over instances: what another instance (or an evicted copy of
+  // its own) left there. With a shared store, the cross-instance reuse.
+  int64_t remote_discovered_blocks = 0;
   int64_t requests = 0;                                            // requests that arrived
   int64_t finished = 0;
   int64_t failed = 0;  // every request finishes or fails with a reason:

@@ -29,6 +29,8 @@ nlohmann::json ToJson(const ServeReport& r, bool deterministic) {
     by_tier[kTierKeys[t]] = r.served_hit_tokens_by_tier[t];
   }
   j["capacity_blocks"] = cap;
+  j["shared_remote"] = r.shared_remote;
+  j["remote_discovered_blocks"] = r.remote_discovered_blocks;
   j["requests"] = r.requests;
   j["finished"] = r.finished;
   j["failed"] = r.failed;
@@ -101,13 +103,16 @@ std::string ServeTable(const std::vector<ServeReport>& runs) {
       if (busiest == nullptr || l.utilization > busiest->utilization) busiest = &l;
     }
     absl::StrAppend(
-        &out,
-        absl::StrFormat("  %-10s hits by tier (tokens) hbm %d dram %d nvme %d remote %d; late %d; "
-                        "busiest link %s %.1f%%; %.1f s wall\n",
-                        r.profile, r.served_hit_tokens_by_tier[0], r.served_hit_tokens_by_tier[1],
-                        r.served_hit_tokens_by_tier[2], r.served_hit_tokens_by_tier[3],
-                        r.late_tokens, busiest ? busiest->name : "-",
-                        busiest ? 100 * busiest->utilization : 0.0, r.wall_seconds));
+        &out, absl::StrFormat(
+                  "  %-10s hits by tier (tokens) hbm %d dram %d nvme %d remote %d; late %d; "
+                  "busiest link %s %.1f%%;%s %.1f s wall\n",
+                  r.profile, r.served_hit_tokens_by_tier[0], r.served_hit_tokens_by_tier[1],
+                  r.served_hit_tokens_by_tier[2], r.served_hit_tokens_by_tier[3], r.late_tokens,
+                  busiest ? busiest->name : "-", busiest ? 100 * busiest->utilization : 0.0,
+                  r.shared_remote ? absl::StrCat(" shared store: ", r.remote_discovered_blocks,
+                                                 " blocks discovered;")
+                                  : std::string(),
+                  r.wall_seconds));
   }
   return out;
 }

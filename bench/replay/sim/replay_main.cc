@@ -342,6 +342,9 @@ int Main(int argc, char** argv) {
   serve_only.push_back(app.add_option("--router", sf.router,
                                       "serve: round_robin, least_loaded, session or kv_aware"));
   serve_only.push_back(app.add_option(
+      "--shared-remote", sf.shared_remote,
+      "serve: the instances' remote tiers share one store (true, the default) or not (false)"));
+  serve_only.push_back(app.add_option(
       "--profile", sf.profile,
       "serve: one profile (recompute, hbm_lru, dram_lru, hicache, kvtier) instead of all"));
   serve_only.push_back(app.add_option(

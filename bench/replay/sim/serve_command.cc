@@ -53,6 +53,7 @@ absl::Status RunServeCommand(
         absl::StrCat("--instances ", f.instances, ": must be in [1, 64]"));
   }
   o.instances = f.instances;
+  o.shared_remote = f.shared_remote;
   auto router = ParseRouter(f.router);
   if (!router.ok())
     return absl::InvalidArgumentError(absl::StrCat("--router: ", router.status().message()));
@@ -128,12 +129,13 @@ absl::Status RunServeCommand(
   const ServeReport& first = runs.back();  // the last profile has every configured tier
   std::printf(
       "serving: %d x %s (tp %d), router %s; tiers per instance (blocks): hbm %lld, dram "
-      "%lld, nvme %lld, remote %lld; %s\n",
+      "%lld, nvme %lld, remote %lld%s; %s\n",
       first.instances, first.gpu.c_str(), first.tensor_parallel, first.router.c_str(),
       static_cast<long long>(first.capacity_blocks[0]),
       static_cast<long long>(first.capacity_blocks[1]),
       static_cast<long long>(first.capacity_blocks[2]),
       static_cast<long long>(first.capacity_blocks[3]),
+      first.shared_remote ? " (one store for the fleet)" : "",
       o.closed_loop ? "sessions closed-loop" : "open-loop");
   std::printf("%s", ServeTable(runs).c_str());
   if (!f.json.empty()) {

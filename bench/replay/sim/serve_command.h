@@ -22,6 +22,7 @@ struct ServeFlags {
   int tensor_parallel = 1;
   int instances = 1;
   std::string router = "session";
+  bool shared_remote = true;  // one remote store for the fleet (ServeOptions::shared_remote)
   std::string profile = "kvtier";
   bool compare = false;
   // Per instance: "auto" (HBM only: the KV pool the roofline leaves), a byte size, Nblocks, or 0.

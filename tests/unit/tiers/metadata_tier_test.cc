@@ -7,17 +7,20 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kvtier/cache_namespace.h"
 #include "kvtier/emulated_hbm.h"
 #include "kvtier/kv_cache.h"
 #include "kvtier/kv_cache_stats.h"
+#include "kvtier/metadata_store.h"
 #include "tests/testing/fault_injecting_tier.h"
 #include "tests/testing/fixtures.h"
 #include "tests/testing/kv_cache_fixture.h"
@@ -462,6 +465,163 @@ TEST(MetadataTierTest, LargeGeometryAllocatesNoBlockBytes) {
     EXPECT_LT(rss_after - rss_before, int64_t{128} << 20);
     EXPECT_LT(rss_after, int64_t{300} << 20);
   }
+}
+
+// ---------------------------------------------------------------- A shared store
+
+std::unique_ptr<MetadataTier> MakeShared(std::shared_ptr<MetadataStore> store, int64_t capacity) {
+  auto t = MetadataTier::Create(
+      SmallGeometry(),
+      {.tier = Tier::kRemote, .capacity_blocks = capacity, .store = std::move(store)});
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? std::move(*t) : nullptr;
+}
+
+TEST(MetadataStoreTest, StoreContainsEraseAndCounts) {
+  MetadataStore store;
+  EXPECT_TRUE(store.Store(Key(1)));
+  EXPECT_FALSE(store.Store(Key(1)));
+  EXPECT_TRUE(store.Store(Key(2)));
+  EXPECT_TRUE(store.Contains(Key(1)));
+  EXPECT_FALSE(store.Contains(Key(3)));
+  EXPECT_TRUE(store.Erase(Key(1)));
+  EXPECT_FALSE(store.Erase(Key(1)));
+  EXPECT_FALSE(store.Contains(Key(1)));
+  const MetadataStoreStats s = store.stats();
+  EXPECT_EQ(s.keys, 1);
+  EXPECT_EQ(s.stored, 2);
+  EXPECT_EQ(s.skipped, 1);
+  EXPECT_EQ(s.erased, 1);
+  EXPECT_EQ(s.probes, 3);
+  EXPECT_EQ(s.probe_hits, 1);
+}
+
+TEST(MetadataTierTest, StoreOnlyForTheRemoteTierAndItAddsProbing) {
+  auto store = std::make_shared<MetadataStore>();
+  for (Tier tier : {Tier::kHbm, Tier::kDram, Tier::kNvme}) {
+    EXPECT_THAT(
+        MetadataTier::Create(SmallGeometry(), {.tier = tier, .capacity_blocks = 4, .store = store}),
+        IsError(StatusCode::kInvalidArgument, "a store is for the remote tier"));
+  }
+  std::unique_ptr<MetadataTier> t = MakeShared(store, 4);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->info().capabilities, kCapInlineIo | kCapProbe);
+  EXPECT_EQ(t->info().name, "metadata(remote, shared store)");
+  // Without a store the remote tier cannot probe or adopt.
+  std::unique_ptr<MetadataTier> alone = Make(Tier::kRemote, 4);
+  EXPECT_THAT(alone->ProbeBlocks({Key(1)}, absl::InfiniteFuture()),
+              IsError(StatusCode::kUnimplemented, ""));
+  EXPECT_THAT(alone->AdoptStoredBlock(SlotId(0), Key(1)), IsError(StatusCode::kUnimplemented, ""));
+}
+
+// Two workers' remote tiers over one store: what one writes the other finds, adopts and reads;
+// the writer's eviction deletes it (the reader then misses); a reader's eviction deletes nothing;
+// a second write of a block already there is skipped and not the second writer's to delete.
+TEST(MetadataTierTest, TiersSharingAStoreFindAdoptAndLoseEachOthersBlocks) {
+  auto store = std::make_shared<MetadataStore>();
+  std::unique_ptr<MetadataTier> a = MakeShared(store, 4);
+  std::unique_ptr<MetadataTier> b = MakeShared(store, 4);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  std::vector<std::byte> buf(static_cast<size_t>(a->info().block_bytes));
+  KVTIER_ASSERT_OK(a->WriteBlock(SlotId(0), Key(10), buf).Wait());
+  KVTIER_ASSERT_OK(a->WriteBlock(SlotId(1), Key(11), buf).Wait());
+
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::vector<bool> found,
+                              b->ProbeBlocks({Key(10), Key(11), Key(12)}, absl::InfiniteFuture()));
+  EXPECT_EQ(found, (std::vector<bool>{true, true, false}));
+  EXPECT_THAT(b->ProbeBlocks({Key(10)}, absl::InfinitePast()),
+              IsError(StatusCode::kDeadlineExceeded, "deadline"));
+  KVTIER_ASSERT_OK(b->AdoptStoredBlock(SlotId(3), Key(10)));
+  KVTIER_ASSERT_OK(b->AdoptStoredBlock(SlotId(2), Key(11)));
+  EXPECT_THAT(b->AdoptStoredBlock(SlotId(4), Key(10)), IsError(StatusCode::kInvalidArgument, ""));
+  KVTIER_EXPECT_OK(b->ReadBlock(SlotId(3), Key(10), absl::MakeSpan(buf)).Wait());
+
+  // B lets go of block 11: it was A's, so the store keeps it and A still reads it.
+  b->DiscardBlock(SlotId(2), Key(11));
+  EXPECT_TRUE(store->Contains(Key(11)));
+  KVTIER_EXPECT_OK(a->ReadBlock(SlotId(1), Key(11), absl::MakeSpan(buf)).Wait());
+
+  // A evicts block 10, which it stored: the store drops it, and B's adopted copy is a miss.
+  a->DiscardBlock(SlotId(0), Key(10));
+  EXPECT_FALSE(store->Contains(Key(10)));
+  EXPECT_THAT(b->ReadBlock(SlotId(3), Key(10), absl::MakeSpan(buf)).Wait(),
+              IsError(StatusCode::kNotFound, "no longer holds"));
+  // A discard naming a key the slot does not hold changes nothing.
+  a->DiscardBlock(SlotId(1), Key(99));
+  EXPECT_TRUE(store->Contains(Key(11)));
+
+  // B writes block 11 too: skipped (the store has it), so B's eviction of it leaves it.
+  KVTIER_ASSERT_OK(b->WriteBlock(SlotId(0), Key(11), buf).Wait());
+  b->DiscardBlock(SlotId(0), Key(11));
+  EXPECT_TRUE(store->Contains(Key(11)));
+  const MetadataStoreStats s = store->stats();
+  EXPECT_EQ(s.keys, 1);
+  EXPECT_EQ(s.stored, 2);
+  EXPECT_EQ(s.skipped, 1);
+  EXPECT_EQ(s.erased, 1);
+}
+
+// Two metadata-only caches over one store, as the serving simulation's fleet runs them: what the
+// first computes and writes through is found by the second's discovery and onboarded from the
+// remote tier; a cache of other weights over the same store finds nothing.
+TEST(MetadataTierTest, KvCachesSharingAStoreDiscoverEachOthersBlocks) {
+  constexpr int kB = 4;
+  const KvGeometry g = SmallGeometry();
+  auto store = std::make_shared<MetadataStore>();
+  auto make_cache = [&](const std::string& weights) -> std::unique_ptr<KvCache> {
+    auto ns = CacheNamespace::Create(
+        g, {.model_id = "kvtier-test/metadata", .weights_fingerprint = weights});
+    EXPECT_TRUE(ns.ok()) << ns.status();
+    KvCacheOptions o;
+    o.tiers[kHbm] = Make(Tier::kHbm, 8, g);
+    o.tiers[TierIndex(Tier::kRemote)] = MakeShared(store, 16);
+    o.room_wait = absl::Seconds(10);
+    o.write_policy = WritePolicy::kWriteThrough;
+    auto cache = KvCache::Create(*ns, std::move(o));
+    EXPECT_TRUE(cache.ok()) << cache.status();
+    return cache.ok() ? std::move(*cache) : nullptr;
+  };
+  constexpr int kRemoteIndex = TierIndex(Tier::kRemote);
+  const std::vector<int32_t> prompt = Iota(4 * kB, 100);
+  std::vector<int32_t> query = prompt;
+  query.push_back(7);
+
+  std::unique_ptr<KvCache> a = make_cache("w0");
+  ASSERT_NE(a, nullptr);
+  KVTIER_ASSERT_OK(a->CreateSequence(SequenceId(1)));
+  KVTIER_ASSERT_OK(a->Append(SequenceId(1), prompt).status());
+  KVTIER_ASSERT_OK(a->ReportWritten(SequenceId(1), static_cast<int64_t>(prompt.size())));
+  KVTIER_ASSERT_OK(a->WaitIdle(absl::Now() + absl::Seconds(30)));
+  KVTIER_ASSERT_OK(a->Release(SequenceId(1)));
+  EXPECT_EQ(a->stats().tiers[kRemoteIndex].stored, 4);
+  EXPECT_EQ(store->stats().keys, 4);
+
+  std::unique_ptr<KvCache> b = make_cache("w0");
+  ASSERT_NE(b, nullptr);
+  KVTIER_ASSERT_OK_AND_ASSIGN(PrefixLookup where, b->Lookup(query));
+  EXPECT_EQ(where.matched_tokens, 4 * kB);
+  EXPECT_EQ(where.discovered_blocks, 4);
+  KVTIER_ASSERT_OK(b->CreateSequence(SequenceId(2)));
+  KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult r, b->AttachPrefix(SequenceId(2), query));
+  EXPECT_EQ(r.attached_blocks_by_tier[kRemoteIndex], 4);
+  KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket t, b->EnsureResident(SequenceId(2), 0, 4 * kB,
+                                                                   {.mode = ResidencyMode::kWait}));
+  EXPECT_THAT(t.block_status(), Each(BlockResidency::kResident));
+  KVTIER_ASSERT_OK(b->ReleaseTicket(t));
+  KVTIER_ASSERT_OK(b->Release(SequenceId(2)));
+  KVTIER_ASSERT_OK(b->WaitIdle(absl::Now() + absl::Seconds(30)));
+  KvCacheStats s = b->stats();
+  EXPECT_EQ(s.tiers[kRemoteIndex].hits, 4);
+  EXPECT_EQ(s.blocks_moved[kRemoteIndex][kHbm], 4);
+  KVTIER_EXPECT_OK(b->CheckInvariants());
+  testing::ExpectTierAccounting(s);
+
+  std::unique_ptr<KvCache> c = make_cache("w1");
+  ASSERT_NE(c, nullptr);
+  KVTIER_ASSERT_OK_AND_ASSIGN(PrefixLookup other, c->Lookup(query));
+  EXPECT_EQ(other.matched_tokens, 0);
+  EXPECT_EQ(other.discovered_blocks, 0);
 }
 
 }  // namespace

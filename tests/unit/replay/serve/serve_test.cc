@@ -255,6 +255,34 @@ TEST(ServeTest, KvAwareAndSessionRoutersSendARequestWhereItsPrefixIs) {
   EXPECT_EQ(run(RouterKind::kLeastLoaded), 0);
 }
 
+// The same four requests in turn over two instances, with a remote tier written through: with
+// one store for the fleet, B' (on instance 0) and A' (on instance 1) find the other instance's
+// blocks there by discovery and restore them over the network; with a store each, nothing.
+TEST(ServeTest, AFleetSharingOneRemoteStoreServesPrefixesAcrossInstances) {
+  const Trace trace =
+      MakeTrace({Req(0, 128, 1, {1, 2}, 1), Req(0.001, 128, 1, {11, 12}, 2),
+                 Req(10, 192, 1, {11, 12, 13}, 2), Req(10.001, 192, 1, {1, 2, 3}, 1)});
+  for (bool shared : {true, false}) {
+    SCOPED_TRACE(shared ? "shared" : "one store each");
+    ServeOptions o = HandOptions(ServeProfile::kHicache, 100);
+    o.capacity_blocks[3] = 1000;
+    o.instances = 2;
+    o.router = RouterKind::kRoundRobin;
+    o.shared_remote = shared;
+    auto r = RunServe(trace, o);
+    KVTIER_ASSERT_OK(r.status());
+    EXPECT_EQ(r->finished, 4);
+    EXPECT_EQ(r->shared_remote, shared);
+    EXPECT_EQ(r->served_hit_tokens, shared ? 2 * 128 : 0);
+    EXPECT_EQ(r->served_hit_tokens_by_tier[3], shared ? 2 * 128 : 0);
+    EXPECT_EQ(r->remote_discovered_blocks, shared ? 4 : 0);
+    EXPECT_EQ(r->prompt_tokens, r->served_hit_tokens + r->prefilled_tokens);
+    const std::string json = ServeJson({*r}, /*deterministic=*/true);
+    EXPECT_NE(json.find(shared ? "\"shared_remote\": true" : "\"shared_remote\": false"),
+              std::string::npos);
+  }
+}
+
 TEST(ServeTest, ClosedLoopSessionsWaitForTheirPreviousRequest) {
   // The session's second request comes 1 s after the first finished, not at its trace time 0.
   const Trace trace = MakeTrace({Req(0, 128, 2, {1, 2}, 1), Req(0, 192, 1, {1, 2, 3}, 1, 1.0)});

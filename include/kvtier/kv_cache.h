@@ -111,6 +111,12 @@ struct KvCacheOptions {
   std::array<int, kNumTiers> admit_after_uses = {1, 1, 1, 1};
   // Demote an evicted block to the next admitting tier instead of dropping it.
   bool demote_on_evict = true;
+  // Also copy each written block straight from HBM to the remote tier at once (when it admits
+  // it: admit_after_uses[remote]), whatever write_policy does with the tiers between: for a
+  // store shared by a fleet (RemoteTier or a MetadataTier over a shared MetadataStore), where a
+  // block is worth having there for the other workers' discovery long before this worker would
+  // demote it that far. Costs a network copy of every written block. No-op without a remote tier.
+  bool publish_to_remote = false;
   // The prefill cost model. Unset: KnownModelCost(namespace model id) at
   // prefill_flops_per_second if the model is known; otherwise no model, and AttachPrefix
   // restores every matched block (except what the last prompt token needs computed).

@@ -327,6 +327,7 @@ struct KvCache::Impl {
   TierInclusion inclusion = TierInclusion::kInclusive;
   std::array<int, kNumTiers> admit_after_uses{};
   bool demote_on_evict = true;
+  bool publish_to_remote = false;
   std::optional<PrefillCostModel> cost;
   std::array<TierLinkCost, kNumTiers> links;
   bool measure_bandwidth = true;

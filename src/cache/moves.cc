@@ -132,6 +132,16 @@ void KvCache::Impl::OnWritten(const std::vector<std::pair<BlockKey, SlotId>>& wr
         (void)StartMove(key, Tier::kHbm, slot, *lower, false, d);
       }
     }
+    if (publish_to_remote && tiers[TierIndex(Tier::kRemote)] != nullptr) {
+      // Published for the fleet at once (KvCacheOptions::publish_to_remote).
+      auto m = blocks.find(key);
+      if (m != blocks.end() &&
+          Uses(m->second) >= static_cast<uint32_t>(admit_after_uses[TierIndex(Tier::kRemote)]) &&
+          IndexedCopies(key)->state(Tier::kRemote) == CopyState::kAbsent &&
+          RoomBelowNow(Tier::kRemote, d)) {
+        (void)StartMove(key, Tier::kHbm, slot, Tier::kRemote, false, d);
+      }
+    }
     SettleTwins(key);  // written twins' holders take this copy
   }
 }

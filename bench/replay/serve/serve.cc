@@ -250,6 +250,9 @@ absl::Status Simulation::BuildInstances() {
     co.measure_bandwidth = false;
     // The store answers at once, so the probe may cover a whole prompt (its largest window).
     if (store != nullptr) co.remote_probe_window_blocks = 4096;
+    // kvtier publishes every computed block to a fleet store at once (the others find it there);
+    // hicache reaches its L3 by write-through and eviction, as SGLang's does.
+    co.publish_to_remote = store != nullptr && o_.profile == ServeProfile::kKvtier;
     co.links[kDram] = {absl::Seconds(o_.links.pcie_latency_seconds),
                        o_.links.pcie_bytes_per_second};
     co.links[kNvme] = {absl::Seconds(o_.links.nvme_latency_seconds),

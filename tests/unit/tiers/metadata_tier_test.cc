@@ -624,5 +624,38 @@ TEST(MetadataTierTest, KvCachesSharingAStoreDiscoverEachOthersBlocks) {
   EXPECT_EQ(other.discovered_blocks, 0);
 }
 
+// publish_to_remote: with write-back, a written block goes straight from HBM to the fleet's store
+// (not through DRAM, which stays empty until an eviction), so another cache finds it at once;
+// without it nothing reaches the store while HBM has room.
+TEST(MetadataTierTest, PublishToRemoteCopiesWrittenBlocksToTheStoreAtOnce) {
+  constexpr int kB = 4;
+  const KvGeometry g = SmallGeometry();
+  constexpr int kRemoteIndex = TierIndex(Tier::kRemote);
+  KVTIER_ASSERT_OK_AND_ASSIGN(
+      CacheNamespace ns,
+      CacheNamespace::Create(g, {.model_id = "kvtier-test/metadata", .weights_fingerprint = "w"}));
+  const std::vector<int32_t> prompt = Iota(4 * kB, 100);
+  for (bool publish : {true, false}) {
+    SCOPED_TRACE(publish ? "publish" : "write-back only");
+    auto store = std::make_shared<MetadataStore>();
+    KvCacheOptions o = MetadataCacheOptions(g, 8, 8);
+    o.tiers[kRemoteIndex] = MakeShared(store, 16);
+    o.publish_to_remote = publish;
+    KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> a, KvCache::Create(ns, std::move(o)));
+    KVTIER_ASSERT_OK(a->CreateSequence(SequenceId(1)));
+    KVTIER_ASSERT_OK(a->Append(SequenceId(1), prompt).status());
+    KVTIER_ASSERT_OK(a->ReportWritten(SequenceId(1), static_cast<int64_t>(prompt.size())));
+    KVTIER_ASSERT_OK(a->WaitIdle(absl::Now() + absl::Seconds(30)));
+    KVTIER_ASSERT_OK(a->Release(SequenceId(1)));
+    const KvCacheStats s = a->stats();
+    EXPECT_EQ(s.tiers[kRemoteIndex].stored, publish ? 4 : 0) << testing::StatsString(s);
+    EXPECT_EQ(s.tiers[kDram].stored, 0);
+    EXPECT_EQ(s.blocks_moved[kHbm][kRemoteIndex], publish ? 4 : 0);
+    EXPECT_EQ(store->stats().keys, publish ? 4 : 0);
+    KVTIER_EXPECT_OK(a->CheckInvariants());
+    testing::ExpectTierAccounting(s);
+  }
+}
+
 }  // namespace
 }  // namespace kvtier

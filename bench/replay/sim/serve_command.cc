@@ -311,7 +311,10 @@ absl::Status RunServeCommand(
     std::string label_suffix;
     if (point.kind == ServeSweepPoint::Kind::kTier) {
       po.capacity_blocks[point.tier] = point.blocks;
-      label_suffix = absl::StrCat(" ", kTierKeys[point.tier], "=", point.blocks);
+      label_suffix =
+          absl::StrCat(" ", kTierKeys[point.tier], "=",
+                       point.tier == kHbm && point.blocks == 0 ? std::string("auto")
+                                                               : absl::StrCat(point.blocks));
     } else if (point.kind == ServeSweepPoint::Kind::kRateScale) {
       auto t = ScaleRate(trace, point.rate_scale);
       if (!t.ok()) return t.status();

@@ -85,4 +85,82 @@ expect2 "unknown router" --router nearest
 expect2 "unwritable json" --json /nonexistent-dir/x.json --max-requests 5
 expect2 "bad remote size" --remote-size 12XB
 grep -q -- "--remote-size" <<<"$err" || fail "message does not name --remote-size: $err"
+
+# Serve-mode sweeps: --sweep over a tier's size, --rate-scale over the offered load.
+out=$("$bin_path" --quiet --max-requests 40 --profile hbm_lru --sweep hbm=300blocks,2000blocks \
+  --json "$dir/sweep.json") || fail "serve --sweep: rc $?"
+[ "$(grep -c '^ *300 hbm_lru ' <<<"$out")" -eq 1 ] && [ "$(grep -c '^ *2000 hbm_lru ' <<<"$out")" -eq 1 ] ||
+  fail "serve --sweep: want one row per size: $out"
+python3 - "$dir/sweep.json" <<'PY' || fail "serve --sweep JSON"
+import json, sys
+runs = json.load(open(sys.argv[1]))["runs"]
+assert [(r["profile"], r["sweep"]) for r in runs] == [
+    ("hbm_lru", {"tier": "hbm", "blocks": 300}), ("hbm_lru", {"tier": "hbm", "blocks": 2000})], runs
+assert [r["capacity_blocks"]["hbm"] for r in runs] == [300, 2000]
+assert all(r["requests"] == 40 and r["finished"] + r["failed"] == 40 for r in runs)
+# A larger HBM caches more: never fewer served hits.
+assert runs[1]["served_hit_tokens"] >= runs[0]["served_hit_tokens"], runs
+assert all(len(r["ttft_percentiles_ms"]) == 101 for r in runs)
+assert all(r["ttft_percentiles_ms"][50] == r["ttft_ms"]["p50"] for r in runs)
+PY
+# --sweep reads sizes as --hbm does: "auto" is the roofline's pool.
+out=$("$bin_path" --quiet --max-requests 20 --profile kvtier --sweep dram=0,1GiB \
+  --json "$dir/sweep_dram.json") || fail "serve --sweep dram: rc $?"
+python3 - "$dir/sweep_dram.json" <<'PY' || fail "serve --sweep dram JSON"
+import json, sys
+runs = json.load(open(sys.argv[1]))["runs"]
+assert [r["sweep"]["tier"] for r in runs] == ["dram", "dram"]
+assert runs[0]["sweep"]["blocks"] == 0 and runs[0]["capacity_blocks"]["dram"] == -1, runs[0]
+assert runs[1]["sweep"]["blocks"] > 0 and runs[1]["capacity_blocks"]["dram"] == runs[1]["sweep"]["blocks"]
+PY
+# Load sweep: four times the load over the same requests finishes no sooner than at the
+# trace's rate (simulated seconds shrink, TTFT does not).
+out=$("$bin_path" --quiet --max-requests 40 --profile kvtier --open-loop --rate-scale 1,4 \
+  --json "$dir/rate.json") || fail "serve --rate-scale: rc $?"
+grep -q '^ *x1 kvtier ' <<<"$out" && grep -q '^ *x4 kvtier ' <<<"$out" ||
+  fail "serve --rate-scale: no row per scale: $out"
+python3 - "$dir/rate.json" <<'PY' || fail "serve --rate-scale JSON"
+import json, sys
+runs = json.load(open(sys.argv[1]))["runs"]
+assert [r["rate_scale"] for r in runs] == [1, 4], runs
+assert all("sweep" not in r for r in runs)
+assert all(r["finished"] + r["failed"] == 40 for r in runs)
+assert runs[1]["simulated_seconds"] < runs[0]["simulated_seconds"], runs
+assert runs[1]["ttft_ms"]["p90"] >= runs[0]["ttft_ms"]["p90"], runs
+PY
+# Deterministic: the same sweep twice gives the same JSON but for wall_seconds.
+"$bin_path" --quiet --max-requests 40 --profile kvtier --open-loop --rate-scale 1,4 \
+  --json "$dir/rate2.json" >/dev/null || fail "serve --rate-scale again: rc $?"
+python3 - "$dir/rate.json" "$dir/rate2.json" <<'PY' || fail "serve --rate-scale not deterministic"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+for r in a["runs"] + b["runs"]: del r["wall_seconds"]
+assert a == b
+PY
+expect2 "zero rate scale" --rate-scale 0
+grep -q -- "--rate-scale 0" <<<"$err" || fail "message does not name the flag and value: $err"
+expect2 "negative rate scale" --rate-scale 1,-2
+grep -q -- '"-2"' <<<"$err" || fail "message does not name the value: $err"
+expect2 "infinite rate scale" --rate-scale inf
+expect2 "rate scale not a number" --rate-scale 2x
+expect2 "empty rate scale entry" --rate-scale 1,,2
+expect2 "rate scale in cache mode" --mode cache --rate-scale 2
+expect2 "sweep and rate scale" --sweep hbm=300blocks --rate-scale 2
+expect2 "serve sweep of HBM 0" --sweep hbm=0
+grep -q -- "--sweep hbm=0" <<<"$err" || fail "message does not name --sweep: $err"
+expect2 "serve sweep bad size" --sweep dram=12XB
+expect2 "serve sweep unknown tier" --sweep l3=1GiB
+expect2 "serve sweep no sizes" --sweep hbm=
+expect2 "unwritable plot" --plot /nonexistent-dir/x.png --max-requests 5
+if command -v gnuplot >/dev/null; then
+  "$bin_path" --quiet --max-requests 30 --plot "$dir/cdf.png" >/dev/null || fail "serve --plot: rc $?"
+  [ "$(head -c 4 "$dir/cdf.png" | od -An -tx1 | tr -d ' ')" = "89504e47" ] || fail "CDF: not a PNG"
+  # Five profiles, 101 points each.
+  [ "$(grep -c '^[0-9]' "$dir/cdf.png.dat")" -eq 505 ] || fail "CDF data: $(head "$dir/cdf.png.dat")"
+  "$bin_path" --quiet --max-requests 30 --profile kvtier --rate-scale 0.5,2 --plot "$dir/rate.png" \
+    >/dev/null || fail "serve --rate-scale --plot: rc $?"
+  [ "$(head -c 4 "$dir/rate.png" | od -An -tx1 | tr -d ' ')" = "89504e47" ] || fail "sweep: not a PNG"
+  grep -q '^0.5 ' "$dir/rate.png.dat" && grep -q '^2 ' "$dir/rate.png.dat" ||
+    fail "sweep plot data: $(cat "$dir/rate.png.dat")"
+fi
 echo "PASS"

@@ -900,6 +900,15 @@ absl::StatusOr<ServeReport> Simulation::Run() {
   r_.ttft_p50_ms = Percentile(ttft_, 0.50);
   r_.ttft_p90_ms = Percentile(ttft_, 0.90);
   r_.ttft_p99_ms = Percentile(ttft_, 0.99);
+  if (!ttft_.empty()) {
+    std::vector<double> sorted = ttft_;
+    std::sort(sorted.begin(), sorted.end());
+    const size_t n = sorted.size();
+    for (size_t k = 0; k <= 100; ++k) {
+      const size_t rank = (k * n + 99) / 100;  // ceil(k n / 100), in integers
+      r_.ttft_percentiles_ms.push_back(sorted[rank == 0 ? 0 : rank - 1]);
+    }
+  }
   r_.itl_p50_ms = Percentile(itl_, 0.50);
   r_.itl_p99_ms = Percentile(itl_, 0.99);
   r_.e2e_p50_s = Percentile(e2e_, 0.50);

@@ -165,6 +165,10 @@ struct ServeReport {
   int64_t output_tokens = 0;
   int64_t preemptions = 0;
   double ttft_p50_ms = 0, ttft_p90_ms = 0, ttft_p99_ms = 0;
+  // The TTFT distribution of the finished requests in 101 points, ms: element k is the k-th
+  // percentile (the ceil(k n / 100)-th fastest of n, element 0 the fastest, 100 the slowest),
+  // so the report stays this size however long the trace; empty when none finished.
+  std::vector<double> ttft_percentiles_ms;
   double itl_p50_ms = 0, itl_p99_ms = 0;
   double e2e_p50_s = 0, e2e_p99_s = 0;
   double simulated_seconds = 0;         // first arrival to last finish

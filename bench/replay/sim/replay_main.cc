@@ -311,7 +311,9 @@ int Main(int argc, char** argv) {
                "and recompute_all");
   app.add_option("--sweep", f.sweep,
                  "capacity sweep, TIER=SIZE,SIZE,... e.g. hbm=2000blocks,5000blocks");
-  app.add_option("--plot", f.plot, "with --sweep: draw hit ratio and TTFT to this PNG (gnuplot)");
+  app.add_option("--plot", f.plot,
+                 "draw to this PNG (gnuplot): cache mode, with --sweep: hit ratio and TTFT; "
+                 "serve: the TTFT CDF, or with a sweep TTFT p50/p90 and output tokens/s");
   app.add_option("--payload", f.payload, "none (metadata only) or scaled (real, verified bytes)");
   app.add_option("--payload-bytes-per-token", f.payload_bytes_per_token,
                  "payload scaled: bytes per token, multiple of 4");
@@ -365,6 +367,9 @@ int Main(int argc, char** argv) {
                                       "serve: PCIe bytes/s per direction per instance"));
   serve_only.push_back(app.add_option("--network-bandwidth", sf.network_bandwidth,
                                       "serve: network bytes/s to the remote store per instance"));
+  serve_only.push_back(app.add_option(
+      "--rate-scale", sf.rate_scale,
+      "serve: load sweep X,Y,...: the runs again with arrivals and think times divided by each"));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -383,22 +388,12 @@ int Main(int argc, char** argv) {
   }
   const bool serve = f.mode == "serve";
   // A flag of the other mode is refused, not ignored.
-  static constexpr const char* kCacheOnly[] = {"--policy",
-                                               "--sweep",
-                                               "--plot",
-                                               "--payload",
-                                               "--payload-bytes-per-token",
-                                               "--hints",
-                                               "--prefill-flops",
-                                               "--prefill-instances",
-                                               "--keep-state",
-                                               "--remote",
-                                               "--nvme-path",
-                                               "--dram-bandwidth",
-                                               "--remote-bandwidth",
-                                               "--dram-latency-us",
-                                               "--nvme-latency-us",
-                                               "--remote-latency-us"};
+  static constexpr const char* kCacheOnly[] = {
+      "--policy",          "--payload",          "--payload-bytes-per-token",
+      "--hints",           "--prefill-flops",    "--prefill-instances",
+      "--keep-state",      "--remote",           "--nvme-path",
+      "--dram-bandwidth",  "--remote-bandwidth", "--dram-latency-us",
+      "--nvme-latency-us", "--remote-latency-us"};
   for (const char* name : kCacheOnly) {
     if (serve && app.count(name) > 0) {
       return fail(absl::InvalidArgumentError(absl::StrCat(
@@ -430,7 +425,7 @@ int Main(int argc, char** argv) {
                     absl::StrCat("--tokens-per-block ", f.tokens_per_block, ": must be positive")),
                 2);
   }
-  if (!f.plot.empty() && f.sweep.empty()) {
+  if (!serve && !f.plot.empty() && f.sweep.empty()) {
     return fail(absl::InvalidArgumentError("--plot needs --sweep (it draws the sweep's points)"),
                 2);
   }
@@ -482,6 +477,8 @@ int Main(int argc, char** argv) {
   if (serve) {
     sf.compare = f.compare || app.count("--profile") == 0;
     sf.json = f.json;
+    sf.sweep = f.sweep;
+    sf.plot = f.plot;
     sf.quiet = f.quiet;
     for (int t = 0; t < kNumTiers; ++t) {
       if (app.count(kSizeFlag[t]) > 0) sf.size[t] = f.size[t];

@@ -1,6 +1,8 @@
 // kvtier-replay --mode serve: the flags of the serving simulation (serve/serve.h) and the run
 // they ask for. replay_main.cc parses them beside the cache mode's flags; this file validates
-// them, runs each profile (all five with --compare) and prints the table and JSON.
+// them, runs each profile (all five with --compare), at each point of a sweep (--sweep over a
+// tier's size, or --rate-scale over the offered load), and prints the table, the JSON and the
+// plot.
 //
 // Thread-safety: single-threaded; it prints to stdout and stderr.
 #ifndef KVTIER_BENCH_REPLAY_SIM_SERVE_COMMAND_H_
@@ -37,6 +39,15 @@ struct ServeFlags {
   double pcie_bandwidth = 50e9;
   double nvme_bandwidth = 6e9;
   double network_bandwidth = 12.5e9;
+  // "TIER=SIZE,SIZE,..." (TIER hbm, dram, nvme or remote; each SIZE as in `size`): the runs
+  // again at each size of that tier, the others as `size` says. Empty: no sweep.
+  std::string sweep;
+  // "X,Y,...", each a finite number > 0: the runs again with the offered load multiplied by each
+  // (ScaleRate, trace/rate_scale.h). Empty: the trace's own load. Not with `sweep`.
+  std::string rate_scale;
+  // A PNG for gnuplot: the TTFT CDF of each profile, or in a sweep TTFT p50, p90 and output
+  // tokens/s against the swept value, a line per profile. Empty: none.
+  std::string plot;
   std::string json;
   bool quiet = false;
 };

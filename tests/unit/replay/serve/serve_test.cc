@@ -106,6 +106,14 @@ TEST(ServeTest, ASecondRequestWithTheSamePrefixPrefillsOnlyItsLastBlock) {
   // TTFTs: the whole prompt, then 64 tokens after 64 cached.
   EXPECT_NEAR(r->ttft_p99_ms, PrefillStep(0, 128) * 1e3, 1e-9);
   EXPECT_NEAR(r->ttft_p50_ms, PrefillStep(64, 64) * 1e3, 1e-9);
+  // The TTFT CDF's points: of two requests, percentiles 0 to 50 are the faster one, 51 to 100
+  // the slower (the ceil(k n / 100)-th fastest).
+  ASSERT_EQ(r->ttft_percentiles_ms.size(), 101u);
+  for (int k = 0; k <= 100; ++k) {
+    EXPECT_NEAR(r->ttft_percentiles_ms[k],
+                (k <= 50 ? PrefillStep(64, 64) : PrefillStep(0, 128)) * 1e3, 1e-9)
+        << k;
+  }
 
   // recompute: no prefix cache at all.
   auto none = RunServe(trace, HandOptions(ServeProfile::kRecompute, 100));
@@ -277,7 +285,7 @@ TEST(ServeTest, AFleetSharingOneRemoteStoreServesPrefixesAcrossInstances) {
     EXPECT_EQ(r->served_hit_tokens_by_tier[3], shared ? 2 * 128 : 0);
     EXPECT_EQ(r->remote_discovered_blocks, shared ? 4 : 0);
     EXPECT_EQ(r->prompt_tokens, r->served_hit_tokens + r->prefilled_tokens);
-    const std::string json = ServeJson({*r}, /*deterministic=*/true);
+    const std::string json = ServeJson({{*r}}, /*deterministic=*/true);
     EXPECT_NE(json.find(shared ? "\"shared_remote\": true" : "\"shared_remote\": false"),
               std::string::npos);
   }
@@ -326,7 +334,7 @@ TEST(ServeTest, TheAgenticWorkloadKeepsTheTokenIdentityAndHbmBoundsAndRunsAlike)
     EXPECT_LE(r->served_hit_tokens, r->matched_tokens);
     auto again = RunServe(trace, o);
     KVTIER_ASSERT_OK(again.status());
-    EXPECT_EQ(ServeJson({*r}, true), ServeJson({*again}, true));
+    EXPECT_EQ(ServeJson({{*r}}, true), ServeJson({{*again}}, true));
   }
 }
 

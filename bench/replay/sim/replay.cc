@@ -653,6 +653,7 @@ absl::StatusOr<ReplayReport> RunReplay(const Trace& trace, const ReplayOptions& 
   for (int from = 0; from < kNumTiers; ++from) {
     const KvTierStats& ts = stats.tiers[from];
     r.failed_loads += ts.failed_loads;
+    r.failed_stores[from] = ts.failed_stores;
     r.evictions += ts.evictions;
     r.demotions += ts.demotions;
     for (int to = 0; to < kNumTiers; ++to) {

@@ -157,6 +157,10 @@ struct ReplayReport {
   int64_t corrupt_blocks = 0;   // attached blocks whose bytes did not match (kScaled)
   int64_t failed_loads = 0;     // copies that failed (the cache's failed_loads over all tiers)
   int64_t failed_requests = 0;  // requests the cache refused (HBM full of held blocks)
+  // Copies into each tier that failed (KvTierStats::failed_stores, index TierIndex): a full
+  // disk under the NVMe file or the directory store, a store refusing writes. The blocks stayed
+  // where they were (or were dropped), so later requests miss them; the report warns.
+  std::array<int64_t, kNumTiers> failed_stores{};
   int64_t evictions = 0;        // all tiers
   int64_t demotions = 0;
   // Remote discovery (the cache's KvCacheStats::remote_probe): probes of the store where a

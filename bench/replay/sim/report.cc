@@ -62,6 +62,11 @@ nlohmann::json ToJson(const ReplayReport& r) {
                                  {"not_resident", rr.not_resident}}}};
   j["corrupt_blocks"] = r.corrupt_blocks;
   j["failed_loads"] = r.failed_loads;
+  {
+    nlohmann::json fs = nlohmann::json::object();
+    for (int t = 0; t < kNumTiers; ++t) fs[kTierKeys[t]] = r.failed_stores[t];
+    j["failed_stores"] = fs;
+  }
   j["failed_requests"] = r.failed_requests;
   j["evictions"] = r.evictions;
   j["demotions"] = r.demotions;
@@ -171,6 +176,18 @@ std::string ReportTable(const std::vector<ReplayReport>& reports) {
         "(--hints oracle-idle), which no engine knows: a bound on what an idle estimate is "
         "worth, not a policy's figure\n";
     break;
+  }
+  // Stores that failed (a full disk, a store refusing writes): the run went on, those blocks
+  // became misses; say so, or a hit ratio lower than it should be goes unexplained.
+  for (const ReplayReport& r : reports) {
+    for (int t = 0; t < kNumTiers; ++t) {
+      if (r.failed_stores[t] == 0) continue;
+      out += absl::StrFormat(
+          "warning (%s): %d copies into the %s tier failed (a full disk under the NVMe file or "
+          "the directory store, or a store refusing writes); those blocks were not kept there "
+          "and later requests missed them\n",
+          r.name, r.failed_stores[t], kTierKeys[t]);
+    }
   }
   // Remote discovery, for runs whose cache probed the store (none in payload none).
   for (const ReplayReport& r : reports) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "bench/replay/offline/bounds.h"
 #include "bench/replay/sim/model_table.h"
 #include "bench/replay/sim/report.h"
@@ -18,6 +19,7 @@
 #include "kvtier/cost_model.h"
 #include "kvtier/kv_geometry.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/fault_injecting_tier.h"
 #include "tests/testing/shared_dir.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
@@ -272,6 +274,48 @@ TEST(ReplayTest, ResumedSessionsBlocksAreChargedFromWhereTheyWere) {
     EXPECT_EQ(r.restore_vs_recompute.restored_blocks_below_hbm, 3);
     EXPECT_EQ(r.corrupt_blocks, 0);
   }
+}
+
+// A disk that fills up mid-run (the directory store's writes fail with ENOSPC, kResourceExhausted)
+// turns into misses and a warning, not a stalled or failed run: the same trace as above, with
+// every write to the store refused from the start, finishes every request, counts the failed
+// copies, finds none of them in the store again, and the table says so.
+TEST(ReplayTest, AStoreThatRefusesWritesGivesMissesAndAWarning) {
+  testing::TempDir dir;
+  Trace trace;
+  trace.name = "full-disk";
+  trace.block_tokens = 16;
+  trace.requests = {Req(0, 40, {1, 2, 3}), Req(1, 40, {5, 6, 7}), Req(2, 40, {8, 9, 10}),
+                    Req(3, 40, {1, 2, 3})};
+  ReplayOptions o = SmallOptions(64, PayloadMode::kScaled);
+  o.capacity[kHbm] = TierCapacity::Blocks(6);
+  o.capacity[kDram] = TierCapacity::Absent();
+  o.capacity[TierIndex(Tier::kNvme)] = TierCapacity::Absent();
+  o.work_dir = dir.path();
+  o.wrap_tier = [](Tier t, std::unique_ptr<TierBackend> b) -> std::unique_ptr<TierBackend> {
+    if (t != Tier::kRemote) return b;
+    auto full = std::make_unique<testing::FaultInjectingTier>(std::move(b));
+    full->FailNextWrites(1 << 20,
+                         absl::ResourceExhaustedError("directory: No space left on device"));
+    return full;
+  };
+  KVTIER_ASSERT_OK_AND_ASSIGN(ReplayReport r, RunReplay(trace, o));
+  EXPECT_EQ(r.requests, 4);
+  EXPECT_EQ(r.failed_requests, 0);
+  const int kRemote = TierIndex(Tier::kRemote);
+  EXPECT_GT(r.failed_stores[kRemote], 0);
+  EXPECT_EQ(r.hit_tokens_by_tier[kRemote], 0) << "nothing was stored, so nothing is found";
+  const std::string table = ReportTable({r});
+  EXPECT_THAT(table, ::testing::HasSubstr(absl::StrCat("warning (lru): ", r.failed_stores[kRemote],
+                                                       " copies into the remote tier failed")));
+  const nlohmann::json j = nlohmann::json::parse(ReportJson(r));
+  EXPECT_EQ(j["failed_stores"]["remote"].get<int64_t>(), r.failed_stores[kRemote]);
+
+  // The same run with a store that takes its writes: no failure, no warning.
+  o.wrap_tier = nullptr;
+  KVTIER_ASSERT_OK_AND_ASSIGN(ReplayReport ok, RunReplay(trace, o));
+  EXPECT_EQ(ok.failed_stores[kRemote], 0);
+  EXPECT_THAT(ReportTable({ok}), ::testing::Not(::testing::HasSubstr("warning")));
 }
 
 // --keep-state: the NVMe file (and the directory store) outlive the run, so a second run of the

@@ -214,14 +214,30 @@ KvCache::Impl::EvictResult KvCache::Impl::EvictOne(Tier t, Deferred& d, int64_t 
   }
   // Read now, whatever RoomBelowNow changes below (it may evict, even erase, other entries).
   const uint32_t uses = Uses(m->second);
-  const std::optional<Tier> target = DemotionTarget(uses, t);
-  if (demote_on_evict && target.has_value() && !HasCopyBelow(*rec, t) &&
+  // A copy published to the fleet's store (publish_to_remote) is there for the other workers:
+  // it does not stand in for this worker's faster tiers, so the block is still demoted to DRAM
+  // or NVMe; only the remote tier itself, which has it, is no target.
+  const bool published = publish_to_remote && rec->state(Tier::kRemote) != CopyState::kAbsent;
+  auto target_below = [&](Tier from) -> std::optional<Tier> {
+    std::optional<Tier> next = DemotionTarget(uses, from);
+    if (published && next == Tier::kRemote) return std::nullopt;
+    return next;
+  };
+  bool covered = HasCopyBelow(*rec, t);
+  if (published) {
+    covered = false;
+    for (int i = TierIndex(t) + 1; i < TierIndex(Tier::kRemote); ++i) {
+      if (rec->state(static_cast<Tier>(i)) != CopyState::kAbsent) covered = true;
+    }
+  }
+  const std::optional<Tier> target = target_below(t);
+  if (demote_on_evict && target.has_value() && !covered &&
       (deadline == absl::InfiniteFuture() || absl::Now() < deadline)) {
     std::optional<Tier> to = target;
     while (to.has_value() &&
            !RoomBelowNow(*to, d, std::max<int64_t>(window, 1), may_wait, deadline)) {
       // Full, and nothing under way there will free a slot: try the next admitting tier.
-      to = evicting[TierIndex(*to)] == 0 ? DemotionTarget(uses, *to) : std::nullopt;
+      to = evicting[TierIndex(*to)] == 0 ? target_below(*to) : std::nullopt;
     }
     if (to.has_value()) {
       const SlotId src = rec->slots[TierIndex(t)];

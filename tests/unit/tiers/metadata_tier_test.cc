@@ -654,6 +654,18 @@ TEST(MetadataTierTest, PublishToRemoteCopiesWrittenBlocksToTheStoreAtOnce) {
     EXPECT_EQ(store->stats().keys, publish ? 4 : 0);
     KVTIER_EXPECT_OK(a->CheckInvariants());
     testing::ExpectTierAccounting(s);
+
+    // Another sequence takes all of HBM: the prompt's blocks are demoted to DRAM either way (the
+    // published copy is the fleet's, not a reason to drop this worker's faster copy), and the
+    // remote tier, which has them, gets no second copy.
+    KVTIER_ASSERT_OK(a->CreateSequence(SequenceId(2)));
+    KVTIER_ASSERT_OK(a->Append(SequenceId(2), Iota(8 * kB, 900000)).status());
+    KVTIER_ASSERT_OK(a->WaitIdle(absl::Now() + absl::Seconds(30)));
+    KVTIER_ASSERT_OK(a->Release(SequenceId(2)));
+    const KvCacheStats after = a->stats();
+    EXPECT_EQ(after.blocks_moved[kHbm][kDram], 4) << testing::StatsString(after);
+    EXPECT_EQ(after.blocks_moved[kHbm][kRemoteIndex], publish ? 4 : 0);
+    KVTIER_EXPECT_OK(a->CheckInvariants());
   }
 }
 

@@ -78,6 +78,14 @@ expect2 "zero tokens per block" --tokens-per-block 0
 expect2 "plot without sweep" --mode cache --plot "$dir/p.png"
 expect2 "cache flag in serve mode" --policy lru
 grep -q -- "--policy" <<<"$err" || fail "message does not name --policy: $err"
+expect2 "unknown preemption" --preemption bogus
+grep -q -- "--preemption bogus" <<<"$err" || fail "message does not name the flag and value: $err"
+expect2 "serve flag in cache mode" --mode cache --preemption swap
+# Swap preemption in a small HBM: decoding victims are swapped, and the run says so.
+out=$("$bin_path" --quiet --max-requests 600 --hbm 800blocks --profile dram_lru \
+  --preemption swap) || fail "serve --preemption swap: rc $?"
+grep -q "swapped [1-9][0-9]* of [1-9][0-9]* preemptions" <<<"$out" || fail "no swap: $out"
+expect2 "shared remote not a boolean" --shared-remote maybe
 expect2 "serve flag in cache mode" --mode cache --gpu H100
 expect2 "unknown GPU" --gpu Z80
 expect2 "zero instances" --instances 0

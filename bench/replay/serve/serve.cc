@@ -82,6 +82,7 @@ struct Live {
   double last_token = 0;
   double itl_sum = 0;
   bool readmission = false;
+  bool swapped = false;       // preempted by swap: paused in the cache, waiting to swap in
   bool counted = false;       // prompt and matches counted (once, at the first admission)
   bool hits_counted = false;  // served hits count (first admission only)
   // Onboarding in flight: (link, transfer id, blocks, source tier).
@@ -169,6 +170,17 @@ class Simulation {
   // kOutOfRange the prompt can never fit (failed).
   absl::Status Admit(int i, int64_t r);
   absl::Status Preempt(int i, int64_t victim);
+  // Admission of a swapped request: Resume, and its blocks onboard on the links.
+  absl::Status SwapIn(int i, int64_t r);
+  bool CanSwap(const Live& l) const {
+    if (!o_.scheduler.swap || o_.profile == ServeProfile::kRecompute || l.phase != Phase::kDecode) {
+      return false;
+    }
+    for (int t = kDram; t < kNumTiers; ++t) {
+      if (capacity_[t] > 0 && UsesTier(o_.profile, t)) return true;
+    }
+    return false;
+  }
   absl::Status Finish(int i, int64_t r);
   void Fail(int64_t r);
   void SessionNext(int64_t r);
@@ -423,6 +435,7 @@ void Simulation::ReadyToPrefill(int64_t r) {
 }
 
 absl::Status Simulation::Admit(int i, int64_t r) {
+  if (live_[static_cast<size_t>(r)].swapped) return SwapIn(i, r);
   Instance& in = inst_[static_cast<size_t>(i)];
   Live& l = live_[static_cast<size_t>(r)];
   const TraceRequest& q = trace_.requests[static_cast<size_t>(r)];
@@ -598,6 +611,28 @@ absl::Status Simulation::Preempt(int i, int64_t victim) {
   Live& v = live_[static_cast<size_t>(victim)];
   for (const Live::Transfer& t : v.transfers) (void)in.links[t.link].Cancel(t.id, now_);
   v.transfers.clear();
+  auto leave_running = [&] {
+    in.running.erase(std::find(in.running.begin(), in.running.end(), victim));
+    in.batch.erase(std::remove_if(in.batch.begin(), in.batch.end(),
+                                  [&](const BatchItem& b) { return b.request == victim; }),
+                   in.batch.end());
+    in.waiting.push_front(victim);
+  };
+  if (CanSwap(v) && in.cache->Pause(v.seq, absl::ZeroDuration()).ok()) {
+    // Swapped out: its KV stays, one tier down; it comes back to decode, not to prefill.
+    r_.preemptions++;
+    r_.swap_preemptions++;
+    v.swapped = true;
+    v.readmission = true;  // what it restores is its own, not a hit
+    // Everything in its KV is "prompt" now: a block that misses the swap-in deadline is
+    // recomputed, then it decodes on.
+    v.prompt = v.kv_tokens;
+    v.computed = v.kv_tokens;
+    v.phase = Phase::kQueued;
+    v.deadline_version++;
+    leave_running();
+    return absl::OkStatus();
+  }
   auto released = in.cache->Release(v.seq, ReleaseHints{.preempted = true});
   if (!released.ok()) return released.status();
   r_.preemptions++;
@@ -608,12 +643,56 @@ absl::Status Simulation::Preempt(int i, int64_t victim) {
   v.hashed.reset();  // its prompt grew
   v.phase = Phase::kQueued;
   v.deadline_version++;
-  in.running.erase(std::find(in.running.begin(), in.running.end(), victim));
-  in.batch.erase(std::remove_if(in.batch.begin(), in.batch.end(),
-                                [&](const BatchItem& b) { return b.request == victim; }),
-                 in.batch.end());
-  in.waiting.push_front(victim);
+  leave_running();
   in.queued_prompt_tokens += v.prompt;
+  return absl::OkStatus();
+}
+
+absl::Status Simulation::SwapIn(int i, int64_t r) {
+  Instance& in = inst_[static_cast<size_t>(i)];
+  Live& l = live_[static_cast<size_t>(r)];
+  KvCache& cache = *in.cache;
+  // Room from counters first, as Admit: its blocks plus the next token's slot (its own HBM
+  // copies, droppable while paused, count as room).
+  auto room = cache.CheckRoom((l.kv_tokens + B_) / B_ + 1);
+  if (!room.ok()) return room.status();
+  if (!room->fits_after_evictions) {
+    if (in.running.empty()) return absl::OutOfRangeError("the request no longer fits HBM");
+    return absl::ResourceExhaustedError("no room yet");
+  }
+  if (absl::Status s = Settle(i); !s.ok()) return s;
+  const KvCacheStats before = in.last_stats;
+  auto resumed = cache.Resume(l.seq);
+  if (!resumed.ok()) return resumed.status();
+  if (absl::Status s = cache.WaitIdle(); !s.ok()) return s;
+  if (!resumed->Wait().ok()) {
+    // Not all of it could come back (HBM full of held blocks): down again, try later.
+    if (absl::Status s = cache.Pause(l.seq, absl::ZeroDuration()); !s.ok()) return s;
+    if (absl::Status s = Settle(i); !s.ok()) return s;
+    return absl::ResourceExhaustedError("no room yet");
+  }
+  const KvCacheStats after = cache.stats();
+  if (absl::Status s = Settle(i); !s.ok()) return s;
+  in.waiting.pop_front();
+  in.running.push_back(r);
+  l.swapped = false;
+  // Its blocks cross the links as an onboarding (charged to it, with its deadline).
+  l.transfers.clear();
+  for (int t = kDram; t < kNumTiers; ++t) {
+    const int64_t blocks = after.blocks_moved[t][kHbm] - before.blocks_moved[t][kHbm];
+    if (blocks <= 0) continue;
+    const int link = LinkOfTier(t);
+    const int64_t tid =
+        in.links[link].Start(now_, static_cast<double>(blocks) * block_bytes_, r * 2);
+    l.transfers.push_back({link, tid, blocks, t});
+  }
+  if (l.transfers.empty()) {
+    ReadyToPrefill(r);
+  } else {
+    l.phase = Phase::kOnboarding;
+    l.deadline_version++;
+    Push(now_ + o_.onboard_deadline_seconds, Event::kDeadline, i, r, l.deadline_version);
+  }
   return absl::OkStatus();
 }
 
@@ -714,7 +793,16 @@ absl::Status Simulation::StartStep(int i) {
     if (absl::IsResourceExhausted(s)) break;
     if (absl::IsOutOfRange(s)) {
       in.waiting.pop_front();
-      in.queued_prompt_tokens -= live_[static_cast<size_t>(r)].prompt;
+      Live& failed = live_[static_cast<size_t>(r)];
+      if (failed.swapped) {
+        // Paused in the cache, never to come back: its blocks go.
+        if (absl::Status released = in.cache->Release(failed.seq); !released.ok()) {
+          return released;
+        }
+        failed.swapped = false;
+      } else {
+        in.queued_prompt_tokens -= failed.prompt;
+      }
       Fail(r);
       continue;
     }

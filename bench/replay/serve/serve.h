@@ -46,8 +46,16 @@
 // another instance finds its prefix. Each instance's remote capacity is its own budget of the
 // store, as RemoteTier's slots are. Off: each instance's remote tier is its own.
 //
-// Not modeled yet (docs/replay.md): swap preemption, layer-wise overlap of onboarding with
-// compute, the probe's network round trip (discovery answers at once on the simulated clock).
+// Preemption (SchedulerOptions::swap): by recompute (above), or by swap as vLLM's swap mode:
+// the victim's KV goes one tier down (KvCache::Pause: its full blocks get a lower copy over the
+// d2h link, its HBM copies become droppable) and the request waits at the queue's head; swapped
+// in (KvCache::Resume) it waits for its blocks on the links, as an onboarding with its deadline,
+// then decodes on from where it was. Only decoding requests are swapped, and only where the
+// profile has a tier below HBM; other victims are recomputed. The partial last block stays in
+// HBM (Pause keeps what is not yet a full written block).
+//
+// Not modeled yet (docs/replay.md): layer-wise overlap of onboarding with compute, the probe's
+// network round trip (discovery answers at once on the simulated clock).
 //
 // Thread-safety: RunServe is reentrant; it owns everything it creates. The Trace is only read.
 #ifndef KVTIER_BENCH_REPLAY_SERVE_SERVE_H_
@@ -93,6 +101,7 @@ absl::StatusOr<RouterKind> ParseRouter(std::string_view name);
 struct SchedulerOptions {
   int64_t max_batched_tokens = 8192;  // token budget per step (vLLM max_num_batched_tokens)
   int max_running = 256;              // running requests (vLLM max_num_seqs)
+  bool swap = false;  // preempt decoding requests by swapping their KV down (see above)
 };
 
 struct ServeOptions {
@@ -164,6 +173,7 @@ struct ServeReport {
   int64_t recomputed_after_preemption_tokens = 0;
   int64_t output_tokens = 0;
   int64_t preemptions = 0;
+  int64_t swap_preemptions = 0;  // of which by swap (SchedulerOptions::swap); the rest recompute
   double ttft_p50_ms = 0, ttft_p90_ms = 0, ttft_p99_ms = 0;
   // The TTFT distribution of the finished requests in 101 points, ms: element k is the k-th
   // percentile (the ceil(k n / 100)-th fastest of n, element 0 the fastest, 100 the slowest),

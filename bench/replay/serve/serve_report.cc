@@ -47,6 +47,7 @@ nlohmann::json ToJson(const ServeReport& r, bool deterministic) {
   j["recomputed_after_preemption_tokens"] = r.recomputed_after_preemption_tokens;
   j["output_tokens"] = r.output_tokens;
   j["preemptions"] = r.preemptions;
+  j["swap_preemptions"] = r.swap_preemptions;
   j["ttft_ms"] = {{"p50", r.ttft_p50_ms}, {"p90", r.ttft_p90_ms}, {"p99", r.ttft_p99_ms}};
   j["ttft_percentiles_ms"] = r.ttft_percentiles_ms;
   j["itl_ms"] = {{"p50", r.itl_p50_ms}, {"p99", r.itl_p99_ms}};
@@ -164,17 +165,21 @@ std::string ServeTable(const std::vector<ServeRun>& runs) {
       if (busiest == nullptr || l.utilization > busiest->utilization) busiest = &l;
     }
     absl::StrAppend(
-        &out, absl::StrFormat(
-                  "  %-*s hits by tier (tokens) hbm %d dram %d nvme %d remote %d; late %d; "
-                  "busiest link %s %.1f%%;%s %.1f s wall\n",
-                  label_width, labels[i], r.served_hit_tokens_by_tier[0],
-                  r.served_hit_tokens_by_tier[1], r.served_hit_tokens_by_tier[2],
-                  r.served_hit_tokens_by_tier[3], r.late_tokens, busiest ? busiest->name : "-",
-                  busiest ? 100 * busiest->utilization : 0.0,
-                  r.shared_remote ? absl::StrCat(" shared store: ", r.remote_discovered_blocks,
-                                                 " blocks discovered;")
-                                  : std::string(),
-                  r.wall_seconds));
+        &out,
+        absl::StrFormat(
+            "  %-*s hits by tier (tokens) hbm %d dram %d nvme %d remote %d; late %d; "
+            "busiest link %s %.1f%%;%s %.1f s wall\n",
+            label_width, labels[i], r.served_hit_tokens_by_tier[0], r.served_hit_tokens_by_tier[1],
+            r.served_hit_tokens_by_tier[2], r.served_hit_tokens_by_tier[3], r.late_tokens,
+            busiest ? busiest->name : "-", busiest ? 100 * busiest->utilization : 0.0,
+            absl::StrCat(
+                r.shared_remote ? absl::StrCat(" shared store: ", r.remote_discovered_blocks,
+                                               " blocks discovered;")
+                                : std::string(),
+                r.swap_preemptions > 0 ? absl::StrCat(" swapped ", r.swap_preemptions, " of ",
+                                                      r.preemptions, " preemptions;")
+                                       : std::string()),
+            r.wall_seconds));
   }
   return out;
 }

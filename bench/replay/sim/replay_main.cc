@@ -362,6 +362,9 @@ int Main(int argc, char** argv) {
                                       "serve: token budget per step"));
   serve_only.push_back(
       app.add_option("--max-running", sf.max_running, "serve: running requests per instance"));
+  serve_only.push_back(app.add_option(
+      "--preemption", sf.preemption,
+      "serve: recompute (the default) or swap (a decoding victim's KV goes one tier down)"));
   serve_only.push_back(app.add_option("--mfu", sf.mfu, "serve: matmul efficiency, (0, 1]"));
   serve_only.push_back(app.add_option("--pcie-bandwidth", sf.pcie_bandwidth,
                                       "serve: PCIe bytes/s per direction per instance"));

@@ -258,7 +258,13 @@ absl::Status RunServeCommand(
     return absl::InvalidArgumentError(
         absl::StrCat("--max-running ", f.max_running, ": must be >= 1"));
   }
-  o.scheduler = {.max_batched_tokens = f.max_batched_tokens, .max_running = f.max_running};
+  if (f.preemption != "recompute" && f.preemption != "swap") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--preemption ", f.preemption, ": must be recompute or swap"));
+  }
+  o.scheduler = {.max_batched_tokens = f.max_batched_tokens,
+                 .max_running = f.max_running,
+                 .swap = f.preemption == "swap"};
   o.links.pcie_bytes_per_second = f.pcie_bandwidth;
   o.links.nvme_bytes_per_second = f.nvme_bandwidth;
   o.links.network_bytes_per_second = f.network_bandwidth;

@@ -35,6 +35,7 @@ struct ServeFlags {
   double slo_itl_ms = 100;
   int64_t max_batched_tokens = 8192;
   int max_running = 256;
+  std::string preemption = "recompute";  // or "swap" (SchedulerOptions::swap)
   double mfu = 0.5;
   double pcie_bandwidth = 50e9;
   double nvme_bandwidth = 6e9;

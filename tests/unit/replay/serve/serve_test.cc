@@ -232,6 +232,41 @@ TEST(ServeTest, DecodesThatOutgrowHbmPreemptTheLatestAdmittedAndBothFinish) {
   EXPECT_LE(r->hbm_running_blocks_max, 8);
 }
 
+// The same two requests with swap preemption: the victim's KV goes to DRAM over the d2h link
+// and comes back, so nothing is recomputed and both finish every token; where the profile has
+// no tier below HBM, preemption stays recompute.
+TEST(ServeTest, SwapPreemptionMovesTheVictimsKvDownAndBackWithoutRecomputing) {
+  const Trace trace = MakeTrace({Req(0, 60, 200, {1}), Req(0, 60, 200, {2})});
+  ServeOptions o = HandOptions(ServeProfile::kDramLru, 8, 64);
+  o.scheduler.swap = true;
+  auto r = RunServe(trace, o);
+  KVTIER_ASSERT_OK(r.status());
+  EXPECT_GE(r->swap_preemptions, 1);
+  EXPECT_EQ(r->swap_preemptions, r->preemptions);
+  EXPECT_EQ(r->finished, 2);
+  EXPECT_EQ(r->failed, 0);
+  EXPECT_EQ(r->output_tokens, 400);
+  EXPECT_EQ(r->recomputed_after_preemption_tokens, 0);
+  EXPECT_EQ(r->prefilled_tokens, 120);
+  EXPECT_LE(r->hbm_running_blocks_max, 8);
+  double d2h = 0, h2d = 0;
+  for (const LinkReport& l : r->links) {
+    if (l.name == "i0.pcie_d2h") d2h = l.bytes;
+    if (l.name == "i0.pcie_h2d") h2d = l.bytes;
+  }
+  EXPECT_GT(h2d, 0) << "the swapped-in blocks crossed PCIe";
+  EXPECT_GT(d2h, 0);
+
+  ServeOptions hbm_only = HandOptions(ServeProfile::kHbmLru, 8);
+  hbm_only.scheduler.swap = true;
+  auto h = RunServe(trace, hbm_only);
+  KVTIER_ASSERT_OK(h.status());
+  EXPECT_GE(h->preemptions, 1);
+  EXPECT_EQ(h->swap_preemptions, 0);
+  EXPECT_GT(h->recomputed_after_preemption_tokens, 0);
+  EXPECT_EQ(h->output_tokens, 400);
+}
+
 TEST(ServeTest, APromptLargerThanHbmFailsWithItsReasonAndOthersGoOn) {
   const Trace trace =
       MakeTrace({Req(0, 640, 1, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}), Req(1, 64, 1, {20})});

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <utility>
+#include <vector>
 
 namespace kvtier::replay {
 namespace {
@@ -34,6 +35,30 @@ void Link::Progress(double now) {
     busy_seconds_ += now - now_;
   }
   now_ = now;
+}
+
+double Link::EstimatedCompletion(int64_t id) const {
+  for (const Draining& d : draining_) {
+    if (d.id == id) return d.done_at;
+  }
+  double mine = -1;
+  for (const Flow& f : flows_) {
+    if (f.id == id) mine = f.remaining;
+  }
+  if (mine < 0) return -1;
+  // Under processor sharing the flows finish smallest first; each interval between finishes
+  // moves (flows left) x (the next remainder's increment).
+  std::vector<double> left;
+  left.reserve(flows_.size());
+  for (const Flow& f : flows_) left.push_back(f.remaining);
+  std::sort(left.begin(), left.end());
+  double t = now_, done = 0;
+  for (size_t k = 0; k < left.size() && done < mine; ++k) {
+    const double step = std::min(left[k], mine) - done;
+    t += step * static_cast<double>(left.size() - k) / bandwidth_;
+    done += step;
+  }
+  return t + latency_;
 }
 
 int64_t Link::Start(double now, double bytes, int64_t tag) {

@@ -29,6 +29,10 @@ class Link {
   double Cancel(int64_t id, double now);
   // When the next transfer completes: +inf when none is in flight.
   double NextCompletion() const;
+  // When transfer `id` would complete if no other transfer started from now on (processor
+  // sharing among those in flight, then the latency), as of the last time given; -1 for an
+  // unknown id.
+  double EstimatedCompletion(int64_t id) const;
   struct Done {
     int64_t id = 0;
     int64_t tag = 0;

@@ -83,6 +83,7 @@ struct Live {
   double itl_sum = 0;
   bool readmission = false;
   bool swapped = false;       // preempted by swap: paused in the cache, waiting to swap in
+  bool overlap = false;       // layer-wise: computing while its onboarding transfers land
   bool counted = false;       // prompt and matches counted (once, at the first admission)
   bool hits_counted = false;  // served hits count (first admission only)
   // Onboarding in flight: (link, transfer id, blocks, source tier).
@@ -122,6 +123,8 @@ struct Instance {
   std::vector<int64_t> running;  // admitted, in admission order
   bool stepping = false;
   std::vector<BatchItem> batch;
+  double step_seconds = 0;          // the roofline's time of the step in flight
+  bool waiting_for_layers = false;  // its compute is done, a layer-wise onboarding is not
   KvCacheStats last_stats;
   int64_t queued_prompt_tokens = 0;
   // Occupancy integrals (block-seconds) since the last sample.
@@ -187,6 +190,10 @@ class Simulation {
   absl::Status Settle(int i);  // waits for the cache's copies; charges background copies
   void SampleOccupancy(int i);
   void ReadyToPrefill(int64_t r);
+  // After admission or swap-in with l.transfers set: ready now if none; with layer-wise
+  // onboarding and every transfer expected by the deadline, ready now while they land (its
+  // steps wait for them, OnStepDone); otherwise it waits for them up to the deadline.
+  void BeginOnboarding(int i, int64_t r);
   int LinkOfTier(int tier) const { return LinkFor(tier, kHbm); }
 
   const Trace& trace_;
@@ -428,6 +435,29 @@ void Simulation::SampleOccupancy(int i) {
   in.last_sample = now_;
 }
 
+void Simulation::BeginOnboarding(int i, int64_t r) {
+  Live& l = live_[static_cast<size_t>(r)];
+  if (l.transfers.empty()) {
+    ReadyToPrefill(r);
+    return;
+  }
+  if (o_.layerwise_onboard) {
+    const Instance& in = inst_[static_cast<size_t>(i)];
+    double landing = now_;
+    for (const Live::Transfer& t : l.transfers) {
+      landing = std::max(landing, in.links[t.link].EstimatedCompletion(t.id));
+    }
+    if (landing - now_ <= o_.onboard_deadline_seconds) {
+      l.overlap = true;
+      ReadyToPrefill(r);
+      return;
+    }
+  }
+  l.phase = Phase::kOnboarding;
+  l.deadline_version++;
+  Push(now_ + o_.onboard_deadline_seconds, Event::kDeadline, i, r, l.deadline_version);
+}
+
 void Simulation::ReadyToPrefill(int64_t r) {
   Live& l = live_[static_cast<size_t>(r)];
   l.phase = l.computed >= l.prompt ? Phase::kDecode : Phase::kPrefill;
@@ -548,13 +578,7 @@ absl::Status Simulation::Admit(int i, int64_t r) {
     if (p.blocks > 0) l.transfers.push_back(p);
   }
   l.prefetch.clear();
-  if (l.transfers.empty()) {
-    ReadyToPrefill(r);
-  } else {
-    l.phase = Phase::kOnboarding;
-    l.deadline_version++;
-    Push(now_ + o_.onboard_deadline_seconds, Event::kDeadline, i, r, l.deadline_version);
-  }
+  BeginOnboarding(i, r);
   return absl::OkStatus();
 }
 
@@ -577,6 +601,22 @@ absl::Status Simulation::OnTransferDone(int i, int link, int64_t tag, int64_t id
   if (l.phase == Phase::kOnboarding && l.transfers.empty()) {
     ReadyToPrefill(r);
     if (!inst_[static_cast<size_t>(i)].stepping) return StartStep(i);
+  }
+  if (l.overlap && l.transfers.empty()) {
+    l.overlap = false;
+    Instance& in = inst_[static_cast<size_t>(i)];
+    if (in.waiting_for_layers) {
+      bool pending = false;
+      for (const BatchItem& b : in.batch) {
+        const Live& o = live_[static_cast<size_t>(b.request)];
+        pending = pending || (o.overlap && !o.transfers.empty());
+      }
+      if (!pending) {
+        in.waiting_for_layers = false;
+        const int layers = std::max(1, o_.geometry.num_layers());
+        Push(now_ + in.step_seconds / layers, Event::kStepDone, i, -1);
+      }
+    }
   }
   return absl::OkStatus();
 }
@@ -611,6 +651,7 @@ absl::Status Simulation::Preempt(int i, int64_t victim) {
   Live& v = live_[static_cast<size_t>(victim)];
   for (const Live::Transfer& t : v.transfers) (void)in.links[t.link].Cancel(t.id, now_);
   v.transfers.clear();
+  v.overlap = false;
   auto leave_running = [&] {
     in.running.erase(std::find(in.running.begin(), in.running.end(), victim));
     in.batch.erase(std::remove_if(in.batch.begin(), in.batch.end(),
@@ -686,13 +727,7 @@ absl::Status Simulation::SwapIn(int i, int64_t r) {
         in.links[link].Start(now_, static_cast<double>(blocks) * block_bytes_, r * 2);
     l.transfers.push_back({link, tid, blocks, t});
   }
-  if (l.transfers.empty()) {
-    ReadyToPrefill(r);
-  } else {
-    l.phase = Phase::kOnboarding;
-    l.deadline_version++;
-    Push(now_ + o_.onboard_deadline_seconds, Event::kDeadline, i, r, l.deadline_version);
-  }
+  BeginOnboarding(i, r);
   return absl::OkStatus();
 }
 
@@ -830,13 +865,24 @@ absl::Status Simulation::StartStep(int i) {
   }
   in.stepping = true;
   r_.steps++;
-  Push(now_ + roofline_.StepSeconds(work), Event::kStepDone, i, -1);
+  in.step_seconds = roofline_.StepSeconds(work);
+  Push(now_ + in.step_seconds, Event::kStepDone, i, -1);
   return absl::OkStatus();
 }
 
 absl::Status Simulation::OnStepDone(int i) {
   Instance& in = inst_[static_cast<size_t>(i)];
   KvCache& cache = *in.cache;
+  // Layer-wise onboarding: the step's last layer cannot finish before that layer's KV of every
+  // overlapped request in it has landed. Its end is then the last landing plus one layer's
+  // compute (OnTransferDone), so a step lasts max(compute, transfer + compute / layers).
+  for (const BatchItem& b : in.batch) {
+    const Live& l = live_[static_cast<size_t>(b.request)];
+    if (l.overlap && !l.transfers.empty()) {
+      in.waiting_for_layers = true;
+      return absl::OkStatus();
+    }
+  }
   const std::vector<BatchItem> batch = std::move(in.batch);
   in.batch.clear();
   for (const BatchItem& b : batch) {

@@ -54,8 +54,9 @@
 // profile has a tier below HBM; other victims are recomputed. The partial last block stays in
 // HBM (Pause keeps what is not yet a full written block).
 //
-// Not modeled yet (docs/replay.md): layer-wise overlap of onboarding with compute, the probe's
-// network round trip (discovery answers at once on the simulated clock).
+// Not modeled yet (docs/replay.md): the probe's network round trip (discovery answers at once on
+// the simulated clock); layer-wise onboarding's per-layer timing beyond "the last layer's KV
+// lands, then the last layer computes" (ServeOptions::layerwise_onboard).
 //
 // Thread-safety: RunServe is reentrant; it owns everything it creates. The Trace is only read.
 #ifndef KVTIER_BENCH_REPLAY_SERVE_SERVE_H_
@@ -122,6 +123,11 @@ struct ServeOptions {
   // With a remote tier and several instances: one fleet-wide store (see above), or one each.
   bool shared_remote = true;
   double onboard_deadline_seconds = 1.0;  // > 0
+  // Layer-wise onboarding (LMCache's and vLLM's layer-wise connectors): a request whose
+  // transfers are expected to land by the deadline (at the links' current sharing) starts
+  // computing at once; each step it is in ends no sooner than its last transfer lands plus one
+  // layer's share of the step (layer i+1 lands while layer i computes). Off: it waits for all.
+  bool layerwise_onboard = false;
   bool closed_loop = true;
   double slo_ttft_seconds = 2.0;  // a request meets the SLO when its TTFT <= this
   double slo_itl_seconds = 0.1;   // and its mean inter-token time (TPOT) <= this

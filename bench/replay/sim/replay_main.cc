@@ -352,6 +352,9 @@ int Main(int argc, char** argv) {
   serve_only.push_back(app.add_option(
       "--onboard-deadline-ms", sf.onboard_deadline_ms,
       "serve: how long an admitted request waits for its prefix to land before recomputing it"));
+  serve_only.push_back(app.add_flag(
+      "--layerwise-onboard", sf.layerwise_onboard,
+      "serve: a restoring request computes while its later layers land (layer-wise overlap)"));
   serve_only.push_back(
       app.add_flag("--open-loop", sf.open_loop,
                    "serve: sessions' requests at their trace times (not closed-loop)"));

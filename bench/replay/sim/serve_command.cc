@@ -247,6 +247,7 @@ absl::Status RunServeCommand(
     if (absl::Status s = Positive(flag, v); !s.ok()) return s;
   }
   o.onboard_deadline_seconds = f.onboard_deadline_ms / 1e3;
+  o.layerwise_onboard = f.layerwise_onboard;
   o.slo_ttft_seconds = f.slo_ttft_ms / 1e3;
   o.slo_itl_seconds = f.slo_itl_ms / 1e3;
   o.closed_loop = !f.open_loop;

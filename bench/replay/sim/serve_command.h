@@ -30,6 +30,7 @@ struct ServeFlags {
   // Per instance: "auto" (HBM only: the KV pool the roofline leaves), a byte size, Nblocks, or 0.
   std::array<std::string, kNumTiers> size = {"auto", "256GiB", "2TiB", "8TiB"};
   double onboard_deadline_ms = 1000;
+  bool layerwise_onboard = false;  // ServeOptions::layerwise_onboard
   bool open_loop = false;
   double slo_ttft_ms = 2000;
   double slo_itl_ms = 100;

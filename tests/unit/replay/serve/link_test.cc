@@ -38,6 +38,21 @@ TEST(LinkTest, ConcurrentTransfersShareTheBandwidth) {
   EXPECT_EQ(done[0].id, b);
 }
 
+TEST(LinkTest, EstimatedCompletionIsProcessorSharingAmongTheFlowsInFlight) {
+  // 100 B/s, 1 s latency. A: 100 B, B: 300 B, both at 0. Shared until A's last byte at 2 s (A
+  // done at 3 s); B then has 200 B alone: its last byte at 4 s, done at 5 s.
+  Link link("l", 100.0, 1.0);
+  const int64_t a = link.Start(0, 100, 1);
+  const int64_t b = link.Start(0, 300, 2);
+  EXPECT_DOUBLE_EQ(link.EstimatedCompletion(a), 3.0);
+  EXPECT_DOUBLE_EQ(link.EstimatedCompletion(b), 5.0);
+  EXPECT_EQ(link.EstimatedCompletion(99), -1);
+  // The estimate is what happens when nothing else starts.
+  EXPECT_EQ(link.AdvanceTo(3.0).size(), 1u);
+  EXPECT_DOUBLE_EQ(link.EstimatedCompletion(b), 5.0);
+  EXPECT_EQ(link.AdvanceTo(5.0).size(), 1u);
+}
+
 TEST(LinkTest, CancelReportsTheFractionThatCrossed) {
   Link link("l", 100.0, 0.0);
   const int64_t a = link.Start(0, 200, 1);

@@ -42,6 +42,14 @@ nlohmann::json ToJson(const ReplayReport& r) {
   j["hit_tokens_by_tier"] = by_tier;
   j["recomputed_tokens"] = r.recomputed_tokens;
   j["hit_ratio"] = r.hit_ratio;
+  // What was served (restored or resident when the kernel ran), apart from what the index
+  // matched: a store restarted empty keeps its matches but serves none of them.
+  const int64_t served = r.payload == "bound"
+                             ? r.hit_tokens  // a bound serves every hit from HBM
+                             : r.restore_vs_recompute.restored_blocks * r.tokens_per_block;
+  j["served_hit_tokens"] = served;
+  j["served_hit_ratio"] =
+      r.prompt_tokens > 0 ? static_cast<double>(served) / static_cast<double>(r.prompt_tokens) : 0;
   nlohmann::json moved = nlohmann::json::object();
   for (int from = 0; from < kNumTiers; ++from) {
     for (int to = 0; to < kNumTiers; ++to) {
@@ -188,6 +196,19 @@ std::string ReportTable(const std::vector<ReplayReport>& reports) {
           "and later requests missed them\n",
           r.name, r.failed_stores[t], kTierKeys[t]);
     }
+  }
+  // Matched blocks that were not served (their loads failed or came too late).
+  for (const ReplayReport& r : reports) {
+    const int64_t lost = r.restore_vs_recompute.not_resident * r.tokens_per_block;
+    if (lost == 0 || r.prompt_tokens == 0) continue;
+    const double served =
+        static_cast<double>(r.restore_vs_recompute.restored_blocks * r.tokens_per_block) /
+        static_cast<double>(r.prompt_tokens);
+    out += absl::StrFormat(
+        "note (%s): %d matched tokens were not served: their loads failed or were late (a store "
+        "restarted empty, a failing tier) and they were recomputed; served hit ratio %.4f, "
+        "against %.4f matched\n",
+        r.name, lost, served, r.hit_ratio);
   }
   // Remote discovery, for runs whose cache probed the store (none in payload none).
   for (const ReplayReport& r : reports) {

@@ -318,6 +318,47 @@ TEST(ReplayTest, AStoreThatRefusesWritesGivesMissesAndAWarning) {
   EXPECT_THAT(ReportTable({ok}), ::testing::Not(::testing::HasSubstr("warning")));
 }
 
+// A store restarted empty (every read of it misses) keeps the index's matches but serves none
+// of them: the report gives the hits served apart from those matched, and says why.
+TEST(ReplayTest, MatchedBlocksAStoreNoLongerHasAreReportedApartFromServedHits) {
+  testing::TempDir dir;
+  Trace trace;
+  trace.name = "emptied-store";
+  trace.block_tokens = 16;
+  trace.requests = {Req(0, 40, {1, 2, 3}), Req(1, 40, {5, 6, 7}), Req(2, 40, {8, 9, 10}),
+                    Req(3, 40, {1, 2, 3})};
+  ReplayOptions o = SmallOptions(64, PayloadMode::kScaled);
+  o.capacity[kHbm] = TierCapacity::Blocks(6);
+  o.capacity[kDram] = TierCapacity::Absent();
+  o.capacity[TierIndex(Tier::kNvme)] = TierCapacity::Absent();
+  o.work_dir = dir.path();
+  const int kRemote = TierIndex(Tier::kRemote);
+  // First the healthy store: r3 restores r0's blocks from it.
+  KVTIER_ASSERT_OK_AND_ASSIGN(ReplayReport healthy, RunReplay(trace, o));
+  ASSERT_GT(healthy.hit_tokens_by_tier[kRemote], 0);
+  nlohmann::json h = nlohmann::json::parse(ReportJson(healthy));
+  EXPECT_EQ(h["served_hit_tokens"].get<int64_t>(), healthy.hit_tokens - 8)
+      << "all matched but the last token's block served";
+  EXPECT_THAT(ReportTable({healthy}), ::testing::Not(::testing::HasSubstr("were not served")));
+
+  o.wrap_tier = [](Tier t, std::unique_ptr<TierBackend> b) -> std::unique_ptr<TierBackend> {
+    if (t != Tier::kRemote) return b;
+    auto emptied = std::make_unique<testing::FaultInjectingTier>(std::move(b));
+    emptied->FailNextReads(1 << 20, absl::NotFoundError("the store was restarted empty"));
+    return emptied;
+  };
+  KVTIER_ASSERT_OK_AND_ASSIGN(ReplayReport r, RunReplay(trace, o));
+  EXPECT_EQ(r.hit_tokens, healthy.hit_tokens) << "the index still matches";
+  EXPECT_GT(r.restore_vs_recompute.not_resident, 0);
+  const nlohmann::json j = nlohmann::json::parse(ReportJson(r));
+  const int64_t served = j["served_hit_tokens"].get<int64_t>();
+  EXPECT_EQ(served, r.hit_tokens - 8 - r.restore_vs_recompute.not_resident * 8);
+  EXPECT_LT(served, h["served_hit_tokens"].get<int64_t>());
+  EXPECT_THAT(ReportTable({r}), ::testing::HasSubstr(absl::StrCat(
+                                    "note (lru): ", r.restore_vs_recompute.not_resident * 8,
+                                    " matched tokens were not served")));
+}
+
 // --keep-state: the NVMe file (and the directory store) outlive the run, so a second run of the
 // same trace over the directory starts with the first one's blocks in NVMe (warm restart): its
 // first request hits what the first run's requests computed.

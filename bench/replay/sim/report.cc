@@ -206,9 +206,13 @@ std::string ReportTable(const std::vector<ReplayReport>& reports) {
         static_cast<double>(r.prompt_tokens);
     out += absl::StrFormat(
         "note (%s): %d matched tokens were not served: their loads failed or were late (a store "
-        "restarted empty, a failing tier) and they were recomputed; served hit ratio %.4f, "
+        "restarted empty, a failing tier)%s, and they were recomputed; served hit ratio %.4f, "
         "against %.4f matched\n",
-        r.name, lost, served, r.hit_ratio);
+        r.name, lost,
+        r.failed_requests > 0 ? absl::StrCat(", or their request found no room in HBM (",
+                                             r.failed_requests, " requests failed)")
+                              : std::string(),
+        served, r.hit_ratio);
   }
   // Remote discovery, for runs whose cache probed the store (none in payload none).
   for (const ReplayReport& r : reports) {

@@ -20,6 +20,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "bench/replay/serve/link.h"
+#include "bench/replay/trace/replay_math.h"
 #include "kvtier/cache_namespace.h"
 #include "kvtier/kv_cache.h"
 #include "kvtier/metadata_store.h"
@@ -31,26 +32,12 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr int kHbm = 0, kDram = 1, kNvme = 2, kRemote = 3;
 
-uint64_t SplitMix64(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
 // The token a request produces at position `position` of its sequence: a fixed hash, so a
 // readmission's prompt carries the same tokens it had produced.
 int32_t DecodeToken(int64_t request, int64_t position) {
   return static_cast<int32_t>(SplitMix64(SplitMix64(static_cast<uint64_t>(request) ^ 0x5eedULL) +
                                          static_cast<uint64_t>(position)) %
                               2147483647u);
-}
-
-double Percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
-  return v[std::min(v.size() - 1, rank == 0 ? 0 : rank - 1)];
 }
 
 // The links of one instance, by what crosses them.

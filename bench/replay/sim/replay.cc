@@ -20,6 +20,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "bench/replay/trace/replay_math.h"
 #include "kvtier/cache_namespace.h"
 #include "kvtier/kv_cache.h"
 #include "kvtier/nvme_tier.h"
@@ -30,13 +31,6 @@ namespace {
 
 constexpr int kHbm = TierIndex(Tier::kHbm);
 constexpr const char* kTierNames[kNumTiers] = {"hbm", "dram", "nvme", "remote"};
-
-uint64_t SplitMix64(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
 
 // The bytes of one cache block of the payload: a function of the block's identity (the trace
 // block id naming its prefix, its index inside that trace block) and the byte's position.
@@ -95,14 +89,6 @@ absl::Status ForEachRun(const KvGeometry& g, const DevicePoolView& pool, int32_t
     }
   }
   return absl::OkStatus();
-}
-
-double Percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  // Nearest rank.
-  const size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
-  return v[std::min(v.size() - 1, rank == 0 ? 0 : rank - 1)];
 }
 
 // The modeled prefill queue: `instances` servers, requests served in arrival order by the first

@@ -6,17 +6,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "bench/replay/trace/replay_math.h"
+
 namespace kvtier::replay {
 namespace {
-
-// splitmix64's finalizer (Steele, Lea and Flood, "Fast splittable pseudorandom number
-// generators", 2014): a bijection on 64 bits with full avalanche, fixed constants, no state.
-uint64_t SplitMix64(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
 
 constexpr uint64_t kTokenIdLimit = (uint64_t{1} << 31) - 1;  // token ids in [0, 2^31 - 1)
 

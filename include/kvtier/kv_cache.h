@@ -134,6 +134,11 @@ struct KvCacheOptions {
   // sets the trace's clock. Must be monotonic and thread-safe.
   std::function<absl::Time()> clock;
   int64_t event_buffer = 65536;  // events kept for PollEvents, >= 1
+  // This worker's name in the fleet ("host3:gpu1", a data-parallel rank), copied into every
+  // event (CacheEvent::worker_id) so a router that merges the events of many workers knows
+  // whose cache changed. Any string, at most 256 bytes; empty (the default): none. Interned
+  // once at Create (kept for the life of the process).
+  std::string worker_id;
   // How long Append and onboarding wait for demotions to free HBM; at its end droppable blocks
   // are dropped instead, and only HBM full of locked and held blocks is kResourceExhausted.
   // Demotions started to make room must land within it. It also bounds (at least 1 s) every
@@ -286,6 +291,7 @@ enum class BlockResidency : uint8_t {
 
 namespace internal {
 struct TicketState;
+class EventHub;
 }  // namespace internal
 
 // The outcome of EnsureResident. A cheap copyable handle; copies share one ticket. The ticket's
@@ -344,15 +350,51 @@ struct SequenceInfo {
   bool paused = false;
 };
 
+// A subscription to a cache's events (KvCache::SubscribeEvents). RAII: destroying it (or
+// Unsubscribe, or assigning over it) ends the subscription: no call of its callback starts
+// afterwards, and a call running on another thread has returned by then. From inside its own
+// callback it ends without waiting. It may outlive its cache (it then only lets go).
+// State machine: active (from SubscribeEvents) -> inactive (unsubscribed, moved from, or
+// default-constructed); movable, not copyable.
+// Thread-safety: not thread-safe itself (one owner); its callback runs on cache threads.
+class EventSubscription {
+ public:
+  EventSubscription() = default;  // inactive
+  EventSubscription(EventSubscription&& other) noexcept;
+  EventSubscription& operator=(EventSubscription&& other) noexcept;
+  EventSubscription(const EventSubscription&) = delete;
+  EventSubscription& operator=(const EventSubscription&) = delete;
+  ~EventSubscription();
+
+  bool active() const { return hub_ != nullptr; }
+  // The sequence number of the first event delivered to it: every event numbered from it on
+  // goes to the callback, none before. PollEvents(first_sequence() - 1) returns the same events
+  // (while the ring still holds them).
+  uint64_t first_sequence() const { return first_sequence_; }
+  // Ends the subscription (see the class comment); nothing if inactive.
+  void Unsubscribe();
+
+ private:
+  friend class KvCache;
+  EventSubscription(std::shared_ptr<internal::EventHub> hub, uint64_t id, uint64_t first_sequence);
+  std::shared_ptr<internal::EventHub> hub_;
+  uint64_t id_ = 0;
+  uint64_t first_sequence_ = 0;
+};
+
+// Receives a batch of events: consecutive sequence numbers, oldest first. The span is valid only
+// during the call (copy the events to keep them).
+using CacheEventCallback = std::function<void(absl::Span<const CacheEvent>)>;
+
 class KvCache {
  public:
   // Errors: kInvalidArgument for a missing HBM tier, a tier at the wrong index or built for
   // another block size, an HBM tier without a device pool, an unknown eviction policy or bad
   // cost_aware or reuse_index options, kExclusive with kWriteThrough, admit_after_uses < 1 (or != 1
-  // for HBM), a prefill_cost or link that is not positive and finite, event_buffer < 1, room_wait <
-  // 0, bounce_buffers < 1; PrefixHasher's errors; kResourceExhausted if the bounce buffers cannot
-  // be allocated; remote_probe_window_blocks outside [0, 4096] or a remote_probe_timeout that is
-  // not positive and finite (with a window > 0).
+  // for HBM), a prefill_cost or link that is not positive and finite, event_buffer < 1, a worker_id
+  // over 256 bytes, room_wait < 0, bounce_buffers < 1; PrefixHasher's errors; kResourceExhausted if
+  // the bounce buffers cannot be allocated; remote_probe_window_blocks outside [0, 4096] or a
+  // remote_probe_timeout that is not positive and finite (with a window > 0).
   static absl::StatusOr<std::unique_ptr<KvCache>> Create(const CacheNamespace& ns,
                                                          KvCacheOptions options);
   ~KvCache();
@@ -549,6 +591,27 @@ class KvCache {
   // Events with sequence number > after_sequence, oldest first, at most max_events. If the
   // first has a number above after_sequence + 1, events were dropped (see kv_cache_stats.h).
   std::vector<CacheEvent> PollEvents(uint64_t after_sequence, size_t max_events = 4096) const;
+  // Calls `callback` with every event made from now on (numbered from the returned
+  // subscription's first_sequence(), each exactly once, in order; the events PollEvents returns,
+  // but never dropped by the ring), until the subscription ends. PollEvents keeps working
+  // alongside.
+  //
+  // When and where: outside the cache's lock, one call per lock hold that made changes (usually
+  // one per cache call: an Append's evictions, a ReportWritten's stored blocks), on the thread
+  // that made them: the caller's thread for a cache call, before that call returns; the thread
+  // running a transfer's completion (an engine or backend thread) for a copy that lands later (a
+  // demotion, an onboard, write-through) or a kernel `ready` that fires later. One thread
+  // delivers at a time: while another delivers, a call waits for it (its events then come on
+  // that thread, still before the call returns). So a slow callback slows every cache call that
+  // changes blocks; keep it short (copy the events into a queue).
+  //
+  // What a callback may do: call PollEvents, stats(), GetSequence, CheckRoom, HashPrompt,
+  // CheckInvariants, SubscribeEvents and end any subscription (its own too) of this cache or
+  // another; these do not deadlock. It must not call methods that change blocks or wait
+  // (AttachPrefix, Append, ReportWritten, Release, EnsureResident, WaitIdle, ...), destroy the
+  // cache, block on a lock the application holds around its cache calls, or throw.
+  // Errors: kInvalidArgument for an empty `callback`.
+  absl::StatusOr<EventSubscription> SubscribeEvents(CacheEventCallback callback);
 
   // Blocks until no transfer started by the cache is in flight, or the deadline passes
   // (kDeadlineExceeded). For tests, benchmarks and orderly shutdown.

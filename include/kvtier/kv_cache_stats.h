@@ -6,14 +6,17 @@
 // (kStored) or stopped being readable there (kRemoved). Every event carries a sequence number
 // that grows by exactly one per event, so a consumer that sees a jump knows it missed events
 // (the cache keeps the last KvCacheOptions::event_buffer of them) and should resynchronize.
+// Consumers read them by polling (KvCache::PollEvents) or by a callback (KvCache::SubscribeEvents).
 //
-// Thread-safety: plain values.
+// Thread-safety: plain values. A CacheEvent's string views point into strings kept for the
+// life of the process (see CacheEvent), so events may be copied anywhere and outlive their cache.
 #ifndef KVTIER_KV_CACHE_STATS_H_
 #define KVTIER_KV_CACHE_STATS_H_
 
 #include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "kvtier/block_key.h"
 #include "kvtier/ids.h"
@@ -84,18 +87,46 @@ struct KvCacheStats {
 std::string RenderPrometheus(const KvCacheStats& stats);
 
 enum class CacheEventKind : uint8_t {
-  kStored = 0,   // a ready copy of `key` exists in `tier` from now on
-  kRemoved = 1,  // the copy of `key` in `tier` is gone
+  kStored = 0,   // a ready copy of `key` exists in `tier` from now on (vLLM's BlockStored)
+  kRemoved = 1,  // the copy of `key` in `tier` is gone (vLLM's BlockRemoved)
   // KvCache::ResetPrefixCache cleared `tier` (key: kRootBlockKey): every droppable copy there is
   // gone (each also had its kRemoved); copies held then stay (vLLM's AllBlocksCleared).
   kAllCleared = 2,
 };
 
+// One change of one block copy. The fields a KV-aware router needs follow vLLM's KV events
+// (vllm/distributed/kv_events.py, consumed by llm-d's and Dynamo's routers): BlockStored's
+// block_hashes (here one `key` per event), parent_block_hash (`parent_key`), block_size and
+// len(token_ids) (`num_tokens`), lora_name (`adapter_id`) and medium (`tier`); and the worker
+// (`worker_id`) that a router otherwise learns from the ZMQ topic or the publisher. The token ids
+// themselves are not kept by the cache (a block key is their chained hash): a router that
+// indexes by key needs only the count. kRemoved carries the same fields as the kStored of that
+// copy did (vLLM's BlockRemoved has only the hashes and medium: the rest is extra).
+//
+// Memory: 80 bytes, no allocation (the ring of KvCacheOptions::event_buffer events is 5 MiB at
+// the default 65536). The two strings are views of interned copies: one per distinct adapter id
+// or worker id, kept for the life of the process (a few bytes each), so a view never dangles;
+// each is NUL-terminated (data()[size()] == 0 when not empty), which the C ABI relies on.
 struct CacheEvent {
   uint64_t sequence = 0;  // 1 for the first event; +1 per event
   CacheEventKind kind = CacheEventKind::kStored;
-  BlockKey key;
   Tier tier = Tier::kHbm;
+  // Whether the block has a parent in the prefix chain (parent_key is then its key): false for
+  // a sequence's first block, for kAllCleared, and for a block a warm restart found again on a
+  // persistent tier (its slot header keeps only its own key, so its parent is unknown).
+  bool has_parent = false;
+  // Tokens in the block: the geometry's tokens_per_block (only full blocks are keyed and
+  // cached); 0 for kAllCleared.
+  int32_t num_tokens = 0;
+  BlockKey key;
+  BlockKey parent_key = kRootBlockKey;  // the previous block's key; kRootBlockKey without one
+  // The id (AdapterIdentity::id; not its load_generation) of the adapter the block was computed
+  // under (SequenceOptions::adapter); empty for the base model, for kAllCleared, and for a block
+  // whose adapter the cache cannot know (found again by a warm restart). Blocks of different
+  // adapters never share a key, so a router may index by key alone.
+  std::string_view adapter_id;
+  // KvCacheOptions::worker_id of the cache that made the event (empty if unset).
+  std::string_view worker_id;
 };
 
 }  // namespace kvtier

@@ -157,7 +157,7 @@ void BindKvCache(py::module_& m) {
              std::array<int, kNumTiers> admit_after_uses, bool demote_on_evict,
              double prefill_flops_per_second, bool measure_bandwidth, int64_t event_buffer,
              double room_wait_s, int bounce_buffers, int remote_probe_window_blocks,
-             double remote_probe_timeout_s) {
+             double remote_probe_timeout_s, std::string worker_id) {
             if (stack.consumed) {
               throw StatusError(absl::FailedPreconditionError(
                   "KvCache.create: this TierStack's backends were taken by another cache"));
@@ -176,6 +176,7 @@ void BindKvCache(py::module_& m) {
             o.bounce_buffers = bounce_buffers;
             o.remote_probe_window_blocks = remote_probe_window_blocks;
             o.remote_probe_timeout = SecondsToDuration(remote_probe_timeout_s);
+            o.worker_id = std::move(worker_id);
             // The pool's address and shape, read before the cache takes the tier; the memory
             // lives as long as the cache does.
             std::optional<DevicePoolView> view;
@@ -206,6 +207,7 @@ void BindKvCache(py::module_& m) {
           py::arg("measure_bandwidth") = true, py::arg("event_buffer") = 65536,
           py::arg("room_wait_s") = 10.0, py::arg("bounce_buffers") = 4,
           py::arg("remote_probe_window_blocks") = 32, py::arg("remote_probe_timeout_s") = 0.02,
+          py::arg("worker_id") = "",
           "KvCache::Create over a TierStack's backends (the stack is consumed).")
       .def_property_readonly("namespace",
                              [](const PyKvCache& c) { return Cache(c).cache_namespace(); })

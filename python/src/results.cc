@@ -3,6 +3,7 @@
 // durations are float seconds. Stats also convert to plain dicts (as_dict), for logging.
 #include <pybind11/stl.h>
 
+#include <optional>
 #include <string>
 
 #include "absl/time/time.h"
@@ -226,6 +227,21 @@ void BindResults(py::module_& m) {
       .def_readonly("kind", &CacheEvent::kind)
       .def_property_readonly("key", [](const CacheEvent& e) { return e.key.ToHex(); })
       .def_readonly("tier", &CacheEvent::tier)
+      .def_readonly("has_parent", &CacheEvent::has_parent)
+      .def_property_readonly(
+          "parent_key",
+          [](const CacheEvent& e) -> std::optional<std::string> {
+            if (!e.has_parent) return std::nullopt;
+            return e.parent_key.ToHex();
+          },
+          "The parent block's key (hex), None for a first block (and for ALL_CLEARED).")
+      .def_readonly("num_tokens", &CacheEvent::num_tokens, "Tokens in the block (0: ALL_CLEARED).")
+      .def_property_readonly(
+          "adapter_id", [](const CacheEvent& e) { return std::string(e.adapter_id); },
+          "The block's adapter id, '' for none.")
+      .def_property_readonly(
+          "worker_id", [](const CacheEvent& e) { return std::string(e.worker_id); },
+          "The cache's worker_id, '' if unset.")
       .def("__repr__", [](const CacheEvent& e) {
         const char* kind = e.kind == CacheEventKind::kStored    ? ", STORED, "
                            : e.kind == CacheEventKind::kRemoved ? ", REMOVED, "

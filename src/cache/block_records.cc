@@ -1,19 +1,56 @@
 // Block records: the one entry of each block (its copies per tier, parent, child copies, and its
 // ColdFields: readers, children leaving, retention) and the SlotOwner of each slot, changed
 // together so they agree; and the cache's event log (events, next_event) of copies stored and
-// removed.
+// removed, with what each event says of its block (parent, adapter) and the batch of events
+// waiting for the subscribers (unpublished).
 #include <optional>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "cache/kv_cache_impl.h"
+#include "internal/interned_string.h"
 #include "internal/status_macros.h"
 
 namespace kvtier {
 
-void KvCache::Impl::Event(CacheEventKind kind, const BlockKey& key, Tier tier) {
-  events.push_back(CacheEvent{next_event++, kind, key, tier});
+// The size kv_cache_stats.h promises (the ring holds event_buffer of them).
+static_assert(sizeof(CacheEvent) == 80);
+
+CacheEvent KvCache::Impl::BlockEvent(CacheEventKind kind, const BlockMap::value_type& element,
+                                     Tier t) const {
+  const BlockEntry& m = element.second;
+  CacheEvent e;
+  e.kind = kind;
+  e.tier = t;
+  e.key = element.first.key();
+  e.has_parent = m.parent != BlockEntry::kNoParent;
+  e.parent_key = ParentKey(m);
+  e.num_tokens = block_tokens;
+  if (auto a = adapter_of.find(&m); a != adapter_of.end()) e.adapter_id = adapter_names[a->second];
+  return e;
+}
+
+void KvCache::Impl::Emit(CacheEvent e) {
+  e.sequence = next_event++;
+  e.worker_id = worker_id;
+  if (hub->has_subscribers()) unpublished.push_back(e);
+  events.push_back(e);
   while (events.size() > event_buffer) events.pop_front();
+}
+
+bool KvCache::Impl::PublishEvents() {
+  if (unpublished.empty()) return false;
+  hub->Enqueue(std::move(unpublished));
+  unpublished.clear();  // a moved-from vector is valid but unspecified
+  return true;
+}
+
+uint32_t KvCache::Impl::AdapterIndex(const std::optional<AdapterIdentity>& adapter) {
+  if (!adapter.has_value() || adapter->id.empty()) return 0;
+  const std::string_view id = internal::InternString(adapter->id);
+  auto [it, added] = adapter_index.try_emplace(id, static_cast<uint32_t>(adapter_names.size()));
+  if (added) adapter_names.push_back(id);
+  return it->second;
 }
 
 void KvCache::Impl::MaybeEraseMeta(const BlockKey& key) {
@@ -27,11 +64,12 @@ void KvCache::Impl::MaybeEraseMeta(const BlockKey& key) {
   }
   if (m.copies.has_copy()) return;
   if (m.has_cold) cold.erase(&m);  // a retention priority goes with its block
+  adapter_of.erase(&m);
   blocks.erase(it);
 }
 
 absl::Status KvCache::Impl::AddCopy(const BlockKey& key, Tier t, SlotId slot, CopyState state,
-                                    const BlockKey& parent) {
+                                    const BlockKey& parent, uint32_t adapter) {
   // Checked before the entry is made, so a refused copy leaves no entry behind (BlockRecord's
   // checks and errors, as the index gave).
   if (TierIndex(t) < 0 || TierIndex(t) >= kNumTiers || !slot.valid() ||
@@ -49,13 +87,14 @@ absl::Status KvCache::Impl::AddCopy(const BlockKey& key, Tier t, SlotId slot, Co
                                        : BlockMap::handle(blocks.try_emplace(parent).first);
     m.set_last_use(Now());
   }
+  if (adapter != 0) adapter_of.try_emplace(&m, adapter);
   owner[TierIndex(t)][slot.value()] = SlotOwner{key, &element};
   if (BlockMap::value_type* p = Parent(m); p != nullptr) {
     AddChildCopy(p->second, TierIndex(t), +1);
     UpdateCandidate(*p, t);
   }
   if (state == CopyState::kReady) {
-    Event(CacheEventKind::kStored, key, t);
+    Emit(BlockEvent(CacheEventKind::kStored, element, t));
     ++counters.tiers[TierIndex(t)].stored;
   }
   return absl::OkStatus();
@@ -64,7 +103,7 @@ absl::Status KvCache::Impl::AddCopy(const BlockKey& key, Tier t, SlotId slot, Co
 void KvCache::Impl::MarkReady(const BlockKey& key, Tier t) {
   auto it = blocks.find(key);
   if (it == blocks.end() || !it->second.copies.MarkReady(key, t).ok()) return;
-  Event(CacheEventKind::kStored, key, t);
+  Emit(BlockEvent(CacheEventKind::kStored, *it, t));
   ++counters.tiers[TierIndex(t)].stored;
   UpdateCandidate(key, t);
 }
@@ -73,6 +112,11 @@ void KvCache::Impl::RemoveCopy(const BlockKey& key, Tier t) {
   const std::optional<BlockRecord> rec = IndexedCopies(key);
   if (!rec.has_value() || rec->state(t) == CopyState::kAbsent) return;
   const bool was_ready = rec->state(t) == CopyState::kReady;
+  // Read before the entry loses its parent (with its last copy): kRemoved says what kStored did.
+  std::optional<CacheEvent> removed;
+  if (auto e = blocks.find(key); was_ready && e != blocks.end()) {
+    removed = BlockEvent(CacheEventKind::kRemoved, *e, t);
+  }
   SetLeaving(key, t, false);
   // The entry stays (found again below) until MaybeEraseMeta: children or readers may keep it.
   if (auto e = blocks.find(key); e != blocks.end() && e->second.copies.RemoveCopy(key, t).ok() &&
@@ -101,7 +145,7 @@ void KvCache::Impl::RemoveCopy(const BlockKey& key, Tier t) {
       it->second.parent = BlockEntry::kNoParent;
     }
   }
-  if (was_ready) Event(CacheEventKind::kRemoved, key, t);
+  if (removed.has_value()) Emit(*removed);
   MaybeEraseMeta(key);
 }
 

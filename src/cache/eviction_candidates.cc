@@ -346,7 +346,10 @@ int64_t KvCache::Impl::ResetTier(Tier t) {
     const std::optional<BlockRecord> after = IndexedCopies(key);
     dropped += !after.has_value() || after->state(t) == CopyState::kAbsent ? 1 : 0;
   }
-  Event(CacheEventKind::kAllCleared, kRootBlockKey, t);
+  CacheEvent cleared;
+  cleared.kind = CacheEventKind::kAllCleared;
+  cleared.tier = t;
+  Emit(cleared);
   return dropped;
 }
 

@@ -29,7 +29,7 @@ absl::StatusOr<HintOutcome> KvCache::RetainPrefix(absl::Span<const int32_t> toke
                      " must be >= 0 and finite, ttl = ", absl::FormatDuration(ttl), " > 0");
     return out;
   }
-  internal::MutexLock lock(&I.mu);
+  Impl::CacheLock lock(I);
   const absl::Time now = I.Now();
   const absl::Time until = ttl == absl::InfiniteDuration() ? absl::InfiniteFuture() : now + ttl;
   for (const BlockKey& key : keys) {
@@ -67,7 +67,7 @@ absl::StatusOr<HintOutcome> KvCache::InvalidatePrefix(absl::Span<const int32_t> 
     out.reason = absl::StrCat("from_token = ", from_token, " must be >= 0");
     return out;
   }
-  internal::MutexLock lock(&I.mu);
+  Impl::CacheLock lock(I);
   const int64_t first = from_token / I.block_tokens;
   int64_t kept = 0;
   // Deepest first: dropping a block makes its parent a leaf, and so droppable in turn.

@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "cache/kv_cache_impl.h"
 #include "cache/ticket_state.h"
+#include "internal/interned_string.h"
 #include "internal/mutex.h"
 #include "internal/status_macros.h"
 #include "kvtier/block_index.h"
@@ -54,11 +55,12 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const CacheNamespace& n
   impl->measure_bandwidth = options.measure_bandwidth;
   impl->clock = std::move(options.clock);
   impl->event_buffer = static_cast<size_t>(options.event_buffer);
+  impl->worker_id = internal::InternString(options.worker_id);
   impl->room_wait = options.room_wait;
   impl->remote_probe_window = options.remote_probe_window_blocks;
   impl->remote_probe_timeout = options.remote_probe_timeout;
   {
-    internal::MutexLock lock(&impl->mu);
+    Impl::CacheLock lock(*impl);
     impl->policy = std::move(policies);
     for (int t = 0; t < kNumTiers; ++t) {
       if (impl->tiers[t] == nullptr) continue;
@@ -106,7 +108,7 @@ absl::Status KvCache::CreateSequence(SequenceId id, const SequenceOptions& optio
   // Validates the extras once, so later calls fail only on what they add.
   std::vector<BlockKey> probe;
   KVTIER_RETURN_IF_ERROR(impl_->hasher.AppendBlockKeys(kRootBlockKey, 0, {}, seq->extras, &probe));
-  internal::MutexLock lock(&impl_->mu);
+  Impl::CacheLock lock(*impl_);
   return impl_->AddSequence(std::move(seq));
 }
 
@@ -118,7 +120,7 @@ absl::StatusOr<AttachResult> KvCache::AttachPrefix(SequenceId id,
   uint64_t generation = 0;
   bool caching = true;
   {
-    internal::MutexLock lock(&I.mu);
+    Impl::CacheLock lock(I);
     KVTIER_ASSIGN_OR_RETURN(Impl::Sequence * seq, I.FindSeq(id));
     extras = seq->extras;
     generation = seq->generation;
@@ -137,7 +139,7 @@ absl::StatusOr<AttachResult> KvCache::AttachPrefix(SequenceId id,
       return I.AttachKeys(id, generation, keys, prompt, &keys);
     }
   }
-  internal::MutexLock lock(&I.mu);
+  Impl::CacheLock lock(I);
   return I.AttachKeys(id, generation, keys, prompt, &keys);
 }
 
@@ -150,7 +152,7 @@ absl::StatusOr<AttachResult> KvCache::AttachHashedPrefix(SequenceId id,
   KVTIER_RETURN_IF_ERROR(CheckHashedHere(prompt, "AttachHashedPrefix"));
   uint64_t generation = 0;
   {
-    internal::MutexLock lock(&I.mu);
+    Impl::CacheLock lock(I);
     KVTIER_ASSIGN_OR_RETURN(Impl::Sequence * seq, I.FindSeq(id));
     if (!SameIdentity(seq->extras, prompt.extras_)) {
       return absl::InvalidArgumentError(
@@ -193,7 +195,7 @@ absl::StatusOr<RoomCheck> KvCache::CheckRoom(SequenceId id, int64_t num_new_toke
     return absl::InvalidArgumentError(
         absl::StrCat("CheckRoom: ", num_new_tokens, " new tokens (must be >= 0)"));
   }
-  internal::MutexLock lock(&I.mu);
+  Impl::CacheLock lock(I);
   KVTIER_ASSIGN_OR_RETURN(Impl::Sequence * seq, I.FindSeq(id));
   const int64_t n = static_cast<int64_t>(seq->tokens.size());
   if (num_new_tokens > PrefixHasher::kMaxPosition - n) {
@@ -211,7 +213,7 @@ absl::StatusOr<RoomCheck> KvCache::CheckRoom(int64_t num_slots) const {
     return absl::InvalidArgumentError(
         absl::StrCat("CheckRoom: ", num_slots, " slots (must be >= 0)"));
   }
-  internal::MutexLock lock(&I.mu);
+  Impl::CacheLock lock(I);
   return I.RoomFor(num_slots);
 }
 
@@ -247,7 +249,7 @@ absl::StatusOr<std::optional<BlockCopy>> KvCache::Fork(SequenceId parent, Sequen
 
 absl::Status KvCache::Release(SequenceId id) {
   Impl& I = *impl_;
-  internal::MutexLock lock(&I.mu);
+  Impl::CacheLock lock(I);
   return I.ReleaseSequence(id);
 }
 
@@ -262,7 +264,7 @@ absl::StatusOr<HintOutcome> KvCache::Release(SequenceId id, const ReleaseHints& 
     outcome.reason = absl::StrCat("expected_idle = ", absl::FormatDuration(*hints.expected_idle),
                                   " must be >= 0 and finite (the stop reason is taken)");
   }
-  internal::MutexLock lock(&I.mu);
+  Impl::CacheLock lock(I);
   KVTIER_ASSIGN_OR_RETURN(Impl::Sequence * seq, I.FindSeq(id));
   outcome.blocks = std::min(static_cast<int64_t>(seq->keys.size()), seq->written / I.block_tokens);
   if (seq->options.session == 0) {
@@ -341,7 +343,7 @@ absl::Status KvCache::ReleaseTicket(const ResidencyTicket& ticket) {
     return absl::NotFoundError(
         absl::StrCat("ReleaseTicket: ticket ", t.id, " was issued by another cache"));
   }
-  internal::MutexLock lock(&I.mu);
+  Impl::CacheLock lock(I);
   return I.CloseTicket(ticket.state_);
 }
 
@@ -389,7 +391,7 @@ absl::StatusOr<PrefixLookup> KvCache::LookupKeys(absl::Span<const BlockKey> keys
   Impl& I = *impl_;
   Impl::RemoteProbe probe;
   if (I.Discovers()) probe = I.ProbeAfterMatch(keys, num_tokens / I.block_tokens);
-  internal::MutexLock lock(&I.mu);
+  Impl::CacheLock lock(I);
   KVTIER_ASSIGN_OR_RETURN(const PrefixMatch match, I.MatchBlocks(keys, num_tokens));
   PrefixLookup out;
   out.matched_tokens = match.matched_tokens;
@@ -414,7 +416,7 @@ absl::StatusOr<PrefixLookup> KvCache::LookupKeys(absl::Span<const BlockKey> keys
 
 absl::StatusOr<SequenceInfo> KvCache::GetSequence(SequenceId id) const {
   Impl& I = *impl_;
-  internal::MutexLock lock(&I.mu);
+  Impl::CacheLock lock(I);
   KVTIER_ASSIGN_OR_RETURN(Impl::Sequence * seq, I.FindSeq(id));
   SequenceInfo info;
   info.num_tokens = static_cast<int64_t>(seq->tokens.size());
@@ -427,7 +429,7 @@ absl::StatusOr<SequenceInfo> KvCache::GetSequence(SequenceId id) const {
 
 std::vector<CacheEvent> KvCache::PollEvents(uint64_t after_sequence, size_t max_events) const {
   Impl& I = *impl_;
-  internal::MutexLock lock(&I.mu);
+  Impl::CacheLock lock(I);
   std::vector<CacheEvent> out;
   if (I.events.empty()) return out;
   const uint64_t oldest = I.events.front().sequence;
@@ -438,9 +440,20 @@ std::vector<CacheEvent> KvCache::PollEvents(uint64_t after_sequence, size_t max_
   return out;
 }
 
+absl::StatusOr<EventSubscription> KvCache::SubscribeEvents(CacheEventCallback callback) {
+  if (!callback) return absl::InvalidArgumentError("SubscribeEvents: an empty callback");
+  Impl& I = *impl_;
+  // Under the cache lock: every event numbered `first` or later is made after the subscriber
+  // counts, so it is collected for it.
+  Impl::CacheLock lock(I);
+  const uint64_t first = I.next_event;
+  const uint64_t id = I.hub->Add(std::move(callback), first);
+  return EventSubscription(I.hub, id, first);
+}
+
 absl::Status KvCache::WaitIdle(absl::Time deadline) const {
   Impl& I = *impl_;
-  internal::MutexLock lock(&I.mu);
+  Impl::CacheLock lock(I);
   while (I.moves_in_flight > 0) {
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(
@@ -454,7 +467,7 @@ absl::Status KvCache::WaitIdle(absl::Time deadline) const {
 
 absl::Status KvCache::CheckInvariants() const {
   Impl& I = *impl_;
-  internal::MutexLock lock(&I.mu);
+  Impl::CacheLock lock(I);
   return I.CheckInvariantsLocked();
 }
 

@@ -36,6 +36,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -49,6 +50,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "cache/event_hub.h"
 #include "cache/spilled_counter.h"
 #include "cache/ticket_state.h"
 #include "internal/deadline_timer.h"
@@ -254,6 +256,8 @@ struct KvCache::Impl {
     // issued its BlockCopy: dropped at the sequence's next Append, ReportWritten, Truncate or
     // Release (DropCopySources).
     std::vector<SeqBlock> copy_sources;
+    // Its adapter's index in adapter_names (0: none), given to the blocks it writes.
+    uint32_t adapter = 0;
   };
 
   // A private HBM copy of a block some sequence reported written while the index already had
@@ -290,6 +294,9 @@ struct KvCache::Impl {
     std::vector<std::shared_ptr<Move>> moves;  // register completion callbacks
     std::vector<std::pair<Completion, absl::Status>> fire;
     std::vector<std::pair<Completion, std::vector<std::pair<BlockKey, SlotId>>>> publish;
+    // Events were handed to the hub while the lock was held (DeferredRelease): the scope
+    // delivers them once it lets the lock go, even if it makes no more.
+    bool events_published = false;
   };
 
   // Who a slot belongs to. While the entry of `key` lists this slot as the tier's copy, `entry`
@@ -311,6 +318,7 @@ struct KvCache::Impl {
   using Policies = std::array<std::unique_ptr<EvictionPolicy>, kNumTiers>;
 
   class CacheScope;
+  class CacheLock;
 
   Impl(const CacheNamespace& cache_ns, PrefixHasher prefix_hasher)
       : ns(cache_ns), hasher(std::move(prefix_hasher)), geometry(ns.geometry()) {}
@@ -333,6 +341,9 @@ struct KvCache::Impl {
   bool measure_bandwidth = true;
   std::function<absl::Time()> clock;
   size_t event_buffer = 0;
+  std::string_view worker_id;  // KvCacheOptions::worker_id, interned
+  // Delivers events to SubscribeEvents' callbacks; shared with the subscriptions.
+  std::shared_ptr<internal::EventHub> hub = std::make_shared<internal::EventHub>();
   absl::Duration room_wait;
   int remote_probe_window = 0;  // blocks; 0: no discovery (remote_discovery.cc)
   absl::Duration remote_probe_timeout;
@@ -352,6 +363,16 @@ struct KvCache::Impl {
   std::array<std::vector<SlotOwner>, kNumTiers> owner ABSL_GUARDED_BY(mu);
   std::deque<CacheEvent> events ABSL_GUARDED_BY(mu);
   uint64_t next_event ABSL_GUARDED_BY(mu) = 1;
+  // Events made since the lock was last handed to the hub (only while someone subscribes):
+  // PublishEvents queues them for delivery (event_hub.h).
+  std::vector<CacheEvent> unpublished ABSL_GUARDED_BY(mu);
+  // Adapter ids of the blocks, for their events: the interned ids (index 0: none) and, for each
+  // block entry computed under an adapter, its index. Entries without one have no element, so
+  // only adapter blocks pay (a 16-byte slot of the map each); a block's key hashes its adapter,
+  // so one key never changes adapter and the element lives as long as the entry.
+  std::vector<std::string_view> adapter_names ABSL_GUARDED_BY(mu) = {std::string_view()};
+  absl::flat_hash_map<std::string_view, uint32_t> adapter_index ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<const BlockEntry*, uint32_t> adapter_of ABSL_GUARDED_BY(mu);
   // eviction_candidates.cc: the candidates per tier, the demotions out of and into each tier,
   // and the tiers skipped as demotion targets after a failed store.
   Policies policy ABSL_GUARDED_BY(mu);
@@ -431,7 +452,18 @@ struct KvCache::Impl {
 
   // ---- block_records.cc: the block entries (copies and the rest) and SlotOwner, in agreement.
 
-  void Event(CacheEventKind kind, const BlockKey& key, Tier tier) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // The event of the copy in `t` of the block of `element` (its key, parent, adapter); Emit
+  // numbers it.
+  CacheEvent BlockEvent(CacheEventKind kind, const BlockMap::value_type& element, Tier t) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Numbers `e`, stamps the worker id, keeps it in the ring and, while anyone subscribes, in
+  // `unpublished`.
+  void Emit(CacheEvent e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Hands `unpublished` to the hub; true if there was any. Called as the lock is let go.
+  bool PublishEvents() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // The index in adapter_names of `adapter`'s id (interned on first use); 0 for none.
+  uint32_t AdapterIndex(const std::optional<AdapterIdentity>& adapter)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // The copies of `key` (a copy of its record), or nullopt if no tier holds one: what the
   // index's Lookup answered.
   std::optional<BlockRecord> IndexedCopies(const BlockKey& key) const
@@ -485,8 +517,11 @@ struct KvCache::Impl {
   }
   // Erases the entry of `key` once nothing keeps it: no copy, child, reader or leaving child.
   void MaybeEraseMeta(const BlockKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // `adapter`: the index (adapter_names) of the adapter the block was computed under, 0 for
+  // none or unknown (a copy of a block already indexed keeps what its entry has).
   absl::Status AddCopy(const BlockKey& key, Tier t, SlotId slot, CopyState state,
-                       const BlockKey& parent) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+                       const BlockKey& parent, uint32_t adapter = 0)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // The entry's ColdFields, or nullptr where it has none (all zero).
   const ColdFields* ColdOf(const BlockEntry& m) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     if (!m.has_cold) return nullptr;
@@ -876,8 +911,10 @@ class ABSL_SCOPED_LOCKABLE KvCache::Impl::CacheScope {
     impl_.mu.Lock();
   }
   ~CacheScope() ABSL_UNLOCK_FUNCTION() {
+    const bool deliver = impl_.PublishEvents() || deferred_.events_published;
     impl_.mu.Unlock();
     impl_.RunDeferred(deferred_);
+    if (deliver) impl_.hub->Deliver();
   }
   CacheScope(const CacheScope&) = delete;
   CacheScope& operator=(const CacheScope&) = delete;
@@ -887,6 +924,26 @@ class ABSL_SCOPED_LOCKABLE KvCache::Impl::CacheScope {
  private:
   Impl& impl_;
   Deferred deferred_;
+};
+
+// Holds the cache lock for a scope with no deferred work (a plain MutexLock on mu otherwise):
+// on destruction it hands the events made meanwhile to the hub, unlocks, and delivers them to
+// the subscribers. Every scope that may change blocks takes the lock through this or CacheScope.
+class ABSL_SCOPED_LOCKABLE KvCache::Impl::CacheLock {
+ public:
+  explicit CacheLock(Impl& impl) ABSL_EXCLUSIVE_LOCK_FUNCTION(impl.mu) : impl_(impl) {
+    impl_.mu.Lock();
+  }
+  ~CacheLock() ABSL_UNLOCK_FUNCTION() {
+    const bool deliver = impl_.PublishEvents();
+    impl_.mu.Unlock();
+    if (deliver) impl_.hub->Deliver();
+  }
+  CacheLock(const CacheLock&) = delete;
+  CacheLock& operator=(const CacheLock&) = delete;
+
+ private:
+  Impl& impl_;
 };
 
 }  // namespace kvtier

@@ -120,7 +120,7 @@ std::string RenderPrometheus(const KvCacheStats& stats) {
 
 KvCacheStats KvCache::stats() const {
   Impl& I = *impl_;
-  internal::MutexLock lock(&I.mu);
+  Impl::CacheLock lock(I);
   KvCacheStats s = I.counters;
   s.live_sequences = static_cast<int64_t>(I.seqs.size());
   s.open_tickets = static_cast<int64_t>(I.tickets.size());

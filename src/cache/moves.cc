@@ -70,6 +70,9 @@ bool KvCache::Impl::DeferredRelease(Deferred& d) {
   if (d.moves.empty() && d.fire.empty() && d.publish.empty()) return false;
   Deferred now;
   std::swap(now, d);
+  // Queued now, in order with what others make while the lock is dropped; the scope delivers.
+  d.events_published = now.events_published || PublishEvents();
+  now.events_published = false;
   mu.Unlock();
   RunDeferred(now);
   mu.Lock();
@@ -251,7 +254,7 @@ void KvCache::Impl::OnMoveDone(const std::shared_ptr<Move>& move, const absl::St
       SettleSlot(move->from, move->src);
     }
   }
-  internal::MutexLock lock(&mu);
+  CacheLock lock(*this);
   --moves_in_flight;
   cv.SignalAll();
 }

@@ -91,6 +91,10 @@ absl::Status KvCache::Impl::ValidateOptions(const CacheNamespace& ns,
     return absl::InvalidArgumentError(
         absl::StrCat("KvCache: event_buffer = ", options.event_buffer, " must be >= 1"));
   }
+  if (options.worker_id.size() > 256) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KvCache: worker_id is ", options.worker_id.size(), " bytes; at most 256 are allowed"));
+  }
   if (options.room_wait < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "KvCache: room_wait = ", absl::FormatDuration(options.room_wait), " must not be negative"));

@@ -22,7 +22,7 @@ KvCache::Impl::RemoteProbe KvCache::Impl::ProbeAfterMatch(absl::Span<const Block
   RemoteProbe probe;
   limit_blocks = std::min<int64_t>(limit_blocks, static_cast<int64_t>(keys.size()));
   {
-    internal::MutexLock lock(&mu);
+    CacheLock lock(*this);
     absl::StatusOr<PrefixMatch> match =
         MatchBlocks(keys, static_cast<int64_t>(keys.size()) * block_tokens);
     if (!match.ok() || match->matched_blocks >= limit_blocks) return probe;
@@ -94,7 +94,7 @@ void KvCache::Impl::AdoptDiscovered(SequenceId id, uint64_t generation,
     }
     const BlockKey parent = i == 0 ? kRootBlockKey : keys[static_cast<size_t>(i - 1)];
     if (!tiers[TierIndex(kR)]->AdoptStoredBlock(slot, key).ok() ||
-        !AddCopy(key, kR, slot, CopyState::kReady, parent).ok()) {
+        !AddCopy(key, kR, slot, CopyState::kReady, parent, (*seq)->adapter).ok()) {
       (void)Alloc(kR, [&](BlockAllocator& a) { return a.Evict(slot); });
       break;
     }

@@ -42,7 +42,7 @@ struct KvCache::Impl::TicketHolder {
     auto* impl = static_cast<Impl*>(life->Enter());
     if (impl == nullptr) return;  // the cache is gone or going: nothing left to unpin
     {
-      internal::MutexLock lock(&impl->mu);
+      CacheLock lock(*impl);
       // kFailedPrecondition when ReleaseTicket came first: nothing to do.
       (void)impl->CloseTicket(state);
     }

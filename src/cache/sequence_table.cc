@@ -57,6 +57,7 @@ void KvCache::Impl::InsertSequence(std::unique_ptr<Sequence> seq) {
   const SequenceId id = seq->id;
   released_ids.erase(id);
   seq->generation = next_generation++;
+  seq->adapter = AdapterIndex(seq->options.adapter);
   seqs[id] = std::move(seq);
 }
 
@@ -174,7 +175,7 @@ absl::Status KvCache::Impl::PublishWritten(SequenceId id, int64_t num_tokens, Co
       if (list.empty()) twins.erase(key);
       continue;
     }
-    if (AddCopy(key, Tier::kHbm, b.slot, CopyState::kPending, parent).ok()) {
+    if (AddCopy(key, Tier::kHbm, b.slot, CopyState::kPending, parent, seq->adapter).ok()) {
       publish.emplace_back(key, b.slot);
     }
   }
@@ -221,7 +222,7 @@ void KvCache::Impl::SettleTwins(const BlockKey& key) {
         continue;
       }
       if (!indexed) {  // the first copy failed or is gone: this one is the block now
-        if (AddCopy(key, Tier::kHbm, tw.slot, CopyState::kReady, tw.parent).ok()) {
+        if (AddCopy(key, Tier::kHbm, tw.slot, CopyState::kReady, tw.parent, seq->adapter).ok()) {
           tiers[0]->EndDeviceWrite(tw.slot, key);
           AddUse(blocks[key]);
         }

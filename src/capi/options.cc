@@ -118,6 +118,7 @@ absl::StatusOr<KvCacheOptions> ToCacheOptions(const kvtier_cache_options& o) {
   c.bounce_buffers = o.bounce_buffers;
   c.remote_probe_window_blocks = o.remote_probe_window_blocks;
   c.remote_probe_timeout = absl::Nanoseconds(o.remote_probe_timeout_ns);
+  if (o.worker_id != nullptr) c.worker_id = o.worker_id;
   return c;
 }
 
@@ -232,6 +233,7 @@ void kvtier_cache_options_init(kvtier_cache_options* options) {
   options->bounce_buffers = d.bounce_buffers;
   options->remote_probe_window_blocks = d.remote_probe_window_blocks;
   options->remote_probe_timeout_ns = absl::ToInt64Nanoseconds(d.remote_probe_timeout);
+  options->worker_id = nullptr;
 }
 
 void kvtier_sequence_options_init(kvtier_sequence_options* options) {

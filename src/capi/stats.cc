@@ -104,6 +104,15 @@ kvtier_status_code kvtier_poll_events(const kvtier_cache* cache, uint64_t after_
       events[i].tier = static_cast<kvtier_tier>(got[i].tier);
       events[i].key_hi = got[i].key.hi;
       events[i].key_lo = got[i].key.lo;
+      events[i].has_parent = got[i].has_parent;
+      events[i].parent_key_hi = got[i].parent_key.hi;
+      events[i].parent_key_lo = got[i].parent_key.lo;
+      events[i].num_tokens = got[i].num_tokens;
+      // The views are of interned, NUL-terminated strings (kv_cache_stats.h); "" for none.
+      events[i].adapter_id = got[i].adapter_id.empty() ? "" : got[i].adapter_id.data();
+      events[i].adapter_id_size = got[i].adapter_id.size();
+      events[i].worker_id = got[i].worker_id.empty() ? "" : got[i].worker_id.data();
+      events[i].worker_id_size = got[i].worker_id.size();
     }
     *num_events = got.size();
     return absl::OkStatus();

@@ -534,6 +534,36 @@ static void CheckRoomAndReset(const kvtier_namespace* ns) {
   kvtier_cache_destroy(cache);
 }
 
+/* The router fields of an event: a sequence under an adapter stores 2 blocks, chained by their
+ * parent keys, with the adapter's id; a cache without a worker_id gives "". */
+static void AdapterEvents(const kvtier_namespace* ns) {
+  kvtier_error err;
+  kvtier_cache* cache = SmallCache(ns, 8, 0, 10 * 1000 * 1000 * 1000LL);
+  kvtier_sequence_options lora;
+  kvtier_sequence_options_init(&lora);
+  lora.adapter_id = "lora-sql";
+  int32_t toks[8];
+  Tokens(toks, 8, 700);
+  Add(cache, 1, toks, 8, 8, &lora);
+  kvtier_event events[4];
+  size_t n = 0;
+  MUST(kvtier_poll_events(cache, 0, events, 4, &n, &err));
+  CHECK_EQ(n, 2);
+  for (size_t i = 0; i < n; ++i) {
+    CHECK_EQ(events[i].kind, KVTIER_EVENT_STORED);
+    CHECK_EQ(strcmp(events[i].adapter_id, "lora-sql"), 0);
+    CHECK_EQ(events[i].adapter_id_size, 8);
+    CHECK_EQ(strcmp(events[i].worker_id, ""), 0);
+    CHECK_EQ(events[i].worker_id_size, 0);
+  }
+  CHECK(!events[0].has_parent);
+  CHECK(events[1].has_parent);
+  CHECK_EQ(events[1].parent_key_hi, events[0].key_hi);
+  CHECK_EQ(events[1].parent_key_lo, events[0].key_lo);
+  MUST(kvtier_release(cache, 1, &err));
+  kvtier_cache_destroy(cache);
+}
+
 /* A sequence with caching off is never indexed nor matched, cannot be paused, and attaches
  * nothing even where another sequence cached its prompt. */
 static void CachingOff(const kvtier_namespace* ns) {
@@ -628,6 +658,8 @@ int main(void) {
   CHECK(cache == NULL);
   MUST_FAIL(KVTIER_INVALID_ARGUMENT, kvtier_cache_create(ns, NULL, NULL, &cache, &err));
   options.eviction_policy = "lru";
+  CHECK(options.worker_id == NULL);
+  options.worker_id = "host3:gpu1";
   MUST(kvtier_cache_create(ns, MakeStack(ns), &options, &cache, &err));
   MUST(kvtier_check_invariants(cache, &err));
 
@@ -950,6 +982,20 @@ int main(void) {
   }
   CHECK_EQ(dram_stored, st.tiers[KVTIER_TIER_DRAM].stored);
   CHECK_EQ(hbm_stored, st.tiers[KVTIER_TIER_HBM].stored);
+  for (size_t i = 0; i < num_events; ++i) {
+    CHECK_EQ(strcmp(events[i].worker_id, "host3:gpu1"), 0);
+    CHECK_EQ(events[i].worker_id_size, strlen("host3:gpu1"));
+    CHECK_EQ(events[i].num_tokens, kTokensPerBlock);
+    CHECK_EQ(strcmp(events[i].adapter_id, ""), 0);
+  }
+  /* Request 1's blocks chain: the first has no parent, each other the one before it. */
+  CHECK(!events[0].has_parent);
+  CHECK_EQ(events[0].parent_key_hi, 0);
+  for (int i = 1; i < 4; ++i) {
+    CHECK(events[i].has_parent);
+    CHECK_EQ(events[i].parent_key_hi, events[i - 1].key_hi);
+    CHECK_EQ(events[i].parent_key_lo, events[i - 1].key_lo);
+  }
   for (int i = 0; i < 4; ++i) {
     CHECK_EQ(events[i].kind, KVTIER_EVENT_STORED);
     CHECK_EQ(events[i].tier, KVTIER_TIER_HBM);
@@ -987,6 +1033,7 @@ int main(void) {
   RoomNever(ns);
   CheckRoomAndReset(ns);
   CachingOff(ns);
+  AdapterEvents(ns);
   Preemption(ns);
   kvtier_namespace_destroy(ns);
   kvtier_namespace_destroy(NULL);

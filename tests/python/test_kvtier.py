@@ -132,6 +132,15 @@ def test_attach_finds_the_written_prefix():
     assert cache.lookup(second, adapter=kvtier.AdapterIdentity("lora", 1)).matched_tokens == 0
 
 
+def test_events_name_the_blocks_adapter():
+    cache = make_cache()
+    serve(cache, 1, tokens(40), adapter=kvtier.AdapterIdentity("lora-sql", 3))
+    stored = [e for e in cache.poll_events() if e.kind == kvtier.CacheEventKind.STORED]
+    assert len(stored) == 2
+    assert [e.adapter_id for e in stored] == ["lora-sql", "lora-sql"]
+    assert [e.worker_id for e in stored] == ["", ""]
+
+
 def test_ticket_is_a_context_manager_with_an_int32_block_table():
     cache = make_cache()
     cache.create_sequence(1)
@@ -250,13 +259,18 @@ def test_retain_invalidate_and_prefetch():
 
 
 def test_events_and_stats_agree():
-    cache = make_cache()
+    cache = make_cache(worker_id="host3:gpu1")
     serve(cache, 1, tokens(40))
     events = cache.poll_events()
     assert [e.sequence for e in events] == list(range(1, len(events) + 1))
     stored_hbm = [e for e in events
                   if e.kind == kvtier.CacheEventKind.STORED and e.tier == kvtier.Tier.HBM]
     assert len(stored_hbm) == 2 and len({e.key for e in stored_hbm}) == 2
+    # The router fields: the chain's parent keys, the block size, the worker, no adapter.
+    assert stored_hbm[0].parent_key is None and not stored_hbm[0].has_parent
+    assert stored_hbm[1].parent_key == stored_hbm[0].key and stored_hbm[1].has_parent
+    assert all(e.num_tokens == B and e.worker_id == "host3:gpu1" and e.adapter_id == ""
+               for e in events)
     assert all(len(e.key) == 32 for e in events)
     stats = cache.stats()
     assert stats.last_event_sequence == events[-1].sequence

@@ -352,6 +352,9 @@ typedef struct kvtier_cache_options {
   int32_t bounce_buffers; /* staging buffers of one block each, >= 1; default 4 */
   int32_t remote_probe_window_blocks; /* remote discovery, in [0, 4096]; 0 off; default 32 */
   int64_t remote_probe_timeout_ns;    /* > 0; default 20 ms */
+  /* This worker's name in the fleet ("host3:gpu1"), copied into every event's worker_id;
+   * NUL-terminated, at most 256 bytes, copied by kvtier_cache_create. NULL (the default): none. */
+  const char* worker_id;
 } kvtier_cache_options;
 
 typedef struct kvtier_cache kvtier_cache;
@@ -807,6 +810,20 @@ typedef struct kvtier_event {
   kvtier_tier tier;
   uint64_t key_hi; /* the block key, big-endian bytes 0..7 */
   uint64_t key_lo; /* bytes 8..15 */
+  /* The block's parent in the prefix chain (vLLM's parent_block_hash): parent_key_* is the
+   * previous block's key when has_parent; false (key 0, 0) for a sequence's first block, for
+   * ALL_CLEARED and for a block a warm restart found again (its parent is unknown). */
+  bool has_parent;
+  uint64_t parent_key_hi;
+  uint64_t parent_key_lo;
+  int32_t num_tokens; /* tokens in the block (tokens_per_block); 0 for ALL_CLEARED */
+  /* The block's adapter id (AdapterIdentity id, vLLM's lora_name) and the cache's worker_id:
+   * NUL-terminated, never NULL ("" for none), valid for the life of the process (interned: the
+   * event owns nothing and may outlive the cache); *_size excludes the NUL. */
+  const char* adapter_id;
+  size_t adapter_id_size;
+  const char* worker_id;
+  size_t worker_id_size;
 } kvtier_event;
 
 /* Up to `capacity` events with sequence > after_sequence, oldest first, into events;

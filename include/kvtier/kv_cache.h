@@ -137,7 +137,7 @@ struct KvCacheOptions {
   // This worker's name in the fleet ("host3:gpu1", a data-parallel rank), copied into every
   // event (CacheEvent::worker_id) so a router that merges the events of many workers knows
   // whose cache changed. Any string, at most 256 bytes; empty (the default): none. Interned
-  // once at Create (kept for the life of the process).
+  // once at Create (kept by the cache).
   std::string worker_id;
   // How long Append and onboarding wait for demotions to free HBM; at its end droppable blocks
   // are dropped instead, and only HBM full of locked and held blocks is kResourceExhausted.

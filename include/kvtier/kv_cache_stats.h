@@ -8,8 +8,8 @@
 // (the cache keeps the last KvCacheOptions::event_buffer of them) and should resynchronize.
 // Consumers read them by polling (KvCache::PollEvents) or by a callback (KvCache::SubscribeEvents).
 //
-// Thread-safety: plain values. A CacheEvent's string views point into strings kept for the
-// life of the process (see CacheEvent), so events may be copied anywhere and outlive their cache.
+// Thread-safety: plain values. A CacheEvent's string views point into strings its cache keeps
+// (see CacheEvent): copy the strings to keep an event past the cache's destruction.
 #ifndef KVTIER_KV_CACHE_STATS_H_
 #define KVTIER_KV_CACHE_STATS_H_
 
@@ -104,9 +104,10 @@ enum class CacheEventKind : uint8_t {
 // copy did (vLLM's BlockRemoved has only the hashes and medium: the rest is extra).
 //
 // Memory: 80 bytes, no allocation (the ring of KvCacheOptions::event_buffer events is 5 MiB at
-// the default 65536). The two strings are views of interned copies: one per distinct adapter id
-// or worker id, kept for the life of the process (a few bytes each), so a view never dangles;
-// each is NUL-terminated (data()[size()] == 0 when not empty), which the C ABI relies on.
+// the default 65536). The two strings are views of the cache's interned copies: one per distinct
+// adapter id or worker id (a few bytes each), valid while the cache lives (and, for an event a
+// subscription's callback receives, during that call); copy them to keep an event longer. Each
+// is NUL-terminated (data()[size()] == 0 when not empty), which the C ABI relies on.
 struct CacheEvent {
   uint64_t sequence = 0;  // 1 for the first event; +1 per event
   CacheEventKind kind = CacheEventKind::kStored;

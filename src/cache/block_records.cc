@@ -47,7 +47,7 @@ bool KvCache::Impl::PublishEvents() {
 
 uint32_t KvCache::Impl::AdapterIndex(const std::optional<AdapterIdentity>& adapter) {
   if (!adapter.has_value() || adapter->id.empty()) return 0;
-  const std::string_view id = internal::InternString(adapter->id);
+  const std::string_view id = strings->Intern(adapter->id);
   auto [it, added] = adapter_index.try_emplace(id, static_cast<uint32_t>(adapter_names.size()));
   if (added) adapter_names.push_back(id);
   return it->second;

@@ -25,6 +25,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/types/span.h"
+#include "internal/interned_string.h"
 #include "internal/mutex.h"
 #include "kvtier/kv_cache_stats.h"
 
@@ -33,6 +34,9 @@ namespace kvtier::internal {
 class EventHub {
  public:
   using Callback = std::function<void(absl::Span<const CacheEvent>)>;
+
+  // `strings` holds the strings the events' views point into; the hub keeps it alive.
+  explicit EventHub(std::shared_ptr<const StringInterner> strings) : strings_(std::move(strings)) {}
 
   // Whether anyone is subscribed: the cache collects batches only then.
   bool has_subscribers() const { return subscribers_.load(std::memory_order_acquire) > 0; }
@@ -53,6 +57,7 @@ class EventHub {
   void Deliver();
 
  private:
+  const std::shared_ptr<const StringInterner> strings_;
   struct Subscriber {
     uint64_t id = 0;
     uint64_t first_sequence = 0;

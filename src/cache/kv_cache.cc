@@ -55,7 +55,7 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const CacheNamespace& n
   impl->measure_bandwidth = options.measure_bandwidth;
   impl->clock = std::move(options.clock);
   impl->event_buffer = static_cast<size_t>(options.event_buffer);
-  impl->worker_id = internal::InternString(options.worker_id);
+  impl->worker_id = impl->strings->Intern(options.worker_id);
   impl->room_wait = options.room_wait;
   impl->remote_probe_window = options.remote_probe_window_blocks;
   impl->remote_probe_timeout = options.remote_probe_timeout;

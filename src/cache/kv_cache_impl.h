@@ -54,6 +54,7 @@
 #include "cache/spilled_counter.h"
 #include "cache/ticket_state.h"
 #include "internal/deadline_timer.h"
+#include "internal/interned_string.h"
 #include "internal/mutex.h"
 #include "internal/stable_hash_map.h"
 #include "kvtier/block_index.h"
@@ -341,9 +342,12 @@ struct KvCache::Impl {
   bool measure_bandwidth = true;
   std::function<absl::Time()> clock;
   size_t event_buffer = 0;
-  std::string_view worker_id;  // KvCacheOptions::worker_id, interned
+  // The adapter ids and worker id events name (views into it); shared with the hub, so events
+  // it delivers after the cache is gone still read valid strings.
+  std::shared_ptr<internal::StringInterner> strings = std::make_shared<internal::StringInterner>();
+  std::string_view worker_id;  // KvCacheOptions::worker_id, interned in `strings`
   // Delivers events to SubscribeEvents' callbacks; shared with the subscriptions.
-  std::shared_ptr<internal::EventHub> hub = std::make_shared<internal::EventHub>();
+  std::shared_ptr<internal::EventHub> hub = std::make_shared<internal::EventHub>(strings);
   absl::Duration room_wait;
   int remote_probe_window = 0;  // blocks; 0: no discovery (remote_discovery.cc)
   absl::Duration remote_probe_timeout;

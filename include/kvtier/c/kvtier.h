@@ -818,8 +818,8 @@ typedef struct kvtier_event {
   uint64_t parent_key_lo;
   int32_t num_tokens; /* tokens in the block (tokens_per_block); 0 for ALL_CLEARED */
   /* The block's adapter id (AdapterIdentity id, vLLM's lora_name) and the cache's worker_id:
-   * NUL-terminated, never NULL ("" for none), valid for the life of the process (interned: the
-   * event owns nothing and may outlive the cache); *_size excludes the NUL. */
+   * NUL-terminated, never NULL ("" for none), owned by the cache and valid until
+   * kvtier_cache_destroy (copy them to keep an event longer); *_size excludes the NUL. */
   const char* adapter_id;
   size_t adapter_id_size;
   const char* worker_id;

@@ -206,6 +206,9 @@ class Simulation {
   double first_arrival_ = kInf;
   double last_finish_ = 0;
   double held_integral_ = 0, cached_integral_ = 0;
+  int64_t fleet_held_ = 0, fleet_cached_ = 0;  // summed over instances, as of the last Settle
+  double next_occupancy_point_ = 0;            // simulated time of the next series point
+  double occupancy_period_ = 1.0;              // seconds between points (doubles when thinned)
 };
 
 std::vector<int32_t> Simulation::Tokens(int64_t r) const {
@@ -405,8 +408,12 @@ absl::Status Simulation::Settle(int i) {
       }
     }
   }
-  in.held = st.tiers[kHbm].held_blocks + st.tiers[kHbm].locked_blocks;
-  in.cached = st.tiers[kHbm].droppable_blocks;
+  const int64_t held = st.tiers[kHbm].held_blocks + st.tiers[kHbm].locked_blocks;
+  const int64_t cached = st.tiers[kHbm].droppable_blocks;
+  fleet_held_ += held - in.held;
+  fleet_cached_ += cached - in.cached;
+  in.held = held;
+  in.cached = cached;
   r_.hbm_running_blocks_max = std::max(r_.hbm_running_blocks_max, in.held);
   in.last_stats = st;
   return absl::OkStatus();
@@ -420,6 +427,21 @@ void Simulation::SampleOccupancy(int i) {
     cached_integral_ += dt * static_cast<double>(in.cached);
   }
   in.last_sample = now_;
+  // The fleet's state as it was up to now, at each sample time passed.
+  constexpr size_t kMaxPoints = 4096;
+  std::vector<ServeReport::OccupancyPoint>& series = r_.hbm_occupancy;
+  if (first_arrival_ < kInf)
+    next_occupancy_point_ = std::max(next_occupancy_point_, first_arrival_);
+  while (first_arrival_ < kInf && now_ >= next_occupancy_point_) {
+    series.push_back({next_occupancy_point_ - first_arrival_, fleet_held_, fleet_cached_});
+    next_occupancy_point_ += occupancy_period_;
+    if (series.size() >= kMaxPoints) {
+      for (size_t k = 0; 2 * k < series.size(); ++k) series[k] = series[2 * k];
+      series.resize((series.size() + 1) / 2);
+      occupancy_period_ *= 2;
+      next_occupancy_point_ = first_arrival_ + series.back().seconds + occupancy_period_;
+    }
+  }
 }
 
 void Simulation::BeginOnboarding(int i, int64_t r) {

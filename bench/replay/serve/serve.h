@@ -196,6 +196,16 @@ struct ServeReport {
   double hbm_running_blocks_mean = 0;
   double hbm_cached_blocks_mean = 0;
   int64_t hbm_running_blocks_max = 0;
+  // The same over time, summed over instances: (simulated seconds since the first arrival,
+  // blocks held, blocks cached), each the state just before that instant's changes; at most 4096
+  // points (the period starts at 1 s and doubles, every other point dropped, whenever the list
+  // would outgrow that).
+  struct OccupancyPoint {
+    double seconds = 0;
+    int64_t running = 0;
+    int64_t cached = 0;
+  };
+  std::vector<OccupancyPoint> hbm_occupancy;
   std::vector<LinkReport> links;
   int64_t steps = 0;
   double wall_seconds = 0;

@@ -56,6 +56,16 @@ nlohmann::json ToJson(const ServeReport& r, bool deterministic) {
   j["output_tokens_per_second"] = r.output_tokens_per_second;
   j["slo_met"] = r.slo_met;
   j["slo_attainment"] = r.slo_attainment;
+  {
+    nlohmann::json t = nlohmann::json::array(), run = nlohmann::json::array(),
+                   cached = nlohmann::json::array();
+    for (const ServeReport::OccupancyPoint& p : r.hbm_occupancy) {
+      t.push_back(p.seconds);
+      run.push_back(p.running);
+      cached.push_back(p.cached);
+    }
+    j["hbm_occupancy"] = {{"seconds", t}, {"running", run}, {"cached", cached}};
+  }
   j["hbm_blocks"] = {{"running_mean", r.hbm_running_blocks_mean},
                      {"cached_mean", r.hbm_cached_blocks_mean},
                      {"running_max", r.hbm_running_blocks_max}};

@@ -263,6 +263,25 @@ TEST(ServeTest, OnboardingFromTwoTiersWaitsForBothLinks) {
   }
 }
 
+// HBM occupancy over time: one point a simulated second from the first arrival, each the state
+// just before that instant's changes. A request of 4 blocks arrives at 10 s and produces 600
+// tokens (about 1.7 s of steps); a second arrives at 13.5 s, so the clock runs past 13 s.
+TEST(ServeTest, OccupancyOverTimeIsSampledEverySecond) {
+  const Trace trace = MakeTrace({Req(10, 256, 600, {1, 2, 3, 4}), Req(13.5, 64, 1, {9})});
+  auto r = RunServe(trace, HandOptions(ServeProfile::kHbmLru, 100));
+  KVTIER_ASSERT_OK(r.status());
+  ASSERT_GE(r->hbm_occupancy.size(), 4u);
+  for (size_t k = 0; k < 4; ++k) EXPECT_DOUBLE_EQ(r->hbm_occupancy[k].seconds, double(k));
+  // 10 s: just before its admission, nothing. 11 s: running, its prompt and decode blocks held.
+  EXPECT_EQ(r->hbm_occupancy[0].running, 0);
+  EXPECT_EQ(r->hbm_occupancy[0].cached, 0);
+  EXPECT_GE(r->hbm_occupancy[1].running, 4);
+  EXPECT_EQ(r->hbm_occupancy[1].cached, 0);
+  // 13 s: done; its 856 tokens' 13 full blocks cached, the partial one freed.
+  EXPECT_EQ(r->hbm_occupancy[3].running, 0);
+  EXPECT_EQ(r->hbm_occupancy[3].cached, 13);
+}
+
 TEST(ServeTest, DecodesThatOutgrowHbmPreemptTheLatestAdmittedAndBothFinish) {
   // 8 blocks of HBM; two requests of one block each produce 200 tokens (4 blocks each): they
   // cannot both hold 5 blocks, so one is preempted and re-admitted.

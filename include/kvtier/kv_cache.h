@@ -537,6 +537,20 @@ class KvCache {
   // Errors: kInvalidArgument for bad extras.
   absl::StatusOr<HintOutcome> InvalidatePrefix(absl::Span<const int32_t> tokens, int64_t from_token,
                                                const SequenceOptions& identity = {});
+  // The same two hints for a session (SequenceOptions::session) instead of a token range: they
+  // act on the blocks its latest released or paused request had written (the cache remembers
+  // them at Release and Pause, for up to kRememberedSessions sessions and
+  // kRememberedSessionBlocks blocks over all, forgetting the oldest first). RetainSession: as
+  // RetainPrefix over those blocks (kClipped when only the first `blocks` are cached).
+  // InvalidateSession: as InvalidatePrefix from the first block (a block shared with another
+  // cached prompt, or held, stays: kClipped), then forgets the session. Outcome kRejected,
+  // nothing changed, for session 0, a session with no remembered request, or (RetainSession)
+  // bad priority or ttl. Never fails a request and never makes a block visible. Errors: none
+  // today (the StatusOr is for the API's future). Thread-safe.
+  static constexpr int64_t kRememberedSessions = 65536;
+  static constexpr int64_t kRememberedSessionBlocks = int64_t{1} << 22;  // 64 MiB of keys
+  absl::StatusOr<HintOutcome> RetainSession(uint64_t session, double priority, absl::Duration ttl);
+  absl::StatusOr<HintOutcome> InvalidateSession(uint64_t session);
 
   // ---- ensure-resident
 

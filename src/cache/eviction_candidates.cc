@@ -142,6 +142,7 @@ void KvCache::Impl::ObserveRelease(const Sequence& seq, StopReason stop,
   for (const std::unique_ptr<EvictionPolicy>& p : policy) {
     if (p != nullptr && p->observes_requests()) p->ObserveRelease(release);
   }
+  if (!release.superseded) RememberSession(seq.options.session, release.blocks);
 }
 
 void KvCache::Impl::TouchRegistered(const BlockKey& key, const BlockEntry& m) {

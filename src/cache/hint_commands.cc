@@ -1,9 +1,13 @@
-// The hint commands of KvCache (kv_cache.h RetainPrefix, InvalidatePrefix): retention of a
-// prefix's cached blocks, and dropping the blocks a context compaction made dead. Owns no state:
+// The hint commands of KvCache (kv_cache.h RetainPrefix, InvalidatePrefix, RetainSession,
+// InvalidateSession): retention of a prefix's (or a session's) cached blocks, and dropping the
+// blocks a context compaction made dead. Keeps the session records (the blocks of each
+// session's latest release) for the session forms. Owns no state:
 // they change block records (retention) and drop copies through block_records.cc.
 #include <cmath>
 #include <cstdint>
+#include <deque>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -21,6 +25,17 @@ absl::StatusOr<HintOutcome> KvCache::RetainPrefix(absl::Span<const int32_t> toke
   Impl& I = *impl_;
   KVTIER_ASSIGN_OR_RETURN(std::vector<BlockKey> keys,
                           I.hasher.BlockKeys(tokens, internal::ExtrasOf(identity)));
+  Impl::CacheLock lock(I);
+  HintOutcome out = I.RetainKeys(keys, priority, ttl);
+  if (out.result == HintOutcome::Result::kClipped) {
+    out.reason = absl::StrCat(out.blocks, " of the prompt's ", keys.size(),
+                              " full blocks are cached; only those are retained");
+  }
+  return out;
+}
+
+HintOutcome KvCache::Impl::RetainKeys(absl::Span<const BlockKey> keys, double priority,
+                                      absl::Duration ttl) {
   HintOutcome out;
   if (!(priority >= 0) || !std::isfinite(priority) || ttl <= absl::ZeroDuration()) {
     out.result = HintOutcome::Result::kRejected;
@@ -29,28 +44,27 @@ absl::StatusOr<HintOutcome> KvCache::RetainPrefix(absl::Span<const int32_t> toke
                      " must be >= 0 and finite, ttl = ", absl::FormatDuration(ttl), " > 0");
     return out;
   }
-  Impl::CacheLock lock(I);
-  const absl::Time now = I.Now();
+  const absl::Time now = Now();
   const absl::Time until = ttl == absl::InfiniteDuration() ? absl::InfiniteFuture() : now + ttl;
   for (const BlockKey& key : keys) {
-    auto m = I.blocks.find(key);
-    if (m == I.blocks.end() || !m->second.copies.has_copy()) break;  // the cached prefix ends
-    KvCache::Impl::ColdFields& c = I.MutableCold(m->second);
+    auto m = blocks.find(key);
+    if (m == blocks.end() || !m->second.copies.has_copy()) break;  // the cached prefix ends
+    ColdFields& c = MutableCold(m->second);
     c.retention_priority = priority;
     c.priority_until = until;
-    I.TrimCold(m->second);  // priority 0 with an infinite ttl is no retention
+    TrimCold(m->second);  // priority 0 with an infinite ttl is no retention
     // Registered again with the new traits, at its own last use (not a use: no recency bump).
     for (int t = 0; t < kNumTiers; ++t) {
       if (((m->second.candidate >> t) & 1) == 0) continue;
-      I.DropCandidacy(*m, static_cast<Tier>(t));
-      I.UpdateCandidate(*m, static_cast<Tier>(t));
+      DropCandidacy(*m, static_cast<Tier>(t));
+      UpdateCandidate(*m, static_cast<Tier>(t));
     }
     ++out.blocks;
   }
   if (out.blocks < static_cast<int64_t>(keys.size())) {
     out.result = HintOutcome::Result::kClipped;
-    out.reason = absl::StrCat(out.blocks, " of the prompt's ", keys.size(),
-                              " full blocks are cached; only those are retained");
+    out.reason = absl::StrCat(out.blocks, " of ", keys.size(),
+                              " blocks are cached; only those are retained");
   }
   return out;
 }
@@ -61,27 +75,31 @@ absl::StatusOr<HintOutcome> KvCache::InvalidatePrefix(absl::Span<const int32_t> 
   Impl& I = *impl_;
   KVTIER_ASSIGN_OR_RETURN(std::vector<BlockKey> keys,
                           I.hasher.BlockKeys(tokens, internal::ExtrasOf(identity)));
-  HintOutcome out;
   if (from_token < 0) {
+    HintOutcome out;
     out.result = HintOutcome::Result::kRejected;
     out.reason = absl::StrCat("from_token = ", from_token, " must be >= 0");
     return out;
   }
   Impl::CacheLock lock(I);
-  const int64_t first = from_token / I.block_tokens;
+  return I.InvalidateKeys(keys, from_token / I.block_tokens);
+}
+
+HintOutcome KvCache::Impl::InvalidateKeys(absl::Span<const BlockKey> keys, int64_t first_block) {
+  HintOutcome out;
   int64_t kept = 0;
   // Deepest first: dropping a block makes its parent a leaf, and so droppable in turn.
-  for (int64_t i = static_cast<int64_t>(keys.size()) - 1; i >= first; --i) {
+  for (int64_t i = static_cast<int64_t>(keys.size()) - 1; i >= first_block; --i) {
     const BlockKey key = keys[static_cast<size_t>(i)];
     bool any = false, all = true;
     for (int t = 0; t < kNumTiers; ++t) {
-      auto m = I.blocks.find(key);
-      if (m == I.blocks.end()) break;
+      auto m = blocks.find(key);
+      if (m == blocks.end()) break;
       if (m->second.copies.state(static_cast<Tier>(t)) == CopyState::kAbsent) continue;
       // A registered candidate is a droppable leaf: nobody holds or reads it, it is not leaving,
       // and no child copy of it stays in that tier.
       if (((m->second.candidate >> t) & 1) != 0) {
-        I.DropCopy(key, static_cast<Tier>(t));
+        DropCopy(key, static_cast<Tier>(t));
         any = true;
       } else {
         all = false;
@@ -97,6 +115,75 @@ absl::StatusOr<HintOutcome> KvCache::InvalidatePrefix(absl::Span<const int32_t> 
                               "parent of a cached block outside the range");
   }
   return out;
+}
+
+absl::StatusOr<HintOutcome> KvCache::RetainSession(uint64_t session, double priority,
+                                                   absl::Duration ttl) {
+  Impl& I = *impl_;
+  Impl::CacheLock lock(I);
+  auto it = session == 0 ? I.session_blocks.end() : I.session_blocks.find(session);
+  if (it == I.session_blocks.end()) {
+    HintOutcome out;
+    out.result = HintOutcome::Result::kRejected;
+    out.reason = absl::StrCat("session ", session,
+                              session == 0 ? " is no session"
+                                           : " has no released or paused request the cache "
+                                             "remembers");
+    return out;
+  }
+  return I.RetainKeys(it->second.keys, priority, ttl);
+}
+
+absl::StatusOr<HintOutcome> KvCache::InvalidateSession(uint64_t session) {
+  Impl& I = *impl_;
+  Impl::CacheLock lock(I);
+  auto it = session == 0 ? I.session_blocks.end() : I.session_blocks.find(session);
+  if (it == I.session_blocks.end()) {
+    HintOutcome out;
+    out.result = HintOutcome::Result::kRejected;
+    out.reason = absl::StrCat("session ", session,
+                              session == 0 ? " is no session"
+                                           : " has no released or paused request the cache "
+                                             "remembers");
+    return out;
+  }
+  const std::vector<BlockKey> keys = it->second.keys;
+  I.ForgetSession(session);
+  return I.InvalidateKeys(keys, 0);
+}
+
+void KvCache::Impl::RememberSession(uint64_t session, absl::Span<const BlockKey> keys) {
+  ForgetSession(session);
+  const uint64_t stamp = ++session_stamp;
+  session_blocks[session] = SessionRecord{std::vector<BlockKey>(keys.begin(), keys.end()), stamp};
+  session_order.emplace_back(session, stamp);
+  remembered_session_keys += static_cast<int64_t>(keys.size());
+  // Oldest first, past either bound (entries of a session remembered again since are stale).
+  while (!session_order.empty() &&
+         (session_blocks.size() > static_cast<size_t>(KvCache::kRememberedSessions) ||
+          remembered_session_keys > KvCache::kRememberedSessionBlocks)) {
+    const auto [oldest, oldest_stamp] = session_order.front();
+    session_order.pop_front();
+    auto r = session_blocks.find(oldest);
+    if (r != session_blocks.end() && r->second.stamp == oldest_stamp) ForgetSession(oldest);
+  }
+  // A session remembered again leaves a stale entry behind; compact once they outnumber the
+  // live ones, so the order takes O(sessions remembered) whatever the release count.
+  if (session_order.size() > 2 * session_blocks.size() + 64) {
+    std::deque<std::pair<uint64_t, uint64_t>> live;
+    for (const auto& [s, st] : session_order) {
+      auto r = session_blocks.find(s);
+      if (r != session_blocks.end() && r->second.stamp == st) live.emplace_back(s, st);
+    }
+    session_order = std::move(live);
+  }
+}
+
+void KvCache::Impl::ForgetSession(uint64_t session) {
+  auto r = session_blocks.find(session);
+  if (r == session_blocks.end()) return;
+  remembered_session_keys -= static_cast<int64_t>(r->second.keys.size());
+  session_blocks.erase(r);
 }
 
 }  // namespace kvtier

@@ -618,6 +618,25 @@ struct KvCache::Impl {
   void ObserveRelease(const Sequence& seq, StopReason stop,
                       const std::optional<absl::Duration>& expected_idle, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // The blocks of each session's latest release or pause, for the session hints
+  // (RetainSession, InvalidateSession). Bounded: the oldest sessions are forgotten first past
+  // KvCache::kRememberedSessions sessions or kRememberedSessionBlocks keys in all.
+  struct SessionRecord {
+    std::vector<BlockKey> keys;
+    uint64_t stamp = 0;  // its entry in session_order
+  };
+  absl::flat_hash_map<uint64_t, SessionRecord> session_blocks ABSL_GUARDED_BY(mu);
+  std::deque<std::pair<uint64_t, uint64_t>> session_order ABSL_GUARDED_BY(mu);  // (session, stamp)
+  uint64_t session_stamp ABSL_GUARDED_BY(mu) = 0;
+  int64_t remembered_session_keys ABSL_GUARDED_BY(mu) = 0;
+  void RememberSession(uint64_t session, absl::Span<const BlockKey> keys)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void ForgetSession(uint64_t session) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // The bodies of RetainPrefix and InvalidatePrefix over block keys (hint_commands.cc).
+  HintOutcome RetainKeys(absl::Span<const BlockKey> keys, double priority, absl::Duration ttl)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  HintOutcome InvalidateKeys(absl::Span<const BlockKey> keys, int64_t first_block)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // What ranks the block of entry `m`, and of the block of `key` (nullopt: no entry).
   CandidateFacts Facts(const BlockEntry& m) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);

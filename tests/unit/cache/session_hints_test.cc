@@ -191,5 +191,60 @@ TEST_F(SessionHintsTest, InvalidateDropsTheDeadPartOfAContext) {
   EXPECT_EQ(bad->result, HintOutcome::Result::kRejected);
 }
 
+// The session forms: RetainSession keeps the blocks of session 1's released request over newer
+// ones as RetainPrefix does, with no tokens to name; InvalidateSession drops a session's dead
+// blocks (a block another session holds stays) and forgets it.
+TEST_F(SessionHintsTest, RetainSessionKeepsTheSessionsReleasedBlocks) {
+  for (const std::string policy : {"lru", "reuse_index"}) {
+    Make(policy, /*hbm_blocks=*/8);
+    const std::vector<int32_t> kept = Iota(2 * kB, 100), other = Iota(2 * kB, 200);
+    RunWritten(1, 1, kept);
+    KVTIER_ASSERT_OK(cache_->Release(SequenceId(1)));
+    env_->clock().Advance(absl::Seconds(1));
+    RunWritten(2, 2, other);
+    KVTIER_ASSERT_OK(cache_->Release(SequenceId(2)));
+    auto o = cache_->RetainSession(1, 2.0, absl::Minutes(10));
+    KVTIER_ASSERT_OK(o.status());
+    EXPECT_EQ(o->result, HintOutcome::Result::kAccepted) << policy << ": " << o->reason;
+    EXPECT_EQ(o->blocks, 2) << policy;
+    env_->clock().Advance(absl::Seconds(1));
+    RunWritten(3, 3, Iota(6 * kB, 400));
+    EXPECT_EQ(Cached(kept), 2 * kB) << policy;
+    EXPECT_EQ(Cached(other), 0) << policy;
+    KVTIER_ASSERT_OK(cache_->Release(SequenceId(3)));
+    for (auto [session, priority] : {std::pair<uint64_t, double>{99, 1.0}, {0, 1.0}, {1, -1.0}}) {
+      auto bad = cache_->RetainSession(session, priority, absl::Minutes(1));
+      KVTIER_ASSERT_OK(bad.status());
+      EXPECT_EQ(bad->result, HintOutcome::Result::kRejected) << session;
+      EXPECT_FALSE(bad->reason.empty());
+    }
+  }
+}
+
+TEST_F(SessionHintsTest, InvalidateSessionDropsItsBlocksAndForgetsIt) {
+  Make("reuse_index");
+  const std::vector<int32_t> context = Iota(4 * kB, 100);
+  RunWritten(1, 1, context);
+  KVTIER_ASSERT_OK(cache_->Release(SequenceId(1)));
+  std::vector<int32_t> shared(context.begin(), context.begin() + kB);
+  RunWritten(2, 2, shared);  // holds the first block
+  auto o = cache_->InvalidateSession(1);
+  KVTIER_ASSERT_OK(o.status());
+  EXPECT_EQ(o->result, HintOutcome::Result::kClipped) << o->reason;
+  EXPECT_EQ(o->blocks, 3);
+  EXPECT_EQ(Cached(context), kB);
+  o = cache_->InvalidateSession(1);
+  KVTIER_ASSERT_OK(o.status());
+  EXPECT_EQ(o->result, HintOutcome::Result::kRejected) << "forgotten after the first";
+  KVTIER_ASSERT_OK(cache_->Release(SequenceId(2)));
+  // Session 2's release is remembered: its one block goes.
+  o = cache_->InvalidateSession(2);
+  KVTIER_ASSERT_OK(o.status());
+  EXPECT_EQ(o->result, HintOutcome::Result::kAccepted) << o->reason;
+  EXPECT_EQ(o->blocks, 1);
+  EXPECT_EQ(Cached(context), 0);
+  KVTIER_EXPECT_OK(cache_->CheckInvariants());
+}
+
 }  // namespace
 }  // namespace kvtier

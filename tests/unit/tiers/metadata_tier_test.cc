@@ -669,5 +669,74 @@ TEST(MetadataTierTest, PublishToRemoteCopiesWrittenBlocksToTheStoreAtOnce) {
   }
 }
 
+// Regression (found in review of a change that restored from the cheapest link): a block with a
+// local copy must restore from it, not from the fleet's store, which another worker may have
+// emptied. Worker `a` publishes a prompt to the shared store first; worker `c` publishes the
+// same blocks (its writes are skipped: the store has them) and demotes its HBM copies to NVMe.
+// `a` then evicts its remote copies, deleting the store's keys (delete_freed). `c` still indexes
+// ready remote copies, and the network is the cheaper link there: restoring from the store
+// failed every load, although each block had a ready NVMe copy.
+TEST(MetadataTierTest, RestoreFromTheCheaperLinkFallsBackToALocalCopyTheStoreLost) {
+  constexpr int kB = 4;
+  const KvGeometry g = SmallGeometry();
+  constexpr int kNvmeIndex = TierIndex(Tier::kNvme);
+  constexpr int kRemoteIndex = TierIndex(Tier::kRemote);
+  KVTIER_ASSERT_OK_AND_ASSIGN(
+      CacheNamespace ns,
+      CacheNamespace::Create(g, {.model_id = "kvtier-test/metadata", .weights_fingerprint = "w"}));
+  auto store = std::make_shared<MetadataStore>();
+  const std::vector<int32_t> prompt = Iota(4 * kB, 100);
+  std::vector<int32_t> query = prompt;
+  query.push_back(7);
+  auto write = [&](KvCache& cache, SequenceId id, const std::vector<int32_t>& tokens) {
+    KVTIER_ASSERT_OK(cache.CreateSequence(id));
+    KVTIER_ASSERT_OK(cache.Append(id, tokens).status());
+    KVTIER_ASSERT_OK(cache.ReportWritten(id, static_cast<int64_t>(tokens.size())));
+    KVTIER_ASSERT_OK(cache.WaitIdle(absl::Now() + absl::Seconds(30)));
+    KVTIER_ASSERT_OK(cache.Release(id));
+    KVTIER_ASSERT_OK(cache.WaitIdle(absl::Now() + absl::Seconds(30)));
+  };
+
+  KvCacheOptions ao;
+  ao.tiers[kHbm] = Make(Tier::kHbm, 8, g);
+  ao.tiers[kRemoteIndex] = MakeShared(store, 4);  // room for one prompt
+  ao.room_wait = absl::Seconds(10);
+  ao.publish_to_remote = true;
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> a, KvCache::Create(ns, std::move(ao)));
+  write(*a, SequenceId(1), prompt);
+  ASSERT_EQ(store->stats().stored, 4);
+
+  KvCacheOptions co;
+  co.tiers[kHbm] = Make(Tier::kHbm, 8, g);
+  co.tiers[kNvmeIndex] = Make(Tier::kNvme, 16, g);
+  co.tiers[kRemoteIndex] = MakeShared(store, 16);
+  co.room_wait = absl::Seconds(10);
+  co.publish_to_remote = true;
+  co.measure_bandwidth = false;
+  co.links[kNvmeIndex] = {absl::ZeroDuration(), 1e6};
+  co.links[kRemoteIndex] = {absl::ZeroDuration(), 1e9};  // the network is the cheaper link
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> c, KvCache::Create(ns, std::move(co)));
+  write(*c, SequenceId(1), prompt);
+  ASSERT_EQ(store->stats().skipped, 4);
+  write(*c, SequenceId(2), Iota(8 * kB, 900000));  // pushes the prompt out of c's HBM
+  ASSERT_EQ(c->stats().blocks_moved[kHbm][kNvmeIndex], 4) << testing::StatsString(c->stats());
+
+  write(*a, SequenceId(2), Iota(4 * kB, 500000));  // a's remote budget: its old blocks go
+  ASSERT_EQ(store->stats().erased, 4);
+
+  KVTIER_ASSERT_OK(c->CreateSequence(SequenceId(3)));
+  KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult r, c->AttachPrefix(SequenceId(3), query));
+  EXPECT_EQ(r.attached_tokens, 4 * kB);
+  KVTIER_ASSERT_OK_AND_ASSIGN(
+      ResidencyTicket t,
+      c->EnsureResident(SequenceId(3), 0, 4 * kB, {.mode = ResidencyMode::kWait}));
+  EXPECT_THAT(t.block_status(), Each(BlockResidency::kResident))
+      << "each block had a ready NVMe copy; " << testing::StatsString(c->stats());
+  KVTIER_ASSERT_OK(c->ReleaseTicket(t));
+  KVTIER_ASSERT_OK(c->Release(SequenceId(3)));
+  KVTIER_ASSERT_OK(c->WaitIdle(absl::Now() + absl::Seconds(30)));
+  KVTIER_EXPECT_OK(c->CheckInvariants());
+}
+
 }  // namespace
 }  // namespace kvtier

@@ -460,5 +460,23 @@ TEST(ServeTest, BadOptionsAreRefusedNamingTheOption) {
   EXPECT_TRUE(FindGpu("h200").ok());
 }
 
+// A lone request whose decode outgrows HBM (4 blocks of HBM, a 1-block prompt, 400 output
+// tokens) preempts itself. Whatever the preemption mode, it must end finished or failed: the
+// step that preempted it admits nothing, and with nothing else running no later step was ever
+// scheduled, so it stayed queued (or swapped) for good and the run ended without it.
+TEST(ServeTest, ALoneRequestThatOutgrowsHbmEndsFinishedOrFailed) {
+  const Trace trace = MakeTrace({Req(0, 60, 400, {1})});
+  for (bool swap : {false, true}) {
+    SCOPED_TRACE(swap ? "swap" : "recompute");
+    ServeOptions o = HandOptions(ServeProfile::kDramLru, 4, 64);
+    o.scheduler.swap = swap;
+    auto r = RunServe(trace, o);
+    KVTIER_ASSERT_OK(r.status());
+    EXPECT_EQ(r->requests, 1);
+    EXPECT_EQ(r->finished + r->failed, r->requests)
+        << "finished " << r->finished << ", failed " << r->failed;
+  }
+}
+
 }  // namespace
 }  // namespace kvtier::replay

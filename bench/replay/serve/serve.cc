@@ -160,6 +160,8 @@ class Simulation {
   // kOutOfRange the prompt can never fit (failed).
   absl::Status Admit(int i, int64_t r);
   absl::Status Preempt(int i, int64_t victim);
+  // A running request that can never go on (alone, HBM full of its own blocks): released, failed.
+  absl::Status FailRunning(int i, int64_t r);
   // Admission of a swapped request: Resume, and its blocks onboard on the links.
   absl::Status SwapIn(int i, int64_t r);
   bool CanSwap(const Live& l) const {
@@ -698,6 +700,21 @@ absl::Status Simulation::Preempt(int i, int64_t victim) {
   return absl::OkStatus();
 }
 
+absl::Status Simulation::FailRunning(int i, int64_t r) {
+  Instance& in = inst_[static_cast<size_t>(i)];
+  Live& l = live_[static_cast<size_t>(r)];
+  for (const Live::Transfer& t : l.transfers) (void)in.links[t.link].Cancel(t.id, now_);
+  l.transfers.clear();
+  l.overlap = false;
+  if (absl::Status s = in.cache->Release(l.seq); !s.ok()) return s;
+  in.running.erase(std::find(in.running.begin(), in.running.end(), r));
+  in.batch.erase(std::remove_if(in.batch.begin(), in.batch.end(),
+                                [&](const BatchItem& b) { return b.request == r; }),
+                 in.batch.end());
+  Fail(r);
+  return absl::OkStatus();
+}
+
 absl::Status Simulation::SwapIn(int i, int64_t r) {
   Instance& in = inst_[static_cast<size_t>(i)];
   Live& l = live_[static_cast<size_t>(r)];
@@ -716,9 +733,11 @@ absl::Status Simulation::SwapIn(int i, int64_t r) {
   if (!resumed.ok()) return resumed.status();
   if (absl::Status s = cache.WaitIdle(); !s.ok()) return s;
   if (!resumed->Wait().ok()) {
-    // Not all of it could come back (HBM full of held blocks): down again, try later.
+    // Not all of it could come back (HBM full of held blocks): down again, try later; with
+    // nothing else running there is no later.
     if (absl::Status s = cache.Pause(l.seq, absl::ZeroDuration()); !s.ok()) return s;
     if (absl::Status s = Settle(i); !s.ok()) return s;
+    if (in.running.empty()) return absl::OutOfRangeError("the request no longer fits HBM");
     return absl::ResourceExhaustedError("no room yet");
   }
   const KvCacheStats after = cache.stats();
@@ -812,11 +831,17 @@ absl::Status Simulation::StartStep(int i) {
       auto appended = cache.Append(l.seq, {&token, 1});
       if (appended.ok()) break;
       if (!absl::IsResourceExhausted(appended.status())) return appended.status();
+      if (in.running.size() == 1) {
+        // Alone, and its next token has no slot: preempted it would only come back to the same
+        // wall (and with nothing else running no step would ever be scheduled again).
+        if (absl::Status s = FailRunning(i, r); !s.ok()) return s;
+        break;
+      }
       const int64_t victim = in.running.back();
       if (absl::Status s = Preempt(i, victim); !s.ok()) return s;
       if (victim == r) break;
     }
-    if (l.phase != Phase::kDecode) continue;  // it was the victim
+    if (l.phase != Phase::kDecode) continue;  // it was the victim, or failed
     in.batch.push_back({r, 1, true});
     budget -= 1;
   }

@@ -162,7 +162,8 @@ struct ServeReport {
   int64_t finished = 0;
   int64_t failed = 0;  // every request finishes or fails with a reason:
   // The request (its prompt, or after a preemption its prompt and the tokens it had produced)
-  // does not fit an empty HBM; tokens a failed request had produced are not in output_tokens.
+  // does not fit an empty HBM, or a request running alone outgrew it while decoding; tokens a
+  // failed request had produced are not in output_tokens.
   int64_t failed_prompt_exceeds_hbm = 0;
   // Tokens of admitted requests (a failed request that was never admitted counts in none):
   // prompt_tokens = served_hit_tokens + prefilled_tokens - recomputed_after_preemption_tokens

@@ -379,6 +379,19 @@ void BindKvCache(py::module_& m) {
             return Unwrap(Unlocked([&] { return Cache(c).InvalidatePrefix(span, from_token, o); }));
           },
           py::arg("tokens"), py::arg("from_token") = 0, KVTIER_PY_IDENTITY_ARGS)
+      .def(
+          "retain_session",
+          [](const PyKvCache& c, uint64_t session, double priority, double ttl_s) {
+            const absl::Duration ttl = SecondsToDuration(ttl_s);
+            return Unwrap(Unlocked([&] { return Cache(c).RetainSession(session, priority, ttl); }));
+          },
+          py::arg("session"), py::arg("priority"), py::arg("ttl_s"))
+      .def(
+          "invalidate_session",
+          [](const PyKvCache& c, uint64_t session) {
+            return Unwrap(Unlocked([&] { return Cache(c).InvalidateSession(session); }));
+          },
+          py::arg("session"))
       // ---- Residency
       .def(
           "ensure_resident",

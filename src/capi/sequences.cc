@@ -292,6 +292,30 @@ kvtier_status_code kvtier_invalidate_prefix(kvtier_cache* cache, const int32_t* 
   });
 }
 
+kvtier_status_code kvtier_retain_session(kvtier_cache* cache, uint64_t session, double priority,
+                                         int64_t ttl_ns, kvtier_hint_outcome* outcome,
+                                         kvtier_error* error) {
+  return Guard(error, [&]() -> absl::Status {
+    if (cache == nullptr) return Null("kvtier_retain_session", "cache");
+    absl::StatusOr<HintOutcome> r =
+        cache->cache->RetainSession(session, priority, absl::Nanoseconds(ttl_ns));
+    if (!r.ok()) return r.status();
+    capi::ToHintOutcome(*r, outcome);
+    return absl::OkStatus();
+  });
+}
+
+kvtier_status_code kvtier_invalidate_session(kvtier_cache* cache, uint64_t session,
+                                             kvtier_hint_outcome* outcome, kvtier_error* error) {
+  return Guard(error, [&]() -> absl::Status {
+    if (cache == nullptr) return Null("kvtier_invalidate_session", "cache");
+    absl::StatusOr<HintOutcome> r = cache->cache->InvalidateSession(session);
+    if (!r.ok()) return r.status();
+    capi::ToHintOutcome(*r, outcome);
+    return absl::OkStatus();
+  });
+}
+
 kvtier_status_code kvtier_lookup(const kvtier_cache* cache, const int32_t* tokens,
                                  size_t num_tokens, const kvtier_sequence_options* identity,
                                  kvtier_prefix_lookup* out, kvtier_error* error) {

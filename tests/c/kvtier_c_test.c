@@ -871,6 +871,16 @@ int main(void) {
   CHECK_EQ(outcome.blocks, 4);
   MUST(kvtier_retain_prefix(cache, p1, 16, -1.0, 1000, NULL, &outcome, &err));
   CHECK_EQ(outcome.result, KVTIER_HINT_REJECTED);
+  /* Session 42 (request 1, released): its 4 written blocks; session 7 was never seen. */
+  MUST(kvtier_retain_session(cache, 42, 1.0, 60 * 1000 * 1000 * 1000LL, &outcome, &err));
+  CHECK_EQ(outcome.result, KVTIER_HINT_ACCEPTED);
+  CHECK_EQ(outcome.blocks, 4);
+  MUST(kvtier_retain_session(cache, 7, 1.0, 1000, &outcome, &err));
+  CHECK_EQ(outcome.result, KVTIER_HINT_REJECTED);
+  CHECK(outcome.reason[0] != '\0');
+  MUST(kvtier_invalidate_session(cache, 7, &outcome, &err));
+  CHECK_EQ(outcome.result, KVTIER_HINT_REJECTED);
+  MUST_FAIL(KVTIER_INVALID_ARGUMENT, kvtier_retain_session(NULL, 42, 1.0, 1000, &outcome, &err));
   int64_t started = -1;
   MUST(kvtier_prefetch(cache, p1, 16, NULL, &started, &err));
   CHECK_EQ(started, 0); /* all four are in HBM already */

@@ -258,6 +258,21 @@ def test_retain_invalidate_and_prefetch():
     assert cache.invalidate_prefix(prompt, from_token=-1).result == kvtier.HintResult.REJECTED
 
 
+def test_session_hints_act_on_the_sessions_released_blocks():
+    cache = make_cache()
+    cache.create_sequence(1, session=5)
+    cache.append(1, tokens(40))
+    cache.report_written(1, 40)
+    cache.release(1)
+    out = cache.retain_session(5, 1.0, 60.0)
+    assert out.result == kvtier.HintResult.ACCEPTED and out.blocks == 2
+    assert cache.retain_session(6, 1.0, 60.0).result == kvtier.HintResult.REJECTED
+    out = cache.invalidate_session(5)
+    assert out.result == kvtier.HintResult.ACCEPTED and out.blocks == 2
+    assert cache.lookup(tokens(40)).matched_tokens == 0
+    assert cache.invalidate_session(5).result == kvtier.HintResult.REJECTED  # forgotten
+
+
 def test_events_and_stats_agree():
     cache = make_cache(worker_id="host3:gpu1")
     serve(cache, 1, tokens(40))

@@ -609,6 +609,16 @@ kvtier_status_code kvtier_invalidate_prefix(kvtier_cache* cache, const int32_t* 
                                             size_t num_tokens, int64_t from_token,
                                             const kvtier_sequence_options* identity,
                                             kvtier_hint_outcome* outcome, kvtier_error* error);
+/* The same two hints for a session (kvtier_sequence_options.session) instead of tokens: they act
+ * on the blocks of the session's latest released or paused request (KvCache::RetainSession and
+ * InvalidateSession; the cache remembers a bounded number of sessions). Session 0, a session
+ * with no remembered request, and (retain) a priority < 0 or ttl_ns <= 0 are REJECTED in
+ * `outcome` (may be NULL). Errors: INVALID_ARGUMENT for a NULL cache. */
+kvtier_status_code kvtier_retain_session(kvtier_cache* cache, uint64_t session, double priority,
+                                         int64_t ttl_ns, kvtier_hint_outcome* outcome,
+                                         kvtier_error* error);
+kvtier_status_code kvtier_invalidate_session(kvtier_cache* cache, uint64_t session,
+                                             kvtier_hint_outcome* outcome, kvtier_error* error);
 
 typedef struct kvtier_prefix_lookup {
   int64_t matched_tokens;                   /* longest cached prefix, whole blocks */

@@ -20,6 +20,7 @@
 namespace kvtier {
 
 struct MetadataTier::Impl {
+  Impl(const KvGeometry& g, std::shared_ptr<MetadataStore> s) : geometry(g), store(std::move(s)) {}
   const KvGeometry geometry;
   const std::shared_ptr<MetadataStore> store;  // null: no fleet store
   // With a store: whether this tier's write added the key its slot holds (DiscardBlock erases

@@ -49,7 +49,7 @@ set(KVTIER_LAYER_capi_DEPS cache stack)
 set(KVTIER_LAYER_internal_HEADERS)
 set(KVTIER_LAYER_core_HEADERS
   block_allocator.h block_index.h block_key.h cache_namespace.h completion.h
-  device_block_table.h hbm_layout.h ids.h kv_geometry.h prefix_hasher.h)
+  device_block_table.h hbm_layout.h ids.h kv_address.h kv_geometry.h prefix_hasher.h)
 set(KVTIER_LAYER_platform_HEADERS cuda_device.h)
 set(KVTIER_LAYER_tiers_HEADERS
   dram_tier.h emulated_hbm.h in_memory_slot_tier.h metadata_store.h metadata_tier.h nvme_tier.h

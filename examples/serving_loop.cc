@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "kvtier/cache_namespace.h"
+#include "kvtier/device_block_table.h"
 #include "kvtier/hbm_layout.h"
 #include "kvtier/kv_cache.h"
 #include "kvtier/kv_geometry.h"
@@ -139,17 +140,6 @@ std::vector<float> Attend(const KvGeometry& g, int64_t num_tokens, const KvReade
   return out;
 }
 
-// Address of (layer, plane, head, token)'s head_dim elements, by device_block_table.h's formula;
-// nullptr if the token's block is outside the table or not resident.
-std::byte* KvAddress(const DeviceBlockTable& table, int layer, int plane, int head, int64_t t) {
-  const DevicePoolView& pool = table.pool;
-  const int64_t i = t / table.tokens_per_block - table.first_block;
-  if (i < 0 || i >= static_cast<int64_t>(table.slots.size()) || table.slots[i] < 0) return nullptr;
-  std::byte* base = static_cast<std::byte*>(plane == 0 ? pool.k_base[layer] : pool.v_base[layer]);
-  return base + table.slots[i] * pool.block_stride_bytes +
-         (t % table.tokens_per_block) * pool.token_stride_bytes + head * pool.head_stride_bytes;
-}
-
 // One forward step of a sequence holding `tokens`: make the whole context resident (kWait), let
 // the "kernel" write the KV of tokens [first_new, end) into HBM through the block table, run
 // attention through the same table if `attend`, report the new tokens written, release the
@@ -177,7 +167,8 @@ std::vector<float> Forward(KvCache& cache, SequenceId id, const KvGeometry& g,
       for (int p = 0; p < 2; ++p) {
         for (int h = 0; h < g.num_kv_heads(); ++h) {
           for (int d = 0; d < g.head_dim(); ++d) row[d] = ModelKv(tokens[t], t, l, p, h, d);
-          std::memcpy(KvAddress(table, l, p, h, t), row.data(), row_bytes);
+          std::memcpy(CheckedKvAddress(table, t, l, static_cast<KvPlane>(p), h), row.data(),
+                      row_bytes);
         }
       }
     }
@@ -185,7 +176,9 @@ std::vector<float> Forward(KvCache& cache, SequenceId id, const KvGeometry& g,
   std::vector<float> out;
   if (attend) {
     out = Attend(g, n, [&](int l, int p, int h, int64_t t, uint16_t* dst) {
-      std::memcpy(dst, KvAddress(table, l, p, h, t), row_bytes);
+      // The address of (layer, plane, head, token)'s head_dim elements through the table, as
+      // device_block_table.h computes it (nullptr for a block outside it or not resident).
+      std::memcpy(dst, CheckedKvAddress(table, t, l, static_cast<KvPlane>(p), h), row_bytes);
     });
   }
   if (first_new < n) OrDie(cache.ReportWritten(id, n));  // the "kernel" is done: ready at once

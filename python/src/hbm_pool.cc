@@ -14,10 +14,12 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
 #include "bindings.h"
+#include "kvtier/device_block_table.h"
 #include "objects.h"
 
 namespace kvtier::python {
@@ -84,12 +86,11 @@ py::array PlaneView(const py::object& self, int layer, int plane) {
   std::vector<py::ssize_t> shape;
   std::vector<py::ssize_t> strides;
   LayerShape(p, shape, strides);
-  const auto* base =
-      static_cast<const std::byte*>(p.view.k_base[static_cast<size_t>(CheckLayer(p, layer))]);
+  const std::byte* base = KvAddress(p.view, 0, CheckLayer(p, layer), static_cast<KvPlane>(plane));
   return py::array(ElementDtype(p.geometry.dtype()),
                    std::vector<py::ssize_t>{shape[0], shape[2], shape[3], shape[4]},
-                   std::vector<py::ssize_t>{strides[0], strides[2], strides[3], strides[4]},
-                   base + plane * strides[1], self);
+                   std::vector<py::ssize_t>{strides[0], strides[2], strides[3], strides[4]}, base,
+                   self);
 }
 
 }  // namespace

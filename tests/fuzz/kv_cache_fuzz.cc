@@ -206,13 +206,9 @@ void ForEachKvPiece(const DevicePoolView& pool, const KvGeometry& geometry, int3
   const int64_t head_bytes = int64_t{geometry.head_dim()} * KvDtypeBytes(geometry.dtype());
   for (int layer = 0; layer < geometry.num_layers(); ++layer) {
     for (int plane = 0; plane < 2; ++plane) {
-      std::byte* base =
-          static_cast<std::byte*>(plane == 0 ? pool.k_base[static_cast<size_t>(layer)]
-                                             : pool.v_base[static_cast<size_t>(layer)]);
       for (int head = 0; head < geometry.num_kv_heads(); ++head) {
-        std::byte* at = base + int64_t{slot} * pool.block_stride_bytes +
-                        int64_t{token_in_block} * pool.token_stride_bytes +
-                        int64_t{head} * pool.head_stride_bytes;
+        std::byte* at =
+            KvAddress(pool, slot, layer, static_cast<KvPlane>(plane), token_in_block, head);
         for (int64_t offset = 0; offset < head_bytes; offset += 8) {
           const uint64_t word =
               Mix(token_hash ^ (static_cast<uint64_t>(layer) << 40) ^
@@ -246,16 +242,11 @@ void CopyBlockKv(const DevicePoolView& pool, const KvGeometry& geometry, int32_t
                  int num_tokens) {
   const int64_t head_bytes = int64_t{geometry.head_dim()} * KvDtypeBytes(geometry.dtype());
   for (int layer = 0; layer < geometry.num_layers(); ++layer) {
-    for (int plane = 0; plane < 2; ++plane) {
-      std::byte* base =
-          static_cast<std::byte*>(plane == 0 ? pool.k_base[static_cast<size_t>(layer)]
-                                             : pool.v_base[static_cast<size_t>(layer)]);
+    for (KvPlane plane : {KvPlane::kK, KvPlane::kV}) {
       for (int t = 0; t < num_tokens; ++t) {
         for (int head = 0; head < geometry.num_kv_heads(); ++head) {
-          const int64_t within =
-              int64_t{t} * pool.token_stride_bytes + int64_t{head} * pool.head_stride_bytes;
-          std::memmove(base + int64_t{dst} * pool.block_stride_bytes + within,
-                       base + int64_t{src} * pool.block_stride_bytes + within,
+          std::memmove(KvAddress(pool, dst, layer, plane, t, head),
+                       KvAddress(pool, src, layer, plane, t, head),
                        static_cast<size_t>(head_bytes));
         }
       }

@@ -265,12 +265,9 @@ inline void ForEachBlockByte(const KvGeometry& g, const DeviceBlockTable& table,
   const int64_t head_bytes = int64_t{g.head_dim()} * KvDtypeBytes(g.dtype());
   for (int layer = 0; layer < g.num_layers(); ++layer) {
     for (int plane = 0; plane < 2; ++plane) {
-      const std::vector<void*>& bases = plane == 0 ? pool.k_base : pool.v_base;
-      auto* base = static_cast<std::byte*>(bases[static_cast<size_t>(layer)]) +
-                   slot * pool.block_stride_bytes;
       for (int t = 0; t < g.tokens_per_block(); ++t) {
         for (int h = 0; h < g.num_kv_heads(); ++h) {
-          std::byte* p = base + t * pool.token_stride_bytes + h * pool.head_stride_bytes;
+          std::byte* p = KvAddress(pool, slot, layer, static_cast<KvPlane>(plane), t, h);
           for (int64_t b = 0; b < head_bytes; ++b) {
             fn(p + b, PatternByte(seed, layer, plane, t, h, b));
           }

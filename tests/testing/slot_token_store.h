@@ -100,12 +100,13 @@ class SlotTokenStore {
   std::vector<std::byte*> Addresses(const DevicePoolView& pool, int32_t slot, int offset) const {
     std::vector<std::byte*> out;
     if (!pool.host_accessible || slot < 0) return out;
-    for (const std::vector<void*>* bases : {&pool.k_base, &pool.v_base}) {
-      for (void* base : *bases) {
-        std::byte* block = static_cast<std::byte*>(base) + slot * pool.block_stride_bytes +
-                           offset * pool.token_stride_bytes;
-        const int heads = pool.head_stride_bytes == 0 ? 1 : geometry_.num_kv_heads();
-        for (int h = 0; h < heads; ++h) out.push_back(block + h * pool.head_stride_bytes);
+    const int heads = pool.head_stride_bytes == 0 ? 1 : geometry_.num_kv_heads();
+    for (KvPlane plane : {KvPlane::kK, KvPlane::kV}) {
+      const size_t layers = (plane == KvPlane::kK ? pool.k_base : pool.v_base).size();
+      for (size_t l = 0; l < layers; ++l) {
+        for (int h = 0; h < heads; ++h) {
+          out.push_back(KvAddress(pool, slot, static_cast<int>(l), plane, offset, h));
+        }
       }
     }
     return out;

@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/replay/trace/replay_math.h"
 #include "kvtier/cache_namespace.h"
+#include "kvtier/device_block_table.h"
 #include "kvtier/kv_cache.h"
 #include "kvtier/nvme_tier.h"
 #include "kvtier/tier_stack.h"
@@ -80,10 +81,8 @@ absl::Status ForEachRun(const KvGeometry& g, const DevicePoolView& pool, int32_t
   int64_t offset = 0;
   for (int l = 0; l < g.num_layers(); ++l) {
     for (int p = 0; p < planes; ++p) {
-      auto* base = static_cast<std::byte*>(p == 0 ? pool.k_base[l] : pool.v_base[l]) +
-                   int64_t{slot} * pool.block_stride_bytes;
       for (int t = 0; t < g.tokens_per_block(); ++t) {
-        fn(base + t * pool.token_stride_bytes, offset, run);
+        fn(KvAddress(pool, slot, l, static_cast<KvPlane>(p), t), offset, run);
         offset += run;
       }
     }

@@ -17,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kvtier/cost_model.h"
+#include "kvtier/device_block_table.h"
 #include "kvtier/kv_geometry.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/fault_injecting_tier.h"
@@ -138,7 +139,7 @@ class CorruptFirstBlockHbm final : public TierBackend {
     if (!done_) {
       done_ = true;
       const DevicePoolView pool = *inner_->device_pool();
-      auto* p = static_cast<std::byte*>(pool.k_base[0]) + slot.value() * pool.block_stride_bytes;
+      std::byte* p = KvAddress(pool, static_cast<int64_t>(slot.value()), 0, KvPlane::kK);
       *p ^= std::byte{0x5a};
     }
     inner_->EndDeviceWrite(slot, key);

@@ -117,20 +117,26 @@ HintOutcome KvCache::Impl::InvalidateKeys(absl::Span<const BlockKey> keys, int64
   return out;
 }
 
+namespace {
+
+// The outcome of a session hint naming no session the cache remembers.
+HintOutcome UnknownSession(uint64_t session) {
+  HintOutcome out;
+  out.result = HintOutcome::Result::kRejected;
+  out.reason = absl::StrCat("session ", session,
+                            session == 0 ? " is no session"
+                                         : " has no released or paused request the cache remembers");
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<HintOutcome> KvCache::RetainSession(uint64_t session, double priority,
                                                    absl::Duration ttl) {
   Impl& I = *impl_;
   Impl::CacheLock lock(I);
   auto it = session == 0 ? I.session_blocks.end() : I.session_blocks.find(session);
-  if (it == I.session_blocks.end()) {
-    HintOutcome out;
-    out.result = HintOutcome::Result::kRejected;
-    out.reason = absl::StrCat("session ", session,
-                              session == 0 ? " is no session"
-                                           : " has no released or paused request the cache "
-                                             "remembers");
-    return out;
-  }
+  if (it == I.session_blocks.end()) return UnknownSession(session);
   return I.RetainKeys(it->second.keys, priority, ttl);
 }
 
@@ -138,15 +144,7 @@ absl::StatusOr<HintOutcome> KvCache::InvalidateSession(uint64_t session) {
   Impl& I = *impl_;
   Impl::CacheLock lock(I);
   auto it = session == 0 ? I.session_blocks.end() : I.session_blocks.find(session);
-  if (it == I.session_blocks.end()) {
-    HintOutcome out;
-    out.result = HintOutcome::Result::kRejected;
-    out.reason = absl::StrCat("session ", session,
-                              session == 0 ? " is no session"
-                                           : " has no released or paused request the cache "
-                                             "remembers");
-    return out;
-  }
+  if (it == I.session_blocks.end()) return UnknownSession(session);
   const std::vector<BlockKey> keys = it->second.keys;
   I.ForgetSession(session);
   return I.InvalidateKeys(keys, 0);

@@ -162,6 +162,8 @@ class Simulation {
   absl::Status Preempt(int i, int64_t victim);
   // A running request that can never go on (alone, HBM full of its own blocks): released, failed.
   absl::Status FailRunning(int i, int64_t r);
+  // Takes `r` out of the running set and this step's batch, its transfers cancelled.
+  void StopRunning(int i, int64_t r);
   // Admission of a swapped request: Resume, and its blocks onboard on the links.
   absl::Status SwapIn(int i, int64_t r);
   bool CanSwap(const Live& l) const {
@@ -657,17 +659,23 @@ absl::Status Simulation::OnDeadline(int64_t r) {
   return absl::OkStatus();
 }
 
+void Simulation::StopRunning(int i, int64_t r) {
+  Instance& in = inst_[static_cast<size_t>(i)];
+  Live& l = live_[static_cast<size_t>(r)];
+  for (const Live::Transfer& t : l.transfers) (void)in.links[t.link].Cancel(t.id, now_);
+  l.transfers.clear();
+  l.overlap = false;
+  in.running.erase(std::find(in.running.begin(), in.running.end(), r));
+  in.batch.erase(std::remove_if(in.batch.begin(), in.batch.end(),
+                                [&](const BatchItem& b) { return b.request == r; }),
+                 in.batch.end());
+}
+
 absl::Status Simulation::Preempt(int i, int64_t victim) {
   Instance& in = inst_[static_cast<size_t>(i)];
   Live& v = live_[static_cast<size_t>(victim)];
-  for (const Live::Transfer& t : v.transfers) (void)in.links[t.link].Cancel(t.id, now_);
-  v.transfers.clear();
-  v.overlap = false;
   auto leave_running = [&] {
-    in.running.erase(std::find(in.running.begin(), in.running.end(), victim));
-    in.batch.erase(std::remove_if(in.batch.begin(), in.batch.end(),
-                                  [&](const BatchItem& b) { return b.request == victim; }),
-                   in.batch.end());
+    StopRunning(i, victim);
     in.waiting.push_front(victim);
   };
   if (CanSwap(v) && in.cache->Pause(v.seq, absl::ZeroDuration()).ok()) {
@@ -701,16 +709,12 @@ absl::Status Simulation::Preempt(int i, int64_t victim) {
 }
 
 absl::Status Simulation::FailRunning(int i, int64_t r) {
-  Instance& in = inst_[static_cast<size_t>(i)];
-  Live& l = live_[static_cast<size_t>(r)];
-  for (const Live::Transfer& t : l.transfers) (void)in.links[t.link].Cancel(t.id, now_);
-  l.transfers.clear();
-  l.overlap = false;
-  if (absl::Status s = in.cache->Release(l.seq); !s.ok()) return s;
-  in.running.erase(std::find(in.running.begin(), in.running.end(), r));
-  in.batch.erase(std::remove_if(in.batch.begin(), in.batch.end(),
-                                [&](const BatchItem& b) { return b.request == r; }),
-                 in.batch.end());
+  // Its transfers stop before its sequence goes (Preempt's order).
+  StopRunning(i, r);
+  if (absl::Status s = inst_[static_cast<size_t>(i)].cache->Release(live_[static_cast<size_t>(r)].seq);
+      !s.ok()) {
+    return s;
+  }
   Fail(r);
   return absl::OkStatus();
 }

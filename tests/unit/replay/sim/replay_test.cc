@@ -277,22 +277,33 @@ TEST(ReplayTest, ResumedSessionsBlocksAreChargedFromWhereTheyWere) {
   }
 }
 
+// Three different prompts, then the first again, over 6 HBM blocks and a remote tier (a
+// directory store under `dir`) only: r3 finds r0's blocks in the store.
+Trace ThreePromptsAndTheFirstAgain(const std::string& name) {
+  Trace trace;
+  trace.name = name;
+  trace.block_tokens = 16;
+  trace.requests = {Req(0, 40, {1, 2, 3}), Req(1, 40, {5, 6, 7}), Req(2, 40, {8, 9, 10}),
+                    Req(3, 40, {1, 2, 3})};
+  return trace;
+}
+ReplayOptions HbmAndDirectoryStore(const testing::TempDir& dir) {
+  ReplayOptions o = SmallOptions(64, PayloadMode::kScaled);
+  o.capacity[kHbm] = TierCapacity::Blocks(6);
+  o.capacity[kDram] = TierCapacity::Absent();
+  o.capacity[TierIndex(Tier::kNvme)] = TierCapacity::Absent();
+  o.work_dir = dir.path();
+  return o;
+}
+
 // A disk that fills up mid-run (the directory store's writes fail with ENOSPC, kResourceExhausted)
 // turns into misses and a warning, not a stalled or failed run: the same trace as above, with
 // every write to the store refused from the start, finishes every request, counts the failed
 // copies, finds none of them in the store again, and the table says so.
 TEST(ReplayTest, AStoreThatRefusesWritesGivesMissesAndAWarning) {
   testing::TempDir dir;
-  Trace trace;
-  trace.name = "full-disk";
-  trace.block_tokens = 16;
-  trace.requests = {Req(0, 40, {1, 2, 3}), Req(1, 40, {5, 6, 7}), Req(2, 40, {8, 9, 10}),
-                    Req(3, 40, {1, 2, 3})};
-  ReplayOptions o = SmallOptions(64, PayloadMode::kScaled);
-  o.capacity[kHbm] = TierCapacity::Blocks(6);
-  o.capacity[kDram] = TierCapacity::Absent();
-  o.capacity[TierIndex(Tier::kNvme)] = TierCapacity::Absent();
-  o.work_dir = dir.path();
+  const Trace trace = ThreePromptsAndTheFirstAgain("full-disk");
+  ReplayOptions o = HbmAndDirectoryStore(dir);
   o.wrap_tier = [](Tier t, std::unique_ptr<TierBackend> b) -> std::unique_ptr<TierBackend> {
     if (t != Tier::kRemote) return b;
     auto full = std::make_unique<testing::FaultInjectingTier>(std::move(b));
@@ -323,16 +334,8 @@ TEST(ReplayTest, AStoreThatRefusesWritesGivesMissesAndAWarning) {
 // of them: the report gives the hits served apart from those matched, and says why.
 TEST(ReplayTest, MatchedBlocksAStoreNoLongerHasAreReportedApartFromServedHits) {
   testing::TempDir dir;
-  Trace trace;
-  trace.name = "emptied-store";
-  trace.block_tokens = 16;
-  trace.requests = {Req(0, 40, {1, 2, 3}), Req(1, 40, {5, 6, 7}), Req(2, 40, {8, 9, 10}),
-                    Req(3, 40, {1, 2, 3})};
-  ReplayOptions o = SmallOptions(64, PayloadMode::kScaled);
-  o.capacity[kHbm] = TierCapacity::Blocks(6);
-  o.capacity[kDram] = TierCapacity::Absent();
-  o.capacity[TierIndex(Tier::kNvme)] = TierCapacity::Absent();
-  o.work_dir = dir.path();
+  const Trace trace = ThreePromptsAndTheFirstAgain("emptied-store");
+  ReplayOptions o = HbmAndDirectoryStore(dir);
   const int kRemote = TierIndex(Tier::kRemote);
   // First the healthy store: r3 restores r0's blocks from it.
   KVTIER_ASSERT_OK_AND_ASSIGN(ReplayReport healthy, RunReplay(trace, o));

@@ -287,6 +287,9 @@ struct KvCache::Impl {
       int64_t batch_index = 0;
     };
     std::vector<Waiter> waiters;                                // onboards: who adopts dst
+    // Onboards: the tiers (bit TierIndex) earlier attempts of this block read from and failed;
+    // a retry reads from a ready copy in another (RetryOnboard).
+    uint8_t tried_tiers = 0;
     std::vector<std::pair<SequenceId, int64_t>> pause_waiters;  // offloads: refs to move down
   };
 
@@ -755,6 +758,11 @@ struct KvCache::Impl {
   // (deadline_bounds_start): a ticket's deadline is kept by the cache (ExpireTicket), so the
   // engine never reports a copy that may still be running, and a source is unpinned by the time
   // its callback runs. (A copy between two inline tiers has finished when this returns.)
+  // A failed onboard `failed` (its source read failed) started again from a ready copy in a tier
+  // it has not tried, for the same waiters, by the latest of their batches' deadlines; null when
+  // there is none, the deadline has passed, or the move cannot start.
+  std::shared_ptr<Move> RetryOnboard(const Move& failed, Deferred& d)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::StatusOr<std::shared_ptr<Move>> StartMove(const BlockKey& key, Tier from, SlotId src,
                                                   Tier to, bool pin, Deferred& d,
                                                   absl::Time deadline = absl::InfiniteFuture())

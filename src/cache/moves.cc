@@ -149,6 +149,27 @@ void KvCache::Impl::OnWritten(const std::vector<std::pair<BlockKey, SlotId>>& wr
   }
 }
 
+std::shared_ptr<KvCache::Impl::Move> KvCache::Impl::RetryOnboard(const Move& failed, Deferred& d) {
+  const std::optional<BlockRecord> rec = IndexedCopies(failed.key);
+  if (!rec.has_value() || failed.waiters.empty()) return nullptr;
+  const uint8_t tried = static_cast<uint8_t>(failed.tried_tiers | (1u << TierIndex(failed.from)));
+  absl::Time deadline = absl::InfinitePast();
+  for (const Move::Waiter& w : failed.waiters) {
+    deadline = std::max(deadline, w.batch != nullptr ? w.batch->deadline : absl::InfiniteFuture());
+  }
+  if (absl::Now() >= deadline) return nullptr;
+  for (int t = TierIndex(Tier::kDram); t < kNumTiers; ++t) {
+    if (((tried >> t) & 1) != 0 || rec->state(static_cast<Tier>(t)) != CopyState::kReady) continue;
+    auto retry = StartMove(failed.key, static_cast<Tier>(t), rec->slots[t], Tier::kHbm,
+                           /*pin=*/true, d, deadline);
+    if (!retry.ok()) continue;
+    (*retry)->waiters = failed.waiters;
+    (*retry)->tried_tiers = tried;
+    return *retry;
+  }
+  return nullptr;
+}
+
 void KvCache::Impl::OnMoveDone(const std::shared_ptr<Move>& move, const absl::Status& status) {
   {
     CacheScope scope(*this);
@@ -224,8 +245,14 @@ void KvCache::Impl::OnMoveDone(const std::shared_ptr<Move>& move, const absl::St
             SettleSlot(move->from, move->src);
           }
         }
-        for (const Move::Waiter& w : move->waiters) {
-          if (w.batch != nullptr) ResolveOnboard(w.batch, w.batch_index, std::nullopt, status, d);
+        // Another tier may still have the block (the store lost it, NVMe did not): its waiters
+        // get it from there rather than recompute it.
+        if (RetryOnboard(*move, d) == nullptr) {
+          for (const Move::Waiter& w : move->waiters) {
+            if (w.batch != nullptr) {
+              ResolveOnboard(w.batch, w.batch_index, std::nullopt, status, d);
+            }
+          }
         }
       } else {
         ++counters.tiers[TierIndex(move->to)].failed_stores;

@@ -738,5 +738,114 @@ TEST(MetadataTierTest, RestoreFromTheCheaperLinkFallsBackToALocalCopyTheStoreLos
   KVTIER_EXPECT_OK(c->CheckInvariants());
 }
 
+// A block with copies in NVMe and in the fleet's store is restored over the cheaper link, not
+// from the first tier in order: the store when the network is faster, NVMe when the drive is.
+TEST(MetadataTierTest, RestoreComesFromTheReadyCopyBehindTheCheapestLink) {
+  constexpr int kB = 4;
+  const KvGeometry g = SmallGeometry();
+  constexpr int kNvmeIndex = TierIndex(Tier::kNvme);
+  constexpr int kRemoteIndex = TierIndex(Tier::kRemote);
+  KVTIER_ASSERT_OK_AND_ASSIGN(
+      CacheNamespace ns,
+      CacheNamespace::Create(g, {.model_id = "kvtier-test/metadata", .weights_fingerprint = "w"}));
+  const std::vector<int32_t> prompt = Iota(4 * kB, 100);
+  std::vector<int32_t> query = prompt;
+  query.push_back(7);
+  for (bool network_faster : {true, false}) {
+    SCOPED_TRACE(network_faster ? "network faster" : "NVMe faster");
+    KvCacheOptions o;
+    o.tiers[kHbm] = Make(Tier::kHbm, 8, g);
+    o.tiers[kNvmeIndex] = Make(Tier::kNvme, 16, g);
+    o.tiers[kRemoteIndex] = MakeShared(std::make_shared<MetadataStore>(), 16);
+    o.room_wait = absl::Seconds(10);
+    o.publish_to_remote = true;
+    o.measure_bandwidth = false;
+    o.links[kNvmeIndex] = {absl::ZeroDuration(), network_faster ? 1e6 : 1e9};
+    o.links[kRemoteIndex] = {absl::ZeroDuration(), network_faster ? 1e9 : 1e6};
+    KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> c, KvCache::Create(ns, std::move(o)));
+    KVTIER_ASSERT_OK(c->CreateSequence(SequenceId(1)));
+    KVTIER_ASSERT_OK(c->Append(SequenceId(1), prompt).status());
+    KVTIER_ASSERT_OK(c->ReportWritten(SequenceId(1), static_cast<int64_t>(prompt.size())));
+    KVTIER_ASSERT_OK(c->WaitIdle(absl::Now() + absl::Seconds(30)));
+    KVTIER_ASSERT_OK(c->Release(SequenceId(1)));
+    // Push the prompt out of HBM: its blocks go to NVMe and stay in the store.
+    KVTIER_ASSERT_OK(c->CreateSequence(SequenceId(2)));
+    KVTIER_ASSERT_OK(c->Append(SequenceId(2), Iota(8 * kB, 900000)).status());
+    KVTIER_ASSERT_OK(c->WaitIdle(absl::Now() + absl::Seconds(30)));
+    KVTIER_ASSERT_OK(c->Release(SequenceId(2)));
+    ASSERT_EQ(c->stats().blocks_moved[kHbm][kNvmeIndex], 4) << testing::StatsString(c->stats());
+
+    KVTIER_ASSERT_OK(c->CreateSequence(SequenceId(3)));
+    KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult r, c->AttachPrefix(SequenceId(3), query));
+    EXPECT_EQ(r.attached_tokens, 4 * kB);
+    EXPECT_EQ(r.attached_blocks_by_tier[kRemoteIndex], network_faster ? 4 : 0);
+    EXPECT_EQ(r.attached_blocks_by_tier[kNvmeIndex], network_faster ? 0 : 4);
+    KVTIER_ASSERT_OK_AND_ASSIGN(
+        ResidencyTicket t,
+        c->EnsureResident(SequenceId(3), 0, 4 * kB, {.mode = ResidencyMode::kWait}));
+    EXPECT_THAT(t.block_status(), Each(BlockResidency::kResident));
+    KVTIER_ASSERT_OK(c->ReleaseTicket(t));
+    KVTIER_ASSERT_OK(c->Release(SequenceId(3)));
+    KVTIER_ASSERT_OK(c->WaitIdle(absl::Now() + absl::Seconds(30)));
+    const KvCacheStats s = c->stats();
+    EXPECT_EQ(s.blocks_moved[kRemoteIndex][kHbm], network_faster ? 4 : 0);
+    EXPECT_EQ(s.blocks_moved[kNvmeIndex][kHbm], network_faster ? 0 : 4);
+    KVTIER_EXPECT_OK(c->CheckInvariants());
+  }
+}
+
+// A failed onboard retries from another ready copy: NVMe (the cheaper link here) fails every
+// read, the fleet's store still has the blocks, so they are restored from there and resident,
+// not recomputed.
+TEST(MetadataTierTest, AFailedOnboardRetriesFromTheNextReadyCopy) {
+  constexpr int kB = 4;
+  const KvGeometry g = SmallGeometry();
+  constexpr int kNvmeIndex = TierIndex(Tier::kNvme);
+  constexpr int kRemoteIndex = TierIndex(Tier::kRemote);
+  KVTIER_ASSERT_OK_AND_ASSIGN(
+      CacheNamespace ns,
+      CacheNamespace::Create(g, {.model_id = "kvtier-test/metadata", .weights_fingerprint = "w"}));
+  const std::vector<int32_t> prompt = Iota(4 * kB, 100);
+  std::vector<int32_t> query = prompt;
+  query.push_back(7);
+  KvCacheOptions o;
+  o.tiers[kHbm] = Make(Tier::kHbm, 8, g);
+  auto nvme = std::make_unique<testing::FaultInjectingTier>(Make(Tier::kNvme, 16, g));
+  testing::FaultInjectingTier* faulty = nvme.get();
+  o.tiers[kNvmeIndex] = std::move(nvme);
+  o.tiers[kRemoteIndex] = MakeShared(std::make_shared<MetadataStore>(), 16);
+  o.room_wait = absl::Seconds(10);
+  o.publish_to_remote = true;
+  o.measure_bandwidth = false;
+  o.links[kNvmeIndex] = {absl::ZeroDuration(), 1e9};
+  o.links[kRemoteIndex] = {absl::ZeroDuration(), 1e6};
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KvCache> c, KvCache::Create(ns, std::move(o)));
+  KVTIER_ASSERT_OK(c->CreateSequence(SequenceId(1)));
+  KVTIER_ASSERT_OK(c->Append(SequenceId(1), prompt).status());
+  KVTIER_ASSERT_OK(c->ReportWritten(SequenceId(1), static_cast<int64_t>(prompt.size())));
+  KVTIER_ASSERT_OK(c->WaitIdle(absl::Now() + absl::Seconds(30)));
+  KVTIER_ASSERT_OK(c->Release(SequenceId(1)));
+  KVTIER_ASSERT_OK(c->CreateSequence(SequenceId(2)));
+  KVTIER_ASSERT_OK(c->Append(SequenceId(2), Iota(8 * kB, 900000)).status());
+  KVTIER_ASSERT_OK(c->WaitIdle(absl::Now() + absl::Seconds(30)));
+  KVTIER_ASSERT_OK(c->Release(SequenceId(2)));
+  ASSERT_EQ(c->stats().blocks_moved[kHbm][kNvmeIndex], 4) << testing::StatsString(c->stats());
+
+  faulty->FailNextReads(1 << 20, absl::UnavailableError("injected: the drive is failing"));
+  KVTIER_ASSERT_OK(c->CreateSequence(SequenceId(3)));
+  KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult r, c->AttachPrefix(SequenceId(3), query));
+  EXPECT_EQ(r.attached_blocks_by_tier[kNvmeIndex], 4) << "NVMe is the cheaper link";
+  KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket t, c->EnsureResident(SequenceId(3), 0, 4 * kB,
+                                                                   {.mode = ResidencyMode::kWait}));
+  EXPECT_THAT(t.block_status(), Each(BlockResidency::kResident));
+  KVTIER_ASSERT_OK(c->ReleaseTicket(t));
+  KVTIER_ASSERT_OK(c->Release(SequenceId(3)));
+  KVTIER_ASSERT_OK(c->WaitIdle(absl::Now() + absl::Seconds(30)));
+  const KvCacheStats s = c->stats();
+  EXPECT_EQ(s.tiers[kNvmeIndex].failed_loads, 4) << testing::StatsString(s);
+  EXPECT_EQ(s.blocks_moved[kRemoteIndex][kHbm], 4);
+  KVTIER_EXPECT_OK(c->CheckInvariants());
+}
+
 }  // namespace
 }  // namespace kvtier

@@ -35,7 +35,10 @@ struct KvTierStats {
   int64_t quarantined_blocks = 0;
   // Counters.
   // Lookups cascade from HBM down, as a request's blocks are looked for tier by tier:
-  int64_t hits = 0;       // attached blocks whose fastest ready copy was in this tier
+  // Attached blocks the attach chose to restore from this tier: the ready copy behind the
+  // cheapest link (for HBM: resident). A load that then fails still counts here (and in
+  // failed_loads); a retry from another tier is not a second hit.
+  int64_t hits = 0;
   int64_t misses = 0;     // full blocks of attach queries matched neither here nor in a faster tier
   int64_t bytes_in = 0;   // bytes of blocks copied into this tier
   int64_t bytes_out = 0;  // bytes of blocks copied out of this tier

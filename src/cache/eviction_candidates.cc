@@ -160,8 +160,8 @@ std::optional<Tier> KvCache::Impl::NextLower(Tier t) const {
   return std::nullopt;
 }
 
-bool KvCache::Impl::HasCopyBelow(const BlockRecord& rec, Tier t) const {
-  for (int i = TierIndex(t) + 1; i < kNumTiers; ++i) {
+bool KvCache::Impl::HasCopyBelow(const BlockRecord& rec, Tier t, int until) const {
+  for (int i = TierIndex(t) + 1; i < until; ++i) {
     if (rec.state(static_cast<Tier>(i)) != CopyState::kAbsent) return true;
   }
   return false;
@@ -224,13 +224,8 @@ KvCache::Impl::EvictResult KvCache::Impl::EvictOne(Tier t, Deferred& d, int64_t 
     if (published && next == Tier::kRemote) return std::nullopt;
     return next;
   };
-  bool covered = HasCopyBelow(*rec, t);
-  if (published) {
-    covered = false;
-    for (int i = TierIndex(t) + 1; i < TierIndex(Tier::kRemote); ++i) {
-      if (rec->state(static_cast<Tier>(i)) != CopyState::kAbsent) covered = true;
-    }
-  }
+  const bool covered =
+      HasCopyBelow(*rec, t, published ? TierIndex(Tier::kRemote) : kNumTiers);
   const std::optional<Tier> target = target_below(t);
   if (demote_on_evict && target.has_value() && !covered &&
       (deadline == absl::InfiniteFuture() || absl::Now() < deadline)) {

@@ -698,7 +698,8 @@ struct KvCache::Impl {
   void TouchRegistered(const BlockKey& key, const BlockEntry& m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // The first present tier below `t`, or nullopt.
   std::optional<Tier> NextLower(Tier t) const;
-  bool HasCopyBelow(const BlockRecord& rec, Tier t) const;
+  // Whether a tier below `t` and above `until` (exclusive; default: every lower tier) has a copy.
+  bool HasCopyBelow(const BlockRecord& rec, Tier t, int until = kNumTiers) const;
   // Where an evicted block of tier `t` with `uses` uses (Uses) would be demoted: the first
   // lower tier that admits it and whose stores are not backing off after a failure.
   std::optional<Tier> DemotionTarget(uint32_t uses, Tier t) const

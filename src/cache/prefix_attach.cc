@@ -66,8 +66,12 @@ absl::StatusOr<AttachResult> KvCache::Impl::AttachKeys(SequenceId id, uint64_t g
   // Each block below HBM is restored from the ready copy behind the cheapest link (latency +
   // one block over its bandwidth), not the first in tier order: a fleet's store behind a
   // 12.5 GB/s network beats one NVMe drive at 6 GB/s for large blocks.
-  {
-    const std::array<TierLinkCost, kNumTiers> link = CurrentLinks();
+  // The links as the engine measures them now, read once for the source choice and the plan.
+  const bool below_hbm = std::any_of(where.begin(), where.end(),
+                                     [](const BlockLocation& l) { return l.tier != Tier::kHbm; });
+  const std::array<TierLinkCost, kNumTiers> link =
+      below_hbm || cost.has_value() ? CurrentLinks() : links;
+  if (below_hbm) {
     auto seconds = [&](int t) {
       return link[t].bytes_per_second > 0
                  ? absl::ToDoubleSeconds(link[t].latency) +
@@ -127,7 +131,7 @@ absl::StatusOr<AttachResult> KvCache::Impl::AttachKeys(SequenceId id, uint64_t g
   RestorePlan plan;
   if (cost.has_value()) {
     absl::StatusOr<RestorePlan> planned =
-        PlanRestore(*cost, tiers_of, CurrentLinks(), b_tokens, block_bytes, n);
+        PlanRestore(*cost, tiers_of, link, b_tokens, block_bytes, n);
     if (!planned.ok()) {  // on error nothing changes: unpin what phase 1 pinned
       for (const SeqBlock& b : pinned) DropRef(b);
       return planned.status();

@@ -48,7 +48,7 @@ set(KVTIER_LAYER_capi_DEPS cache stack)
 # under include/kvtier/ (the C ABI's is c/kvtier.h).
 set(KVTIER_LAYER_internal_HEADERS)
 set(KVTIER_LAYER_core_HEADERS
-  block_allocator.h block_index.h block_key.h cache_namespace.h completion.h
+  block_allocator.h block_index.h block_key.h cache_namespace.h completion.h device_fence.h
   device_block_table.h hbm_layout.h ids.h kv_address.h kv_geometry.h prefix_hasher.h)
 set(KVTIER_LAYER_platform_HEADERS cuda_device.h)
 set(KVTIER_LAYER_tiers_HEADERS

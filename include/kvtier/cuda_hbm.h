@@ -4,9 +4,14 @@
 // operation: a kvtier thread waits on the event and fires the Completion, so completions never
 // run on a CUDA callback thread and may call CUDA.
 //
-// Layer-first blocks are scattered from / gathered into the block-contiguous host buffer with
-// one batched copy per block (cudaMemcpyBatchAsync on CUDA 13+, num_layers cudaMemcpyAsync calls
-// before, or when the driver refuses the batch). Host buffers should be pinned (DramTier pins its
+// Layer-first and kv-split blocks are scattered from / gathered into the block-contiguous host
+// buffer with one batched copy per block (cudaMemcpyBatchAsync on CUDA 13+, one cudaMemcpyAsync
+// per piece before, or when the driver refuses the batch). A write given
+// BlockIoOptions::layers, or a WriteBlocks batch whose blocks have BlockWrite::layers
+// (layer-wise onboarding, kCapLayerwise), queues layer l's copies of every block of the batch,
+// then an event, then layer l + 1's: the event is handed out as a DeviceFence
+// (LayerProgress::issued) that a compute stream can wait on, and the layer is announced
+// (LayerProgress::landed) when the completer sees it reached. Host buffers should be pinned (DramTier pins its
 // region when a device answers) for full PCIe bandwidth; pageable memory works, slower.
 //
 // Built only with the CUDA toolkit; elsewhere Create returns kUnimplemented. Whether a device
@@ -36,8 +41,10 @@ struct CudaHbmOptions {
   int64_t capacity_blocks = 0;  // >= 1
   int device = 0;               // CUDA device ordinal
   // Engine-owned KV tensors to use instead of allocating: kLayerFirst, one device pointer per
-  // layer ([capacity_blocks][kv_planes][tokens][heads][head_dim] each); kBlockFirst, one pointer
-  // to the whole pool. Empty: kvtier allocates with cudaMalloc.
+  // layer ([capacity_blocks][kv_planes][tokens][heads][head_dim] each); kLayerKvSplit, one per
+  // layer ([kv_planes][capacity_blocks][tokens][heads][head_dim] each, vLLM's FlashAttention
+  // kv_cache[layer]); kBlockFirst, one pointer to the whole pool. Empty: kvtier allocates with
+  // cudaMalloc.
   std::vector<void*> external_pool;
 };
 
@@ -54,7 +61,13 @@ class CudaHbm final : public InMemorySlotTier {
                         const BlockIoOptions& options = {}) override;
   Completion ReadBlock(SlotId slot, const BlockKey& key, absl::Span<std::byte> dst,
                        const BlockIoOptions& options = {}) override;
+  // Layer-major when a block reports layers (kCapLayerwise): one event per layer for the batch.
+  std::vector<Completion> WriteBlocks(absl::Span<const BlockWrite> writes,
+                                      const BlockIoOptions& options = {}) override;
   std::optional<DevicePoolView> device_pool() const override;
+  // A Completion of a caller's CUDA event (TierBackend::CompletionOfDeviceEvent): a third stream
+  // waits for the event and records one of its own, which a completer thread waits on.
+  absl::StatusOr<Completion> CompletionOfDeviceEvent(void* cuda_event) override;
 
   HbmLayout layout() const;
   // Device pointer of layer `layer`'s pool (kLayerFirst) or of the pool plus the layer's offset

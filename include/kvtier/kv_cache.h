@@ -309,11 +309,44 @@ class ResidencyTicket {
   SequenceId sequence() const;
   int64_t begin_token() const;
   int64_t end_token() const;
-  // The device block table of blocks [begin_token / B, ceil(end_token / B)).
+  // The device block table of blocks [begin_token / B, ceil(end_token / B)). A block still
+  // onboarding has slot -1 until its first layer lands; from then on its slot is final (it
+  // becomes -1 again only if its copy then fails, a device error). So once layer_ready(l) has
+  // fired OK, the table is the one layer l's kernel reads.
   const DeviceBlockTable& block_table() const;
   // Fires OK when every block of the range is resident; kUnavailable naming the first block
   // that is not otherwise (its cause in block_error).
   Completion completion() const;
+
+  // Layer-wise readiness (the model of LMCache's and vLLM's layer-wise KV connectors): the
+  // number of layers of the cache's geometry, and a Completion that fires OK once layer `layer`
+  // of every block of the range is in HBM, so the attention kernel of that layer can run while
+  // later layers are still in transfer. Layers land in order within a block, so layer_ready(l)
+  // OK implies every layer below l is ready. It fires kUnavailable (naming the block and the
+  // cause) as soon as some block's layer cannot be made resident. Every layer_ready has fired by
+  // the time completion() fires. Where the HBM tier cannot report layers (no kCapLayerwise: a
+  // metadata tier) or a block joined an onboard started without it, that block's layers all land
+  // together when the block does. A layer outside [0, num_layers()): a Completion that has
+  // fired kOutOfRange. An invalid ticket: kInvalidArgument.
+  int num_layers() const;
+  Completion layer_ready(int layer) const;
+
+  // Makes the CUDA stream `cuda_stream` (a cudaStream_t; nullptr is the legacy default stream)
+  // wait, on the device, until layer `layer` (kAllLayers: every layer) of every block of the
+  // range is in HBM, so a kernel queued on it after this call reads landed KV with no host wait
+  // for the copies (cudaStreamWaitEvent on the HBM tier's per-layer events, LayerProgress). The
+  // host waits only for what the GPU cannot be told to wait for yet: a block whose copy has not
+  // been queued on the HBM tier's copy stream (still being read from NVMe or a store), until
+  // its copy is queued or it lands, at most until `deadline`. On a tier without device fences
+  // (EmulatedHbm) the host waits until the layer has landed, and the stream is not touched.
+  // Thread-safe. Errors: kInvalidArgument for an invalid ticket; kOutOfRange for a layer outside
+  // [0, num_layers()) other than kAllLayers; kUnavailable naming the block when a block of the
+  // range cannot be made resident (the caller recomputes it; ordering for the others may be
+  // partly enqueued); kDeadlineExceeded when the deadline passes first; the CUDA error as
+  // kUnavailable if the runtime refuses the wait.
+  static constexpr int kAllLayers = -1;
+  absl::Status EnqueueStreamWait(void* cuda_stream, int layer = kAllLayers,
+                                 absl::Time deadline = absl::InfiniteFuture()) const;
   std::vector<BlockResidency> block_status() const;
   // OK for a resident block; the cause for the others (kDeadlineExceeded, kDataLoss, ...).
   absl::Status block_error(int64_t index) const;
@@ -448,6 +481,14 @@ class KvCache {
   // num_tokens > the sequence's tokens; kInvalidArgument if it is below what was reported before.
   absl::Status ReportWritten(SequenceId id, int64_t num_tokens,
                              Completion ready = Completion::Done(absl::OkStatus()));
+  // The kernel's CUDA event (a cudaEvent_t recorded on its stream after it wrote the KV) as a
+  // Completion for ReportWritten: it fires once the GPU reaches the event as recorded now (the
+  // caller may record or destroy its event again at once), with kUnavailable and the CUDA error
+  // text if the device reports one. No host thread of the caller waits. Thread-safe.
+  // Errors: kInvalidArgument for a null event; kUnimplemented when the HBM tier's copies run on
+  // no GPU stream (EmulatedHbm, a metadata tier: use a Completion the caller fires instead);
+  // kUnavailable when the CUDA runtime refuses the event.
+  absl::StatusOr<Completion> CompletionOfCudaEvent(void* cuda_event);
 
   // A new sequence `child` with `parent`'s first num_tokens tokens and its options. Full blocks
   // are shared; a partial last block gets a fresh HBM slot and the returned BlockCopy, which the
@@ -561,7 +602,10 @@ class KvCache {
   // lands for the sequence (a later call finds it resident) but is not pinned by this ticket;
   // one not yet started by then (waiting for a staging buffer) gives up. A store read waits at
   // most until the deadline (room_wait's bound without one).
-  // kWait blocks until done or the deadline; a kAsync ticket completes by its deadline. Errors:
+  // kWait blocks until done or the deadline; a kAsync ticket completes by its deadline, except
+  // that a block of which some layer has landed by then is not given up: its copy into HBM has
+  // started and is not cut, and a kernel may already read its landed layers, so it stays kPending
+  // until it lands (pinned then) or fails. Layer by layer: ResidencyTicket::layer_ready. Errors:
   // kNotFound / kFailedPrecondition for the sequence; kInvalidArgument if begin_token > end_token
   // or begin_token < 0; kOutOfRange if end_token is past the sequence's tokens; kDeadlineExceeded
   // if the deadline has already passed.

@@ -18,6 +18,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,6 +32,7 @@
 #include "kvtier/block_key.h"
 #include "kvtier/completion.h"
 #include "kvtier/device_block_table.h"
+#include "kvtier/device_fence.h"
 #include "kvtier/ids.h"
 
 namespace kvtier {
@@ -49,6 +52,12 @@ enum TierCapability : uint32_t {
   // processes write too). The cache's remote discovery (KvCacheOptions::remote_probe_*) uses
   // it only on the remote tier.
   kCapProbe = 1u << 6,
+  // WriteBlock and WriteBlocks report per-layer progress (BlockIoOptions::layers,
+  // BlockWrite::layers): layers land in order and each is announced as it does, so a kernel of
+  // layer l can start before later layers have landed (layer-wise onboarding). WriteBlocks
+  // copies layer-major: layer 0 of every block of the batch, then layer 1, and so on, so layer l
+  // of the whole batch lands before layer l + 1 of any of its blocks. EmulatedHbm and CudaHbm.
+  kCapLayerwise = 1u << 7,
 };
 
 struct TierInfo {
@@ -61,11 +70,29 @@ struct TierInfo {
   uint32_t capabilities = 0;    // TierCapability bits
 };
 
+// Per-layer progress of one WriteBlock into a kCapLayerwise tier (layer-wise onboarding, after
+// LMCache's and vLLM's layer-wise KV connectors). Both callbacks run on the backend's own
+// threads, must not block, and are called before the write's Completion fires; neither is called
+// after it has fired.
+struct LayerProgress {
+  // Layers [0, n) of the block have landed in the slot (their bytes are final), with n
+  // increasing from call to call and at most num_layers. A write that fails stops calling it;
+  // the layers already announced stay valid bytes of the block until the slot is reused.
+  std::function<void(int n)> landed;
+  // Devices with copy streams (CudaHbm) only: the copy of layer `layer` has been queued and
+  // `fence` is reached once it is done (before `landed` reports it), so a compute stream can
+  // wait for it on the device. Called once per layer, in layer order. May be unset.
+  std::function<void(int layer, std::shared_ptr<const DeviceFence> fence)> issued;
+};
+
 // Per-operation options.
 struct BlockIoOptions {
   // An operation that has not started by this time completes with kDeadlineExceeded without
   // touching the slot. One already running is not interrupted.
   absl::Time deadline = absl::InfiniteFuture();
+  // WriteBlock on a kCapLayerwise tier reports each layer's landing here. Ignored by reads and
+  // by other tiers (their callers learn of the whole block from the Completion). May be null.
+  std::shared_ptr<const LayerProgress> layers;
 };
 
 // One block of a batched write or read.
@@ -73,6 +100,9 @@ struct BlockWrite {
   SlotId slot;
   BlockKey key;
   absl::Span<const std::byte> src;
+  // This block's layer progress (as BlockIoOptions::layers), which WriteBlocks uses instead of
+  // its options' `layers`. May be null.
+  std::shared_ptr<const LayerProgress> layers;
 };
 struct BlockRead {
   SlotId slot;
@@ -112,7 +142,9 @@ class TierBackend {
 
   // Batched forms: one Completion per element, in order, each with the errors of the single
   // form. A backend that can (NVMe) hands the whole batch to the device in one submission; if
-  // that submission fails, every block of it fails.
+  // that submission fails, every block of it fails. A kCapLayerwise tier writes a batch
+  // layer-major (see kCapLayerwise), each block reporting to its BlockWrite::layers (or, if
+  // null, to options.layers).
   virtual std::vector<Completion> WriteBlocks(absl::Span<const BlockWrite> writes,
                                               const BlockIoOptions& options = {});
   virtual std::vector<Completion> ReadBlocks(absl::Span<const BlockRead> reads,
@@ -142,6 +174,15 @@ class TierBackend {
   // For kCapDeviceMemory tiers: the pool's addresses and strides (device_block_table.h), what a
   // kernel is handed with a device block table. nullopt on other tiers.
   virtual std::optional<DevicePoolView> device_pool() const { return std::nullopt; }
+  // For tiers whose copies run on GPU streams (CudaHbm): a Completion that fires once the CUDA
+  // event `cuda_event` (a cudaEvent_t the caller has recorded on its stream, e.g. after the
+  // attention kernel that wrote a block) is reached, with kUnavailable and the CUDA error text if
+  // the device reports an error. The event's state is captured now: the caller may record or
+  // destroy it again at once. Errors: kUnimplemented on other tiers (the default);
+  // kInvalidArgument for a null event; kUnavailable when the CUDA runtime refuses it.
+  virtual absl::StatusOr<Completion> CompletionOfDeviceEvent(void* /*cuda_event*/) {
+    return absl::UnimplementedError("this tier's copies run on no GPU stream");
+  }
   // For kCapPersistent tiers: the blocks found when the tier was opened (warm restart), whose
   // slots the allocator starts kCached. Empty on other tiers.
   virtual std::vector<RecoveredBlock> recovered_blocks() const { return {}; }

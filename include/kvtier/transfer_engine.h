@@ -85,6 +85,10 @@ struct TransferOptions {
   // StartDeferred() after its last such Copy; until then the copy only ages toward its
   // deadline. (A copy between two inline tiers that can start at once runs in Copy anyway.)
   bool defer_start = false;
+  // Handed to the destination's WriteBlock (BlockIoOptions::layers): a kCapLayerwise
+  // destination announces each layer of the block as it lands (layer-wise onboarding). Other
+  // destinations ignore it. May be null.
+  std::shared_ptr<const LayerProgress> layers;
 };
 
 struct Transfer {

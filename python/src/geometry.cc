@@ -50,7 +50,8 @@ void BindGeometry(py::module_& m) {
       .value("MLA", AttentionKind::kMla);
   py::enum_<HbmLayout>(m, "HbmLayout", "How the HBM pool arranges blocks (hbm_layout.h).")
       .value("LAYER_FIRST", HbmLayout::kLayerFirst)
-      .value("BLOCK_FIRST", HbmLayout::kBlockFirst);
+      .value("BLOCK_FIRST", HbmLayout::kBlockFirst)
+      .value("LAYER_KV_SPLIT", HbmLayout::kLayerKvSplit);
   py::enum_<HashAlgorithm>(m, "HashAlgorithm")
       .value("XXH3_128", HashAlgorithm::kXxh3_128)
       .value("SHA256", HashAlgorithm::kSha256);

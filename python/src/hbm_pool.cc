@@ -5,9 +5,11 @@
 //
 // Shapes (elements; P = kv_planes (2: K then V; 1 for MLA), B = tokens_per_block, H = KV heads,
 // D = head_dim; for MLA H = 1 and D = kv_lora_rank + qk_rope_head_dim):
-//   array():  layer_first [num_layers][num_blocks][P][B][H][D]
-//             block_first [num_blocks][num_layers][P][B][H][D]
-//   layer(l): [num_blocks][P][B][H][D] in either layout (strided for block_first)
+//   array():  layer_first    [num_layers][num_blocks][P][B][H][D]
+//             block_first    [num_blocks][num_layers][P][B][H][D]
+//             layer_kv_split [num_layers][P][num_blocks][B][H][D] (vLLM FlashAttention)
+//   layer(l): [num_blocks][P][B][H][D] in every layout (strided for block_first and
+//             layer_kv_split)
 //   k(l), v(l): layer(l)[:, 0] and layer(l)[:, 1]: [num_blocks][B][H][D]
 // Element type: float16 for fp16; uint16 holding the bits for bf16 (numpy has no bfloat16:
 // torch.from_numpy(a).view(torch.bfloat16)); uint8 for the fp8 formats.
@@ -56,8 +58,14 @@ void LayerShape(const PyHbmPool& p, std::vector<py::ssize_t>& shape,
   const KvGeometry& g = p.geometry;
   const int64_t e = KvDtypeBytes(g.dtype());
   shape = {p.num_blocks, g.kv_planes(), g.tokens_per_block(), Heads(g), HeadDim(g)};
-  strides = {p.view.block_stride_bytes, g.bytes_per_block_per_layer() / g.kv_planes(),
-             p.view.token_stride_bytes, HeadDim(g) * e, e};
+  // From K to V of one slot: inside the block, or a whole K plane further (kv-split).
+  const int64_t plane_stride =
+      p.view.v_base.empty()
+          ? g.bytes_per_block_per_layer()
+          : static_cast<const std::byte*>(p.view.v_base[0]) -
+                static_cast<const std::byte*>(p.view.k_base[0]);
+  strides = {p.view.block_stride_bytes, plane_stride, p.view.token_stride_bytes, HeadDim(g) * e,
+             e};
 }
 
 int CheckLayer(const PyHbmPool& p, int layer) {
@@ -133,15 +141,23 @@ void BindHbmPool(py::module_& m) {
             const KvGeometry& g = p.geometry;
             std::vector<py::ssize_t> shape = {g.kv_planes(), g.tokens_per_block(), Heads(g),
                                               HeadDim(g)};
-            if (p.layout == HbmLayout::kLayerFirst) {
-              shape.insert(shape.begin(), {g.num_layers(), p.num_blocks});
-            } else {
-              shape.insert(shape.begin(), {p.num_blocks, g.num_layers()});
+            switch (p.layout) {
+              case HbmLayout::kLayerFirst:
+                shape.insert(shape.begin(), {g.num_layers(), p.num_blocks});
+                break;
+              case HbmLayout::kBlockFirst:
+                shape.insert(shape.begin(), {p.num_blocks, g.num_layers()});
+                break;
+              case HbmLayout::kLayerKvSplit:
+                shape.insert(shape.begin() + 1, p.num_blocks);  // [P][num_blocks][B][H][D]
+                shape.insert(shape.begin(), g.num_layers());
+                break;
             }
             return py::array(ElementDtype(g.dtype()), shape, {}, Base(p), self);
           },
-          "The whole pool, C-contiguous: [num_layers][num_blocks][P][B][H][D] (layer_first) or "
-          "[num_blocks][num_layers][P][B][H][D] (block_first).")
+          "The whole pool, C-contiguous: [num_layers][num_blocks][P][B][H][D] (layer_first), "
+          "[num_blocks][num_layers][P][B][H][D] (block_first) or "
+          "[num_layers][P][num_blocks][B][H][D] (layer_kv_split).")
       .def("layer", &LayerView, py::arg("layer"),
            "Layer l of every slot: [num_blocks][P][B][H][D] (P: K, V).")
       .def(

@@ -239,6 +239,14 @@ absl::Status KvCache::ReportWritten(SequenceId id, int64_t num_tokens, Completio
   return I.PublishWritten(id, num_tokens, std::move(ready), scope.deferred());
 }
 
+absl::StatusOr<Completion> KvCache::CompletionOfCudaEvent(void* cuda_event) {
+  if (cuda_event == nullptr) {
+    return absl::InvalidArgumentError("CompletionOfCudaEvent: a null CUDA event");
+  }
+  // tiers[0] is set at Create and never changes; the backend call is thread-safe.
+  return impl_->tiers[0]->CompletionOfDeviceEvent(cuda_event);
+}
+
 absl::StatusOr<std::optional<BlockCopy>> KvCache::Fork(SequenceId parent, SequenceId child,
                                                        int64_t num_tokens, RoomWait wait) {
   Impl& I = *impl_;

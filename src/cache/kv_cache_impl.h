@@ -65,6 +65,8 @@
 namespace kvtier {
 namespace internal {
 
+struct LayerFanout;
+
 inline std::string SeqName(SequenceId id) { return absl::StrCat("sequence ", id.value()); }
 
 // The identity fields of `options` that enter block keys.
@@ -287,6 +289,8 @@ struct KvCache::Impl {
       int64_t batch_index = 0;
     };
     std::vector<Waiter> waiters;                                // onboards: who adopts dst
+    // Onboards into a kCapLayerwise HBM tier: each layer as it lands, for the waiting tickets.
+    std::shared_ptr<internal::LayerFanout> layers;
     // Onboards: the tiers (bit TierIndex) earlier attempts of this block read from and failed;
     // a retry reads from a ready copy in another (RetryOnboard).
     uint8_t tried_tiers = 0;
@@ -762,6 +766,8 @@ struct KvCache::Impl {
   // A failed onboard `failed` (its source read failed) started again from a ready copy in a tier
   // it has not tried, for the same waiters, by the latest of their batches' deadlines; null when
   // there is none, the deadline has passed, or the move cannot start.
+  // Adds `w` to the onboard `m`'s waiters; a ticket's block follows its layers as they land.
+  void AddWaiter(Move& m, Move::Waiter w, Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   std::shared_ptr<Move> RetryOnboard(const Move& failed, Deferred& d)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::StatusOr<std::shared_ptr<Move>> StartMove(const BlockKey& key, Tier from, SlotId src,

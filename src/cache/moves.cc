@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "cache/kv_cache_impl.h"
+#include "cache/layer_fanout.h"
 #include "internal/mutex.h"
 #include "internal/status_macros.h"
 
@@ -42,8 +43,18 @@ absl::StatusOr<std::shared_ptr<KvCache::Impl::Move>> KvCache::Impl::StartMove(co
   // Started after the lock is dropped (RunDeferred), with the other moves of this call: a
   // request's blocks in one tier are read in one batch.
   options.defer_start = true;
+  // Onboards report each layer as it lands where the HBM tier can (layer-wise readiness).
+  std::shared_ptr<internal::LayerFanout> layers;
+  if (to == Tier::kHbm && (tiers[0]->info().capabilities & kCapLayerwise) != 0) {
+    layers = std::make_shared<internal::LayerFanout>(geometry.num_layers());
+    options.layers = layers->MakeProgress();
+  }
   KVTIER_ASSIGN_OR_RETURN(Transfer transfer, engine->Copy(key, from, src, to, options));
   auto move = std::make_shared<Move>();
+  if (layers != nullptr) {
+    layers->SetDestination(transfer.destination);  // before RunDeferred starts the write
+    move->layers = std::move(layers);
+  }
   move->key = key;
   move->from = from;
   move->src = src;
@@ -149,6 +160,15 @@ void KvCache::Impl::OnWritten(const std::vector<std::pair<BlockKey, SlotId>>& wr
   }
 }
 
+void KvCache::Impl::AddWaiter(Move& m, Move::Waiter w, Deferred& d) {
+  if (m.layers != nullptr && w.batch != nullptr && w.batch->ticket != nullptr) {
+    std::vector<Completion> ready;
+    m.layers->AddReader(w.batch, w.batch_index, ready);
+    for (Completion& c : ready) d.fire.emplace_back(std::move(c), absl::OkStatus());
+  }
+  m.waiters.push_back(std::move(w));
+}
+
 std::shared_ptr<KvCache::Impl::Move> KvCache::Impl::RetryOnboard(const Move& failed, Deferred& d) {
   const std::optional<BlockRecord> rec = IndexedCopies(failed.key);
   if (!rec.has_value() || failed.waiters.empty()) return nullptr;
@@ -163,7 +183,7 @@ std::shared_ptr<KvCache::Impl::Move> KvCache::Impl::RetryOnboard(const Move& fai
     auto retry = StartMove(failed.key, static_cast<Tier>(t), rec->slots[t], Tier::kHbm,
                            /*pin=*/true, d, deadline);
     if (!retry.ok()) continue;
-    (*retry)->waiters = failed.waiters;
+    for (const Move::Waiter& w : failed.waiters) AddWaiter(**retry, w, d);
     (*retry)->tried_tiers = tried;
     return *retry;
   }
@@ -183,6 +203,7 @@ void KvCache::Impl::OnMoveDone(const std::shared_ptr<Move>& move, const absl::St
     if (move->to == Tier::kHbm) {
       auto it = onboarding.find(key);
       if (it != onboarding.end() && it->second == move) onboarding.erase(it);
+      if (move->layers != nullptr) move->layers->Close();
     } else {
       auto it = offloading.find(key);
       if (it != offloading.end()) {
@@ -244,6 +265,22 @@ void KvCache::Impl::OnMoveDone(const std::shared_ptr<Move>& move, const absl::St
           if (mm == blocks.end() || Readers(mm->second, from) == 0) {
             SettleSlot(move->from, move->src);
           }
+        }
+        // A ticket that has seen some of the block's layers land (a kernel may have read them
+        // from this move's slot) cannot switch to another slot: that block fails for it.
+        if (move->layers != nullptr) {
+          std::erase_if(move->waiters, [&](const Move::Waiter& w) {
+            if (w.batch == nullptr || w.batch->ticket == nullptr) return false;
+            bool partly = false;
+            {
+              internal::MutexLock tl(&w.batch->ticket->mu);
+              const auto& landed = w.batch->ticket->landed_layers;
+              partly = static_cast<size_t>(w.batch_index) < landed.size() &&
+                       landed[static_cast<size_t>(w.batch_index)] > 0;
+            }
+            if (partly) ResolveOnboard(w.batch, w.batch_index, std::nullopt, status, d);
+            return partly;
+          });
         }
         // Another tier may still have the block (the store lost it, NVMe did not): its waiters
         // get it from there rather than recompute it.

@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "cache/kv_cache_impl.h"
+#include "cache/layer_fanout.h"
 #include "cache/ticket_state.h"
 #include "internal/mutex.h"
 #include "internal/status_macros.h"
@@ -65,6 +66,16 @@ bool KvCache::Impl::ResolveOnboard(const std::shared_ptr<internal::OnboardBatch>
   {
     internal::MutexLock lock(&t->mu);
     if (t->status[static_cast<size_t>(i)] != BlockResidency::kPending) return false;
+    if (t->ticket != nullptr) {  // every layer of the block is settled now
+      if (slot.has_value()) {
+        std::vector<Completion> ready;
+        internal::AdvanceLayersLocked(*t->ticket, i, t->ticket->num_layers,
+                                      static_cast<int32_t>(slot->value()), ready);
+        for (Completion& c : ready) d.fire.emplace_back(std::move(c), absl::OkStatus());
+      } else {
+        internal::FailLayersLocked(*t->ticket, i, error, d.fire);
+      }
+    }
     if (slot.has_value()) {
       t->status[static_cast<size_t>(i)] = BlockResidency::kResident;
     } else {
@@ -92,7 +103,13 @@ void KvCache::Impl::ExpireTicket(const std::shared_ptr<internal::TicketState>& t
   {
     internal::MutexLock tl(&t->mu);
     for (size_t i = 0; i < t->status.size(); ++i) {
-      if (t->status[i] == BlockResidency::kPending) late.push_back(static_cast<int64_t>(i));
+      // A block of which a layer has landed is being written into HBM (a started copy is not
+      // cut, TransferOptions::deadline_bounds_start), and a kernel may read its landed layers:
+      // it stays pending, pinned when it lands, so its slot is not reused under that kernel.
+      if (t->status[i] == BlockResidency::kPending &&
+          (i >= t->landed_layers.size() || t->landed_layers[i] == 0)) {
+        late.push_back(static_cast<int64_t>(i));
+      }
     }
   }
   for (int64_t i : late) {
@@ -159,7 +176,7 @@ void KvCache::Impl::Onboard(Sequence& seq, int64_t i,
   }
   auto in_flight = onboarding.find(key);
   if (in_flight != onboarding.end()) {
-    in_flight->second->waiters.push_back(Move::Waiter{seq.id, i, t, ti});
+    AddWaiter(*in_flight->second, Move::Waiter{seq.id, i, t, ti}, d);
     return;
   }
   if (rec.has_value() && rec->state(Tier::kHbm) == CopyState::kPending) {
@@ -172,7 +189,7 @@ void KvCache::Impl::Onboard(Sequence& seq, int64_t i,
     ResolveOnboard(t, ti, std::nullopt, move.status(), d);
     return;
   }
-  (*move)->waiters.push_back(Move::Waiter{seq.id, i, t, ti});
+  AddWaiter(**move, Move::Waiter{seq.id, i, t, ti}, d);
 }
 
 absl::Status KvCache::Impl::IssueTicket(SequenceId id, int64_t begin_token, int64_t end_token,
@@ -241,6 +258,18 @@ absl::Status KvCache::Impl::IssueTicket(SequenceId id, int64_t begin_token, int6
   }
   t->pending -= static_cast<int64_t>(i);
   const bool all_resident = i == count;
+  t->num_layers = geometry.num_layers();
+  if (!all_resident) {
+    // Layer-wise readiness: blocks from i on are still to come, each layer of each.
+    const int layers = t->num_layers;
+    t->layer_ready.resize(static_cast<size_t>(layers));
+    internal::MutexLock tl(&t->mu);
+    t->landed_layers.assign(count, 0);
+    std::fill(t->landed_layers.begin(), t->landed_layers.begin() + static_cast<std::ptrdiff_t>(i),
+              layers);
+    t->layer_pending.assign(static_cast<size_t>(layers), static_cast<int64_t>(count - i));
+    t->fanouts.assign(count, nullptr);
+  }
   for (; i < count; ++i) {
     const int64_t block = first + static_cast<int64_t>(i);
     if (options.mode == ResidencyMode::kBestEffort) {

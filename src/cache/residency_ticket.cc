@@ -1,4 +1,11 @@
-// ResidencyTicket's accessors (kv_cache.h): read-only views of the shared ticket state.
+// ResidencyTicket's accessors (kv_cache.h): read-only views of the shared ticket state, and the
+// waits a kernel's stream makes on it (layer by layer).
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "cache/layer_fanout.h"
 #include "cache/ticket_state.h"
 #include "kvtier/kv_cache.h"
 
@@ -17,6 +24,79 @@ const DeviceBlockTable& ResidencyTicket::block_table() const {
 Completion ResidencyTicket::completion() const {
   return state_ ? state_->done
                 : Completion::Done(absl::InvalidArgumentError("an invalid residency ticket"));
+}
+
+int ResidencyTicket::num_layers() const { return state_ ? state_->num_layers : 0; }
+
+Completion ResidencyTicket::layer_ready(int layer) const {
+  if (!state_) return Completion::Done(absl::InvalidArgumentError("an invalid residency ticket"));
+  if (layer < 0 || layer >= state_->num_layers) {
+    return Completion::Done(absl::OutOfRangeError(absl::StrCat(
+        "layer ", layer, " is outside [0, ", state_->num_layers, ")")));
+  }
+  // Empty: every block was resident at issue, and `done` has fired OK.
+  return state_->layer_ready.empty() ? state_->done
+                                     : state_->layer_ready[static_cast<size_t>(layer)];
+}
+
+absl::Status ResidencyTicket::EnqueueStreamWait(void* cuda_stream, int layer,
+                                                absl::Time deadline) const {
+  if (!state_) return absl::InvalidArgumentError("an invalid residency ticket");
+  internal::TicketState& t = *state_;
+  if (layer != kAllLayers && (layer < 0 || layer >= t.num_layers)) {
+    return absl::OutOfRangeError(
+        absl::StrCat("EnqueueStreamWait: layer ", layer, " is outside [0, ", t.num_layers, ")"));
+  }
+  if (t.layer_ready.empty()) return absl::OkStatus();  // all resident at issue
+  const int target = layer == kAllLayers ? t.num_layers - 1 : layer;
+  const Completion& ready = t.layer_ready[static_cast<size_t>(target)];
+  // Blocks whose target layer has not landed, with the onboard each follows.
+  std::vector<std::shared_ptr<internal::LayerFanout>> follow;
+  bool unfollowed = false;
+  {
+    internal::MutexLock lock(&t.mu);
+    for (size_t i = 0; i < t.status.size(); ++i) {
+      if (t.status[i] == BlockResidency::kNotResident) {
+        auto e = t.errors.find(static_cast<int64_t>(i));
+        return absl::UnavailableError(absl::StrCat(
+            "EnqueueStreamWait: block ", t.first_block + static_cast<int64_t>(i),
+            " is not resident: ", e != t.errors.end() ? e->second.ToString() : "unknown"));
+      }
+      if (t.landed_layers[i] > target) continue;
+      if (t.fanouts[i] != nullptr) {
+        follow.push_back(t.fanouts[i]);
+      } else {
+        unfollowed = true;
+      }
+    }
+  }
+  // A block that follows no layer-wise onboard (one started without layers, or not started
+  // yet): only its landing tells, on the host.
+  if (unfollowed) return ready.WaitUntil(deadline);
+  std::vector<std::shared_ptr<const DeviceFence>> fences;
+  bool landed_on_host = false;
+  for (const auto& fanout : follow) {
+    internal::LayerFanout::LayerWait w = fanout->WaitForLayer(target, deadline);
+    if (w.landed) {
+      landed_on_host = true;
+      continue;
+    }
+    if (w.fence != nullptr) {
+      fences.push_back(std::move(w.fence));
+      continue;
+    }
+    // The copy ended without the layer (it failed: a retry, or the failure, settles it) or the
+    // deadline passed: the layer's own completion tells.
+    return ready.WaitUntil(deadline);
+  }
+  // A layer the fanout saw land has its completion fired just after (outside the fanout's
+  // lock): wait for that too, so layer_ready(layer) has fired when this returns OK without
+  // fences.
+  if (landed_on_host && fences.empty()) return ready.WaitUntil(deadline);
+  for (const auto& fence : fences) {
+    if (absl::Status s = fence->EnqueueWait(cuda_stream); !s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 std::vector<BlockResidency> ResidencyTicket::block_status() const {

@@ -3,6 +3,8 @@
 #define KVTIER_CACHE_TICKET_STATE_H_
 
 #include <cstdint>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -41,6 +43,8 @@ struct OnboardBatch {
   absl::flat_hash_map<int64_t, absl::Status> errors ABSL_GUARDED_BY(mu);
 };
 
+struct LayerFanout;
+
 struct TicketState : OnboardBatch {
   TicketState() { ticket = this; }
 
@@ -54,7 +58,31 @@ struct TicketState : OnboardBatch {
 
   // Guarded by the issuing cache's lock.
   bool released = false;
+
+  // Layer-wise readiness (ResidencyTicket::layer_ready). num_layers and layer_ready are written
+  // before the ticket is handed out, then only read; layer_ready stays empty when every block was
+  // resident at issue (every layer ready: the ticket's `done`).
+  int num_layers = 0;
+  std::vector<Completion> layer_ready;  // per layer
+  // Per block: layers [0, landed_layers[i]) are in HBM at table.slots[i].
+  std::vector<int> landed_layers ABSL_GUARDED_BY(mu);
+  // Per layer: blocks whose copy of it has neither landed nor failed.
+  std::vector<int64_t> layer_pending ABSL_GUARDED_BY(mu);
+  // Per block: the layer-wise onboard it follows (for EnqueueStreamWait's fences), or null.
+  std::vector<std::shared_ptr<LayerFanout>> fanouts ABSL_GUARDED_BY(mu);
 };
+
+// Both below: the caller holds t.mu (taken as the ticket's or as its OnboardBatch's, which the
+// analysis cannot tell are one lock).
+// Layers [0, n) of block i of `t` have landed in HBM slot `slot`: records it (and the slot in the
+// table), appending to `ready` each layer completion that this makes fire OK. Does nothing for a
+// block no longer pending, a ticket without layer tracking, or n at or below what had landed.
+void AdvanceLayersLocked(TicketState& t, int64_t i, int n, int32_t slot,
+                         std::vector<Completion>& ready);
+// Block i of `t` will not land: each layer of it not yet landed fails with `error` (appended to
+// `fire` with it, for layer completions not fired before).
+void FailLayersLocked(TicketState& t, int64_t i, const absl::Status& error,
+                      std::vector<std::pair<Completion, absl::Status>>& fire);
 
 }  // namespace kvtier::internal
 

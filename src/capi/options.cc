@@ -39,7 +39,7 @@ absl::StatusOr<KvGeometryOptions> ToGeometryOptions(const kvtier_geometry_option
 
 absl::StatusOr<CacheNamespaceOptions> ToNamespaceOptions(const kvtier_namespace_options& o) {
   if (absl::Status s =
-          CheckEnum("namespace hbm_layout", RawEnum(o.hbm_layout), KVTIER_HBM_BLOCK_FIRST);
+          CheckEnum("namespace hbm_layout", RawEnum(o.hbm_layout), KVTIER_HBM_LAYER_KV_SPLIT);
       !s.ok()) {
     return s;
   }

@@ -177,6 +177,45 @@ kvtier_status_code kvtier_ticket_completion(const kvtier_ticket* ticket, kvtier_
   });
 }
 
+kvtier_status_code kvtier_ticket_num_layers(const kvtier_ticket* ticket, int32_t* num_layers,
+                                            kvtier_error* error) {
+  return Guard(error, [&]() -> absl::Status {
+    constexpr char kCall[] = "kvtier_ticket_num_layers";
+    if (ticket == nullptr) return Null(kCall, "ticket");
+    if (num_layers == nullptr) return Null(kCall, "num_layers");
+    *num_layers = ticket->ticket.num_layers();
+    return absl::OkStatus();
+  });
+}
+
+kvtier_status_code kvtier_ticket_wait_layer(const kvtier_ticket* ticket, int32_t layer,
+                                            int64_t timeout_ns, kvtier_error* error) {
+  return Guard(error, [&]() -> absl::Status {
+    if (ticket == nullptr) return Null("kvtier_ticket_wait_layer", "ticket");
+    return ticket->ticket.layer_ready(layer).WaitUntil(capi::DeadlineAfter(timeout_ns));
+  });
+}
+
+kvtier_status_code kvtier_ticket_layer_completion(const kvtier_ticket* ticket, int32_t layer,
+                                                  kvtier_completion** out, kvtier_error* error) {
+  return Guard(error, [&]() -> absl::Status {
+    constexpr char kCall[] = "kvtier_ticket_layer_completion";
+    if (ticket == nullptr) return Null(kCall, "ticket");
+    if (out == nullptr) return Null(kCall, "out");
+    *out = new kvtier_completion{ticket->ticket.layer_ready(layer)};
+    return absl::OkStatus();
+  });
+}
+
+kvtier_status_code kvtier_ticket_stream_wait(const kvtier_ticket* ticket, void* cuda_stream,
+                                             int32_t layer, int64_t timeout_ns,
+                                             kvtier_error* error) {
+  return Guard(error, [&]() -> absl::Status {
+    if (ticket == nullptr) return Null("kvtier_ticket_stream_wait", "ticket");
+    return ticket->ticket.EnqueueStreamWait(cuda_stream, layer, capi::DeadlineAfter(timeout_ns));
+  });
+}
+
 kvtier_status_code kvtier_release_ticket(kvtier_cache* cache, const kvtier_ticket* ticket,
                                          kvtier_error* error) {
   return Guard(error, [&]() -> absl::Status {
@@ -228,5 +267,19 @@ kvtier_status_code kvtier_completion_wait(const kvtier_completion* completion, i
 }
 
 void kvtier_completion_destroy(kvtier_completion* completion) { delete completion; }
+
+kvtier_status_code kvtier_completion_from_cuda_event(kvtier_cache* cache, void* cuda_event,
+                                                     kvtier_completion** out,
+                                                     kvtier_error* error) {
+  return Guard(error, [&]() -> absl::Status {
+    constexpr char kCall[] = "kvtier_completion_from_cuda_event";
+    if (cache == nullptr) return Null(kCall, "cache");
+    if (out == nullptr) return Null(kCall, "out");
+    absl::StatusOr<Completion> c = cache->cache->CompletionOfCudaEvent(cuda_event);
+    if (!c.ok()) return c.status();
+    *out = new kvtier_completion{*std::move(c)};
+    return absl::OkStatus();
+  });
+}
 
 }  // extern "C"

@@ -108,7 +108,8 @@ absl::StatusOr<CacheNamespace> CacheNamespace::Create(const KvGeometry& geometry
         absl::StrCat("CacheNamespace: first_layer = ", options.first_layer, " with ",
                      geometry.num_layers(), " layers is outside [0, INT32_MAX - num_layers]"));
   }
-  if (options.hbm_layout != HbmLayout::kLayerFirst && options.hbm_layout != HbmLayout::kBlockFirst) {
+  if (options.hbm_layout != HbmLayout::kLayerFirst && options.hbm_layout != HbmLayout::kBlockFirst &&
+      options.hbm_layout != HbmLayout::kLayerKvSplit) {
     return absl::InvalidArgumentError(absl::StrCat("CacheNamespace: unknown hbm_layout ",
                                                    static_cast<int>(options.hbm_layout)));
   }

@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <string>
@@ -24,6 +25,38 @@ absl::Status FromCuda(cudaError_t err, const std::string& what) {
       absl::StrCat(what, ": ", cudaGetErrorName(err), ": ", cudaGetErrorString(err)));
 }
 
+// A CUDA event shared by whoever still needs it (the completer, fences handed out); destroyed
+// with the last of them (cudaEventDestroy of an event a stream still waits on is deferred by the
+// runtime until it completes).
+using SharedEvent = std::shared_ptr<CUevent_st>;
+
+absl::StatusOr<SharedEvent> RecordEvent(cudaStream_t stream) {
+  cudaEvent_t event = nullptr;
+  if (cudaError_t err = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+      err != cudaSuccess) {
+    return FromCuda(err, "cudaEventCreate");
+  }
+  SharedEvent shared(event, [](cudaEvent_t e) { cudaEventDestroy(e); });
+  if (cudaError_t err = cudaEventRecord(event, stream); err != cudaSuccess) {
+    return FromCuda(err, "cudaEventRecord");
+  }
+  return shared;
+}
+
+// DeviceFence over an event of the tier's copy stream.
+class CudaFence final : public DeviceFence {
+ public:
+  explicit CudaFence(SharedEvent event) : event_(std::move(event)) {}
+  absl::Status EnqueueWait(void* stream) const override {
+    const cudaError_t err =
+        cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), event_.get(), 0);
+    return err == cudaSuccess ? absl::OkStatus() : FromCuda(err, "cudaStreamWaitEvent");
+  }
+
+ private:
+  SharedEvent event_;
+};
+
 }  // namespace
 
 struct CudaHbm::Impl {
@@ -31,62 +64,86 @@ struct CudaHbm::Impl {
   ~Impl() {
     if (h2d != nullptr) cudaStreamSynchronize(h2d);
     if (d2h != nullptr) cudaStreamSynchronize(d2h);
+    if (marker != nullptr) cudaStreamSynchronize(marker);
     // The completers wait on events of these streams: stop them before the streams go.
     h2d_completer.reset();
     d2h_completer.reset();
+    event_completer.reset();
     if (h2d != nullptr) cudaStreamDestroy(h2d);
     if (d2h != nullptr) cudaStreamDestroy(d2h);
+    if (marker != nullptr) cudaStreamDestroy(marker);
     if (owned_pool != nullptr) cudaFree(owned_pool);
   }
 
-  // Device address of layer `l`'s piece of `slot`.
-  char* Piece(SlotId slot, int l) const {
-    const int64_t per_layer = geometry.bytes_per_block_per_layer();
+  // Slot 0's first byte of layer `l` (LayerPieces' layer base).
+  char* LayerStart(int l) const {
     if (options.layout == HbmLayout::kBlockFirst) {
-      return static_cast<char*>(layer_bases[0]) + slot.value() * geometry.bytes_per_block() +
-             l * per_layer;
+      return static_cast<char*>(layer_bases[0]) + l * geometry.bytes_per_block_per_layer();
     }
-    return static_cast<char*>(layer_bases[l]) + slot.value() * per_layer;
+    return static_cast<char*>(layer_bases[l]);
   }
 
-  // Queues the copies of one block between `host` and `slot` on `stream`.
-  cudaError_t Enqueue(SlotId slot, void* host, bool to_device, cudaStream_t stream) {
+  // Appends the device and host ends of layer `l`'s pieces of `slot` to dsts/srcs/sizes.
+  void AddLayerCopies(SlotId slot, int l, void* host, bool to_device, std::vector<void*>& dsts,
+                      std::vector<void*>& srcs, std::vector<size_t>& sizes) const {
+    internal::PoolPiece pieces[2];
+    const int n = internal::LayerPieces(geometry, options.layout, options.capacity_blocks,
+                                        slot.value(), l, pieces);
+    for (int i = 0; i < n; ++i) {
+      void* dev = LayerStart(l) + pieces[i].pool_offset;
+      void* h = static_cast<char*>(host) + pieces[i].host_offset;
+      dsts.push_back(to_device ? dev : h);
+      srcs.push_back(to_device ? h : dev);
+      sizes.push_back(static_cast<size_t>(pieces[i].bytes));
+    }
+  }
+
+  // Queues `dsts[i] <- srcs[i]` on `stream`: one batched call where the runtime has it.
+  cudaError_t EnqueueCopies(std::vector<void*>& dsts, std::vector<void*>& srcs,
+                            std::vector<size_t>& sizes, bool to_device, cudaStream_t stream) {
     const cudaMemcpyKind kind = to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
-    if (options.layout == HbmLayout::kBlockFirst) {
-      void* dev = Piece(slot, 0);
-      return cudaMemcpyAsync(to_device ? dev : host, to_device ? host : dev,
-                             static_cast<size_t>(geometry.bytes_per_block()), kind, stream);
-    }
-    const int layers = geometry.num_layers();
-    const size_t per_layer = static_cast<size_t>(geometry.bytes_per_block_per_layer());
-    std::vector<void*> dsts(layers), srcs(layers);
-    std::vector<size_t> sizes(layers, per_layer);
-    for (int l = 0; l < layers; ++l) {
-      void* dev = Piece(slot, l);
-      void* h = static_cast<char*>(host) + l * per_layer;
-      dsts[l] = to_device ? dev : h;
-      srcs[l] = to_device ? h : dev;
-    }
 #if CUDART_VERSION >= 13000
-    if (batched.load()) {
+    if (dsts.size() > 1 && batched.load()) {
       cudaMemcpyAttributes attr = {};
       attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
       size_t attr_index = 0;
       const cudaError_t err = cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(),
-                                                   static_cast<size_t>(layers), &attr,
-                                                   &attr_index, 1, stream);
+                                                   dsts.size(), &attr, &attr_index, 1, stream);
       if (err == cudaSuccess) return err;
       cudaGetLastError();  // not supported here: clear it and use single copies from now on
       batched.store(false);
     }
 #endif
-    for (int l = 0; l < layers; ++l) {
-      if (cudaError_t err = cudaMemcpyAsync(dsts[l], srcs[l], per_layer, kind, stream);
+    for (size_t i = 0; i < dsts.size(); ++i) {
+      if (cudaError_t err = cudaMemcpyAsync(dsts[i], srcs[i], sizes[i], kind, stream);
           err != cudaSuccess) {
         return err;
       }
     }
     return cudaSuccess;
+  }
+
+  // Queues the copies of layers [first, last) of one block between `host` and `slot`.
+  cudaError_t Enqueue(SlotId slot, void* host, bool to_device, cudaStream_t stream, int first,
+                      int last) {
+    std::vector<void*> dsts, srcs;
+    std::vector<size_t> sizes;
+    if (options.layout == HbmLayout::kBlockFirst && first == 0 &&
+        last == geometry.num_layers()) {
+      internal::PoolPiece pieces[2];
+      internal::LayerPieces(geometry, options.layout, options.capacity_blocks, slot.value(), 0,
+                            pieces);
+      void* dev = LayerStart(0) + pieces[0].pool_offset;  // the whole block is one run
+      dsts.push_back(to_device ? dev : host);
+      srcs.push_back(to_device ? host : dev);
+      sizes.push_back(static_cast<size_t>(geometry.bytes_per_block()));
+    } else {
+      for (int l = first; l < last; ++l) AddLayerCopies(slot, l, host, to_device, dsts, srcs, sizes);
+    }
+    return EnqueueCopies(dsts, srcs, sizes, to_device, stream);
+  }
+  cudaError_t Enqueue(SlotId slot, void* host, bool to_device, cudaStream_t stream) {
+    return Enqueue(slot, host, to_device, stream, 0, geometry.num_layers());
   }
 
   // Records an event after the queued copies; `finish(status)` runs on `completer` once the
@@ -123,9 +180,14 @@ struct CudaHbm::Impl {
   void* owned_pool = nullptr;
   cudaStream_t h2d = nullptr;
   cudaStream_t d2h = nullptr;
+  // Carries a copy of each caller's event (CompletionOfDeviceEvent), so the caller may record
+  // its own event again at once.
+  cudaStream_t marker = nullptr;
   std::atomic<bool> batched{CUDART_VERSION >= 13000};
   std::unique_ptr<internal::StreamWorker> h2d_completer = std::make_unique<internal::StreamWorker>();
   std::unique_ptr<internal::StreamWorker> d2h_completer = std::make_unique<internal::StreamWorker>();
+  std::unique_ptr<internal::StreamWorker> event_completer =
+      std::make_unique<internal::StreamWorker>();
 };
 
 absl::StatusOr<std::unique_ptr<CudaHbm>> CudaHbm::Create(const KvGeometry& geometry,
@@ -140,9 +202,9 @@ absl::StatusOr<std::unique_ptr<CudaHbm>> CudaHbm::Create(const KvGeometry& geome
     return absl::InvalidArgumentError(absl::StrCat("CudaHbm: device ", options.device,
                                                    " is outside [0, ", devices, ")"));
   }
-  const size_t want_pointers = options.layout == HbmLayout::kLayerFirst
-                                   ? static_cast<size_t>(geometry.num_layers())
-                                   : size_t{1};
+  const size_t want_pointers = options.layout == HbmLayout::kBlockFirst
+                                   ? size_t{1}
+                                   : static_cast<size_t>(geometry.num_layers());
   if (!options.external_pool.empty() && options.external_pool.size() != want_pointers) {
     return absl::InvalidArgumentError(absl::StrCat("CudaHbm: external_pool has ",
                                                    options.external_pool.size(),
@@ -154,7 +216,8 @@ absl::StatusOr<std::unique_ptr<CudaHbm>> CudaHbm::Create(const KvGeometry& geome
   auto impl = std::make_unique<Impl>(geometry, options);
   TierInfo info =
       MakeInfo(Tier::kHbm, absl::StrCat("cuda_hbm(", HbmLayoutName(options.layout), ")"),
-               options.capacity_blocks, geometry.bytes_per_block(), kCapDeviceMemory);
+               options.capacity_blocks, geometry.bytes_per_block(),
+               kCapDeviceMemory | kCapLayerwise);
   if (options.external_pool.empty()) {
     if (cudaError_t err = cudaMalloc(&impl->owned_pool, static_cast<size_t>(info.capacity_bytes));
         err != cudaSuccess) {
@@ -172,6 +235,10 @@ absl::StatusOr<std::unique_ptr<CudaHbm>> CudaHbm::Create(const KvGeometry& geome
     return FromCuda(err, "CudaHbm: cudaStreamCreate");
   }
   if (cudaError_t err = cudaStreamCreateWithFlags(&impl->d2h, cudaStreamNonBlocking);
+      err != cudaSuccess) {
+    return FromCuda(err, "CudaHbm: cudaStreamCreate");
+  }
+  if (cudaError_t err = cudaStreamCreateWithFlags(&impl->marker, cudaStreamNonBlocking);
       err != cudaSuccess) {
     return FromCuda(err, "CudaHbm: cudaStreamCreate");
   }
@@ -193,13 +260,38 @@ bool CudaHbm::batched_copies() const { return impl_->batched.load(); }
 
 void* CudaHbm::LayerBase(int layer) const {
   if (layer < 0 || layer >= impl_->geometry.num_layers()) return nullptr;
-  return impl_->Piece(SlotId(0), layer);
+  return impl_->LayerStart(layer);
 }
 
 std::optional<DevicePoolView> CudaHbm::device_pool() const {
   return internal::MakeDevicePoolView(
-      impl_->geometry, impl_->options.layout,
-      [this](int l) -> void* { return impl_->Piece(SlotId(0), l); }, /*host_accessible=*/false);
+      impl_->geometry, impl_->options.layout, impl_->options.capacity_blocks,
+      [this](int l) -> void* { return impl_->LayerStart(l); }, /*host_accessible=*/false);
+}
+
+absl::StatusOr<Completion> CudaHbm::CompletionOfDeviceEvent(void* cuda_event) {
+  if (cuda_event == nullptr) {
+    return absl::InvalidArgumentError("CudaHbm: CompletionOfDeviceEvent of a null event");
+  }
+  Impl* impl = impl_.get();
+  cudaSetDevice(impl->options.device);
+  // The marker stream waits for the caller's event as recorded now, and our own event marks
+  // that point: the caller may record its event again without moving ours.
+  if (cudaError_t err =
+          cudaStreamWaitEvent(impl->marker, static_cast<cudaEvent_t>(cuda_event), 0);
+      err != cudaSuccess) {
+    return FromCuda(err, "CudaHbm: cudaStreamWaitEvent on the caller's event");
+  }
+  KVTIER_ASSIGN_OR_RETURN(SharedEvent ours, RecordEvent(impl->marker));
+  Completion done;
+  const int device = impl->options.device;
+  impl->event_completer->Enqueue([ours, done, device] {
+    cudaSetDevice(device);
+    const cudaError_t e = cudaEventSynchronize(ours.get());
+    done.Complete(e == cudaSuccess ? absl::OkStatus()
+                                   : FromCuda(e, "the kernel's event (cudaEventSynchronize)"));
+  });
+  return done;
 }
 
 Completion CudaHbm::WriteBlock(SlotId slot, const BlockKey& key, absl::Span<const std::byte> src,
@@ -211,6 +303,10 @@ Completion CudaHbm::WriteBlock(SlotId slot, const BlockKey& key, absl::Span<cons
   }
   BeginSlotWrite(slot);
   cudaSetDevice(impl->options.device);
+  if (options.layers != nullptr) {
+    const BlockWrite one{slot, key, src, options.layers};
+    return WriteBlocks({&one, 1}, options)[0];
+  }
   // Even when queueing fails part-way, earlier pieces may be in flight: the Completion fires only
   // once the stream has passed them, so the caller never reuses the buffers under a live copy.
   const cudaError_t queued =
@@ -225,6 +321,93 @@ Completion CudaHbm::WriteBlock(SlotId slot, const BlockKey& key, absl::Span<cons
         done.Complete(std::move(s));
       });
   return done;
+}
+
+// Layer-major when any block reports layers (kCapLayerwise): every block's layer-l copies, then
+// one event for layer l, handed to each block as its fence; the completer announces layer l of
+// every block when that event is reached.
+std::vector<Completion> CudaHbm::WriteBlocks(absl::Span<const BlockWrite> writes,
+                                             const BlockIoOptions& options) {
+  const bool layered =
+      options.layers != nullptr || std::any_of(writes.begin(), writes.end(), [](const auto& w) {
+        return w.layers != nullptr;
+      });
+  if (!layered) return TierBackend::WriteBlocks(writes, options);
+  Impl* impl = impl_.get();
+  std::vector<Completion> out(writes.size());
+  struct Job {
+    BlockWrite write;
+    Completion done;
+  };
+  std::vector<Job> jobs;
+  for (size_t i = 0; i < writes.size(); ++i) {
+    if (absl::Status s = internal::CheckBlockIoNow(info(), writes[i].slot, writes[i].src.size(),
+                                                   options.deadline);
+        !s.ok()) {
+      out[i] = Completion::Done(std::move(s));
+      continue;
+    }
+    jobs.push_back({writes[i], out[i]});
+    if (jobs.back().write.layers == nullptr) jobs.back().write.layers = options.layers;
+    BeginSlotWrite(jobs.back().write.slot);
+  }
+  if (jobs.empty()) return out;
+  cudaSetDevice(impl->options.device);
+  const int num_layers = impl->geometry.num_layers();
+  std::vector<SharedEvent> events;
+  events.reserve(static_cast<size_t>(num_layers));
+  absl::Status queued;
+  for (int l = 0; l < num_layers && queued.ok(); ++l) {
+    std::vector<void*> dsts, srcs;
+    std::vector<size_t> sizes;
+    for (const Job& j : jobs) {
+      impl->AddLayerCopies(j.write.slot, l, const_cast<std::byte*>(j.write.src.data()), true,
+                           dsts, srcs, sizes);
+    }
+    if (cudaError_t err = impl->EnqueueCopies(dsts, srcs, sizes, true, impl->h2d);
+        err != cudaSuccess) {
+      queued = FromCuda(err, absl::StrCat(info().name, ": copying layer ", l, " of ",
+                                          jobs.size(), " blocks"));
+      break;
+    }
+    absl::StatusOr<SharedEvent> event = RecordEvent(impl->h2d);
+    if (!event.ok()) {
+      queued = event.status();
+      break;
+    }
+    events.push_back(*event);
+    auto fence = std::make_shared<CudaFence>(*event);
+    for (const Job& j : jobs) {
+      if (j.write.layers != nullptr && j.write.layers->issued) j.write.layers->issued(l, fence);
+    }
+  }
+  const int device = impl->options.device;
+  cudaStream_t stream = impl->h2d;
+  impl->h2d_completer->Enqueue([this, jobs = std::move(jobs), queued, events = std::move(events),
+                                device, stream, num_layers] {
+    cudaSetDevice(device);
+    absl::Status s = queued;
+    for (size_t l = 0; l < events.size(); ++l) {
+      if (cudaError_t e = cudaEventSynchronize(events[l].get()); e != cudaSuccess) {
+        s = FromCuda(e, "cudaEventSynchronize");
+        break;
+      }
+      if (!s.ok()) break;
+      for (const Job& j : jobs) {
+        if (j.write.layers != nullptr && j.write.layers->landed) {
+          j.write.layers->landed(static_cast<int>(l) + 1);
+        }
+      }
+    }
+    // Pieces queued after the last recorded event (a failure part-way): let the stream pass
+    // them before the callers may reuse their buffers.
+    if (static_cast<int>(events.size()) < num_layers) cudaStreamSynchronize(stream);
+    for (const Job& j : jobs) {
+      if (s.ok()) EndSlotWrite(j.write.slot, j.write.key);
+      j.done.Complete(s);
+    }
+  });
+  return out;
 }
 
 Completion CudaHbm::ReadBlock(SlotId slot, const BlockKey& key, absl::Span<std::byte> dst,

@@ -28,9 +28,16 @@ Completion CudaHbm::ReadBlock(SlotId, const BlockKey&, absl::Span<std::byte>,
                               const BlockIoOptions&) {
   return Completion::Done(absl::UnimplementedError("CudaHbm: built without CUDA"));
 }
+std::vector<Completion> CudaHbm::WriteBlocks(absl::Span<const BlockWrite> writes,
+                                             const BlockIoOptions& options) {
+  return TierBackend::WriteBlocks(writes, options);
+}
 HbmLayout CudaHbm::layout() const { return HbmLayout::kLayerFirst; }
 void* CudaHbm::LayerBase(int) const { return nullptr; }
 bool CudaHbm::batched_copies() const { return false; }
 std::optional<DevicePoolView> CudaHbm::device_pool() const { return std::nullopt; }
+absl::StatusOr<Completion> CudaHbm::CompletionOfDeviceEvent(void*) {
+  return absl::UnimplementedError("CudaHbm: built without CUDA");
+}
 
 }  // namespace kvtier

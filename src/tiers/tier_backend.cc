@@ -9,7 +9,15 @@ std::vector<Completion> TierBackend::WriteBlocks(absl::Span<const BlockWrite> wr
                                                  const BlockIoOptions& options) {
   std::vector<Completion> out;
   out.reserve(writes.size());
-  for (const BlockWrite& w : writes) out.push_back(WriteBlock(w.slot, w.key, w.src, options));
+  for (const BlockWrite& w : writes) {
+    if (w.layers == nullptr) {
+      out.push_back(WriteBlock(w.slot, w.key, w.src, options));
+      continue;
+    }
+    BlockIoOptions own = options;
+    own.layers = w.layers;
+    out.push_back(WriteBlock(w.slot, w.key, w.src, own));
+  }
   return out;
 }
 

@@ -282,7 +282,7 @@ struct TransferEngine::Impl : std::enable_shared_from_this<TransferEngine::Impl>
     auto done = [weak, op](const absl::Status& s) {
       if (auto self = weak.lock()) self->Finish(op, s);
     };
-    const BlockIoOptions io{.deadline = op->options.deadline};
+    const BlockIoOptions io{.deadline = op->options.deadline, .layers = op->options.layers};
     if (dst->info().capabilities & kCapHostAddressable) {
       dst->BeginHostWrite(op->dst);
       out.read = {op->src, op->key, {dst->HostAddress(op->dst), static_cast<size_t>(block_bytes)}};
@@ -326,7 +326,7 @@ struct TransferEngine::Impl : std::enable_shared_from_this<TransferEngine::Impl>
     // A backend that would have to wait (a store, NVMe staging buffers) gives up at the
     // caller's deadline.
     dst->WriteBlock(op->dst, op->key, {src->HostAddress(op->src), static_cast<size_t>(block_bytes)},
-                    {.deadline = op->options.deadline})
+                    {.deadline = op->options.deadline, .layers = op->options.layers})
         .OnDone([weak, op](const absl::Status& s) {
           if (auto self = weak.lock()) self->Finish(op, s);
         });
@@ -345,10 +345,39 @@ struct TransferEngine::Impl : std::enable_shared_from_this<TransferEngine::Impl>
       std::vector<std::function<void(const absl::Status&)>> then;
     };
     std::vector<Group> groups;
+    // Writes from a host-addressable source into a kCapLayerwise destination that asked for
+    // layer progress: one WriteBlocks per destination tier, so the batch lands layer-major.
+    struct LayeredGroup {
+      Tier to;
+      absl::Time deadline;
+      std::vector<BlockWrite> writes;
+      std::vector<std::shared_ptr<Op>> ops;
+    };
+    std::vector<LayeredGroup> layered;
     for (const std::shared_ptr<Op>& op : started) {
       SourceRead plan;
       if (!PlanSourceRead(op, plan)) {
-        StartIo(op);
+        TierBackend* dst = tiers[TierIndex(op->to)];
+        if (op->options.layers == nullptr || (dst->info().capabilities & kCapLayerwise) == 0) {
+          StartIo(op);
+          continue;
+        }
+        TierBackend* src = tiers[TierIndex(op->from)];
+        if (absl::Status s = src->CheckHolds(op->src, op->key); !s.ok()) {
+          Finish(op, s);
+          continue;
+        }
+        auto g = std::find_if(layered.begin(), layered.end(),
+                              [&](const LayeredGroup& x) { return x.to == op->to; });
+        if (g == layered.end()) {
+          layered.push_back(LayeredGroup{op->to, op->options.deadline, {}, {}});
+          g = layered.end() - 1;
+        }
+        g->deadline = std::max(g->deadline, op->options.deadline);
+        g->writes.push_back(BlockWrite{
+            op->dst, op->key,
+            {src->HostAddress(op->src), static_cast<size_t>(block_bytes)}, op->options.layers});
+        g->ops.push_back(op);
         continue;
       }
       auto g = std::find_if(groups.begin(), groups.end(),
@@ -365,6 +394,16 @@ struct TransferEngine::Impl : std::enable_shared_from_this<TransferEngine::Impl>
       std::vector<Completion> done =
           tiers[TierIndex(g.from)]->ReadBlocks(g.reads, {.deadline = g.deadline});
       for (size_t i = 0; i < done.size(); ++i) done[i].OnDone(std::move(g.then[i]));
+    }
+    std::weak_ptr<Impl> weak = weak_from_this();
+    for (LayeredGroup& g : layered) {
+      std::vector<Completion> done =
+          tiers[TierIndex(g.to)]->WriteBlocks(g.writes, {.deadline = g.deadline});
+      for (size_t i = 0; i < done.size(); ++i) {
+        done[i].OnDone([weak, op = g.ops[i]](const absl::Status& s) {
+          if (auto self = weak.lock()) self->Finish(op, s);
+        });
+      }
     }
   }
 };

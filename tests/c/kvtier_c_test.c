@@ -811,6 +811,29 @@ int main(void) {
   MUST(kvtier_ticket_completion(t4, &t4_done, &err));
   CHECK(kvtier_completion_done(t4_done));
   kvtier_completion_destroy(t4_done);
+  /* Layer by layer: t4's blocks came from DRAM, each layer announced as it landed. */
+  int32_t layers = 0;
+  MUST(kvtier_ticket_num_layers(t4, &layers, &err));
+  CHECK_EQ(layers, kLayers);
+  for (int32_t l = 0; l < layers; ++l) {
+    MUST(kvtier_ticket_wait_layer(t4, l, 0, &err));
+    kvtier_completion* layer_done = NULL;
+    MUST(kvtier_ticket_layer_completion(t4, l, &layer_done, &err));
+    CHECK(kvtier_completion_done(layer_done));
+    kvtier_completion_destroy(layer_done);
+    MUST(kvtier_ticket_stream_wait(t4, NULL, l, 0, &err)); /* landed: nothing to wait for */
+  }
+  MUST(kvtier_ticket_stream_wait(t4, NULL, -1, 0, &err));
+  MUST_FAIL(KVTIER_OUT_OF_RANGE, kvtier_ticket_wait_layer(t4, layers, 0, &err));
+  MUST_FAIL(KVTIER_OUT_OF_RANGE, kvtier_ticket_stream_wait(t4, NULL, layers, 0, &err));
+  MUST_FAIL(KVTIER_INVALID_ARGUMENT, kvtier_ticket_num_layers(NULL, &layers, &err));
+  /* The emulated HBM runs on no GPU stream: a CUDA event cannot become a completion. */
+  kvtier_completion* from_event = NULL;
+  int not_an_event = 0;
+  MUST_FAIL(KVTIER_UNIMPLEMENTED,
+            kvtier_completion_from_cuda_event(cache, &not_an_event, &from_event, &err));
+  MUST_FAIL(KVTIER_INVALID_ARGUMENT,
+            kvtier_completion_from_cuda_event(cache, NULL, &from_event, &err));
   MUST(kvtier_get_sequence(cache, 4, &si, &err));
   CHECK_EQ(si.blocks_by_tier[KVTIER_TIER_HBM], 4);
   MUST(kvtier_cache_get_stats(cache, &st, &err));

@@ -23,6 +23,7 @@
 #include "kvtier/redis_transport.h"
 #include "kvtier/remote_tier.h"
 #include "kvtier/tier_backend.h"
+#include "internal/mutex.h"
 #include "tests/testing/fault_injecting_tier.h"
 #include "tests/testing/random_bytes.h"
 #include "tests/testing/redis_server.h"
@@ -123,6 +124,11 @@ std::vector<BackendFactory> Backends() {
          return Upcast(EmulatedHbm::Create(
              SmallGeometry(), {.layout = HbmLayout::kBlockFirst, .capacity_blocks = kSlots}));
        }},
+      {"EmulatedHbmLayerKvSplit",
+       [] {
+         return Upcast(EmulatedHbm::Create(
+             SmallGeometry(), {.layout = HbmLayout::kLayerKvSplit, .capacity_blocks = kSlots}));
+       }},
       {"Dram",
        [] {
          return Upcast(DramTier::Create(
@@ -137,6 +143,11 @@ std::vector<BackendFactory> Backends() {
        [] {
          return Upcast(CudaHbm::Create(
              SmallGeometry(), {.layout = HbmLayout::kBlockFirst, .capacity_blocks = kSlots}));
+       }},
+      {"CudaHbmLayerKvSplit",
+       [] {
+         return Upcast(CudaHbm::Create(
+             SmallGeometry(), {.layout = HbmLayout::kLayerKvSplit, .capacity_blocks = kSlots}));
        }},
       {"NvmeIoUring", [] { return MakeNvme(NvmeEngine::kIoUring); }},
       {"NvmeThreadPool", [] { return MakeNvme(NvmeEngine::kThreadPool); }},
@@ -241,6 +252,42 @@ TEST_P(TierConformanceTest, ManyOperationsInFlight) {
     }
     KVTIER_ASSERT_OK(Completion::All(reads).Wait());
     for (uint32_t i = 0; i < kSlots; ++i) EXPECT_TRUE(back[i] == data[i]) << round << "/" << i;
+  }
+}
+
+// kCapLayerwise: a batch lands layer-major, each block announcing layers 1..L in order, every
+// block's layer l before any block's layer l + 1, and the bytes are the block's. Other tiers may
+// ignore the progress, but must still store the blocks.
+TEST_P(TierConformanceTest, LayerwiseBatchLandsLayerMajor) {
+  const int layers = SmallGeometry().num_layers();
+  internal::Mutex mu;
+  std::vector<std::pair<int, int>> landed;  // (block, n) in the order announced
+  std::vector<std::vector<std::byte>> data;
+  std::vector<BlockWrite> writes;
+  for (uint32_t i = 0; i < 3; ++i) data.push_back(RandomBlock(500 + i));
+  for (uint32_t i = 0; i < 3; ++i) {
+    auto progress = std::make_shared<LayerProgress>();
+    progress->landed = [&mu, &landed, i](int n) {
+      internal::MutexLock lock(&mu);
+      landed.emplace_back(static_cast<int>(i), n);
+    };
+    writes.push_back(BlockWrite{SlotId(i), Key(500 + i), data[i], progress});
+  }
+  KVTIER_ASSERT_OK(Completion::All(tier_->WriteBlocks(writes)).Wait());
+  for (uint32_t i = 0; i < 3; ++i) {
+    KVTIER_ASSERT_OK_AND_ASSIGN(std::vector<std::byte> back, Read(SlotId(i), Key(500 + i)));
+    EXPECT_TRUE(back == data[i]) << "block " << i;
+  }
+  internal::MutexLock lock(&mu);
+  if ((tier_->info().capabilities & kCapLayerwise) == 0) {
+    EXPECT_TRUE(landed.empty()) << "a tier without kCapLayerwise reported layers";
+    return;
+  }
+  ASSERT_EQ(landed.size(), static_cast<size_t>(3 * layers));
+  for (size_t k = 0; k < landed.size(); ++k) {
+    // Layer-major: the k-th announcement is layer k / 3 + 1 of block k % 3.
+    EXPECT_EQ(landed[k], std::make_pair(static_cast<int>(k % 3), static_cast<int>(k / 3) + 1))
+        << "announcement " << k;
   }
 }
 

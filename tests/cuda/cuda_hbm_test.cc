@@ -3,6 +3,7 @@
 #include "kvtier/cuda_hbm.h"
 
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -85,9 +86,10 @@ TEST_P(CudaHbmTest, BadOptionsAreRejected) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, CudaHbmTest,
-                         ::testing::Values(HbmLayout::kLayerFirst, HbmLayout::kBlockFirst),
+                         ::testing::Values(HbmLayout::kLayerFirst, HbmLayout::kBlockFirst,
+                                           HbmLayout::kLayerKvSplit),
                          [](const auto& p) {
-                           return p.param == HbmLayout::kLayerFirst ? "LayerFirst" : "BlockFirst";
+                           return std::string(HbmLayoutName(p.param));
                          });
 
 TEST(CudaHbmWithoutDevice, SaysWhy) {

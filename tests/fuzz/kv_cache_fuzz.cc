@@ -283,7 +283,16 @@ const CacheNamespace& Namespace(HbmLayout layout) {
   };
   static const CacheNamespace layer_first = make(HbmLayout::kLayerFirst);
   static const CacheNamespace block_first = make(HbmLayout::kBlockFirst);
-  return layout == HbmLayout::kLayerFirst ? layer_first : block_first;
+  static const CacheNamespace kv_split = make(HbmLayout::kLayerKvSplit);
+  switch (layout) {
+    case HbmLayout::kBlockFirst:
+      return block_first;
+    case HbmLayout::kLayerKvSplit:
+      return kv_split;
+    case HbmLayout::kLayerFirst:
+      break;
+  }
+  return layer_first;
 }
 
 // One temporary directory per process for the NVMe file (O_DIRECT is checked there, unlike on
@@ -373,7 +382,10 @@ Config DecodeConfig(Input& in) {
   const uint8_t a = in.Byte();
   const uint8_t b = in.Byte();
   const uint8_t d = in.Byte();
-  c.layout = (a & 1) != 0 ? HbmLayout::kBlockFirst : HbmLayout::kLayerFirst;
+  // The kv-split layout takes the inputs whose prefill-cost bits are 3 (read as 0 there).
+  c.layout = (a & 1) != 0    ? HbmLayout::kBlockFirst
+             : (d & 3) == 3 ? HbmLayout::kLayerKvSplit
+                            : HbmLayout::kLayerFirst;
   c.present[TierIndex(Tier::kDram)] = (a & 2) == 0;
   c.present[TierIndex(Tier::kNvme)] = (a & 4) == 0;
   c.present[TierIndex(Tier::kRemote)] = (a & 8) != 0;
@@ -406,7 +418,7 @@ Config DecodeConfig(Input& in) {
 
 std::string DescribeConfig(const Config& c) {
   return absl::StrCat(
-      "hbm=", c.hbm_blocks, c.layout == HbmLayout::kBlockFirst ? " block_first" : " layer_first",
+      "hbm=", c.hbm_blocks, " ", HbmLayoutName(c.layout),
       " dram=", c.present[1], " nvme=", c.present[2], " remote=", c.present[3],
       " write_through=", c.write_policy == WritePolicy::kWriteThrough,
       " exclusive=", c.inclusion == TierInclusion::kExclusive, " policy=", c.eviction_policy,
@@ -1993,6 +2005,7 @@ extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
   kvtier::Geometry();
   kvtier::Namespace(kvtier::HbmLayout::kLayerFirst);
   kvtier::Namespace(kvtier::HbmLayout::kBlockFirst);
+  kvtier::Namespace(kvtier::HbmLayout::kLayerKvSplit);
   kvtier::Scratch();
   kvtier::ForeignTicket();
   return 0;

@@ -10,7 +10,8 @@ import kvtier
 
 B = 16
 L, H, D = 3, 2, 8
-LAYOUTS = [kvtier.HbmLayout.LAYER_FIRST, kvtier.HbmLayout.BLOCK_FIRST]
+LAYOUTS = [kvtier.HbmLayout.LAYER_FIRST, kvtier.HbmLayout.BLOCK_FIRST,
+           kvtier.HbmLayout.LAYER_KV_SPLIT]
 
 
 def make_cache(layout, dtype=kvtier.KvDtype.FP16, hbm=4, **tiers):
@@ -32,8 +33,10 @@ def test_pool_views_share_memory_in_the_documented_layout(layout):
     whole = pool.array()
     if layout == kvtier.HbmLayout.LAYER_FIRST:
         assert whole.shape == (L, 4, 2, B, H, D)
-    else:
+    elif layout == kvtier.HbmLayout.BLOCK_FIRST:
         assert whole.shape == (4, L, 2, B, H, D)
+    else:  # vLLM FlashAttention: K of every slot, then V of every slot, per layer
+        assert whole.shape == (L, 2, 4, B, H, D)
     assert whole.dtype == np.float16 and whole.flags.c_contiguous and whole.flags.writeable
     assert pool.layer(1).shape == (4, 2, B, H, D)
     assert pool.k(1).shape == pool.v(1).shape == (4, B, H, D)
@@ -42,16 +45,19 @@ def test_pool_views_share_memory_in_the_documented_layout(layout):
     pool.layer(layer)[slot, plane, token, head, :] = np.arange(D, dtype=np.float16) + 1
     if layout == kvtier.HbmLayout.LAYER_FIRST:
         outer = (layer * 4 + slot) * 2 + plane
-    else:
+    elif layout == kvtier.HbmLayout.BLOCK_FIRST:
         outer = (slot * L + layer) * 2 + plane
+    else:
+        outer = (layer * 2 + plane) * 4 + slot
     elem = (outer * B + token) * H * D + head * D
     raw = np.frombuffer(flat, dtype=np.float16)
     np.testing.assert_array_equal(raw[elem:elem + D], np.arange(D, dtype=np.float16) + 1)
     assert pool.v(layer)[slot, token, head, 0] == 1
     assert pool.layer_offset_bytes(0) == 0
-    assert pool.block_stride_bytes == (g.bytes_per_block_per_layer
-                                       if layout == kvtier.HbmLayout.LAYER_FIRST
-                                       else g.bytes_per_block)
+    assert pool.block_stride_bytes == {
+        kvtier.HbmLayout.LAYER_FIRST: g.bytes_per_block_per_layer,
+        kvtier.HbmLayout.BLOCK_FIRST: g.bytes_per_block,
+        kvtier.HbmLayout.LAYER_KV_SPLIT: g.bytes_per_block_per_layer // 2}[layout]
     with pytest.raises(kvtier.OutOfRangeError):
         pool.layer(L)
 

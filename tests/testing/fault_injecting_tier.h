@@ -55,6 +55,9 @@ class FaultInjectingTier final : public TierBackend {
     inner_->EndDeviceWrite(slot, key);
   }
   std::optional<DevicePoolView> device_pool() const override { return inner_->device_pool(); }
+  absl::StatusOr<Completion> CompletionOfDeviceEvent(void* cuda_event) override {
+    return inner_->CompletionOfDeviceEvent(cuda_event);
+  }
   std::vector<RecoveredBlock> recovered_blocks() const override {
     return inner_->recovered_blocks();
   }
@@ -81,6 +84,18 @@ class FaultInjectingTier final : public TierBackend {
       return Completion::Done(std::move(s));
     }
     return Forward([=, this] { return inner_->ReadBlock(slot, key, dst, options); });
+  }
+  // A batch reaches the wrapped tier whole (a layer-wise tier writes it layer-major) unless a
+  // fault or a delay is set; then block by block as above.
+  std::vector<Completion> WriteBlocks(absl::Span<const BlockWrite> writes,
+                                      const BlockIoOptions& options = {}) override {
+    {
+      internal::MutexLock lock(&mu_);
+      if (fail_writes_ <= 0 && delay_ == absl::ZeroDuration()) {
+        return inner_->WriteBlocks(writes, options);
+      }
+    }
+    return TierBackend::WriteBlocks(writes, options);
   }
   // Records the batch's size (read_batches()), then reads block by block as above.
   std::vector<Completion> ReadBlocks(absl::Span<const BlockRead> reads,

@@ -130,7 +130,10 @@ typedef enum kvtier_hbm_layout {
   /* Per layer [num_blocks][kv_planes][tokens_per_block][num_kv_heads][head_dim]. */
   KVTIER_HBM_LAYER_FIRST = 0,
   /* [num_blocks][num_layers][kv_planes][tokens_per_block][num_kv_heads][head_dim]. */
-  KVTIER_HBM_BLOCK_FIRST = 1
+  KVTIER_HBM_BLOCK_FIRST = 1,
+  /* Per layer [kv_planes][num_blocks][tokens_per_block][num_kv_heads][head_dim]: K and V apart
+   * (vLLM's FlashAttention kv_cache[layer]). */
+  KVTIER_HBM_LAYER_KV_SPLIT = 2
 } kvtier_hbm_layout;
 
 typedef enum kvtier_tier_backend_kind {
@@ -723,6 +726,33 @@ kvtier_status_code kvtier_ticket_wait(const kvtier_ticket* ticket, int64_t timeo
 kvtier_status_code kvtier_ticket_completion(const kvtier_ticket* ticket, kvtier_completion** out,
                                             kvtier_error* error);
 
+/* Layer-wise readiness (ResidencyTicket::layer_ready in kvtier/kv_cache.h): layer `layer` of
+ * every block of the range is in HBM, so the kernel of that layer may run while later layers are
+ * still in transfer; once it has, the block table is final for that layer. *num_layers receives
+ * the geometry's layer count. Errors: INVALID_ARGUMENT for a null pointer. */
+kvtier_status_code kvtier_ticket_num_layers(const kvtier_ticket* ticket, int32_t* num_layers,
+                                            kvtier_error* error);
+/* Waits up to timeout_ns (negative: for ever) for layer `layer`. Returns OK when it is ready;
+ * UNAVAILABLE naming the block when some block's layer cannot be; DEADLINE_EXCEEDED if the
+ * timeout passed first; OUT_OF_RANGE for a layer outside [0, num_layers); INVALID_ARGUMENT for a
+ * null ticket. */
+kvtier_status_code kvtier_ticket_wait_layer(const kvtier_ticket* ticket, int32_t layer,
+                                            int64_t timeout_ns, kvtier_error* error);
+/* A new handle on layer `layer`'s completion, which the caller destroys (a layer outside the
+ * geometry gives one that has fired OUT_OF_RANGE). Errors: INVALID_ARGUMENT for a null pointer. */
+kvtier_status_code kvtier_ticket_layer_completion(const kvtier_ticket* ticket, int32_t layer,
+                                                  kvtier_completion** out, kvtier_error* error);
+/* Makes the CUDA stream `cuda_stream` (a cudaStream_t; NULL: the legacy default stream) wait on
+ * the device for layer `layer` (-1: every layer) of every block, without the host waiting for
+ * the copies (ResidencyTicket::EnqueueStreamWait): the host waits only, up to timeout_ns
+ * (negative: for ever), for blocks whose copy is not yet queued on the GPU, or, on a tier
+ * without CUDA (the emulated HBM), for the layer to land. Errors: INVALID_ARGUMENT for a null
+ * ticket; OUT_OF_RANGE for a bad layer; UNAVAILABLE naming a block that cannot be made resident
+ * (recompute it) or with the CUDA error text; DEADLINE_EXCEEDED. */
+kvtier_status_code kvtier_ticket_stream_wait(const kvtier_ticket* ticket, void* cuda_stream,
+                                             int32_t layer, int64_t timeout_ns,
+                                             kvtier_error* error);
+
 /* Unpins the ticket's blocks (the handle stays valid: its accessors still answer). Errors:
  * INVALID_ARGUMENT for a null pointer; NOT_FOUND for a ticket of another cache;
  * FAILED_PRECONDITION for a second release. */
@@ -752,6 +782,15 @@ kvtier_status_code kvtier_completion_wait(const kvtier_completion* completion, i
                                           kvtier_error* error);
 /* Frees the handle; the operation and other handles are not affected. */
 void kvtier_completion_destroy(kvtier_completion* completion);
+/* A new completion that fires when the GPU reaches the CUDA event `cuda_event` (a cudaEvent_t the
+ * caller recorded on its stream after the kernel that wrote the KV), as recorded now: the caller
+ * may record or destroy its event again at once (KvCache::CompletionOfCudaEvent). For
+ * kvtier_report_written without a host wait. Errors: INVALID_ARGUMENT for a null pointer or
+ * event; UNIMPLEMENTED when the cache's HBM tier is not CUDA memory (the emulated HBM: use
+ * kvtier_completion_create and fire it); UNAVAILABLE with the CUDA error text. */
+kvtier_status_code kvtier_completion_from_cuda_event(kvtier_cache* cache, void* cuda_event,
+                                                     kvtier_completion** out,
+                                                     kvtier_error* error);
 
 /* ---- Stats, events, invariants (kvtier/kv_cache_stats.h) */
 

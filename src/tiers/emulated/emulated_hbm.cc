@@ -1,9 +1,12 @@
 // EmulatedHbm (emulated_hbm.h): device memory emulated in host memory, with CUDA's asynchrony.
 #include "kvtier/emulated_hbm.h"
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -30,41 +33,69 @@ Completion EnqueueUnlessLate(internal::StreamWorker& worker, const TierInfo& inf
 }  // namespace
 
 struct EmulatedHbm::Impl {
-  Impl(const KvGeometry& g, HbmLayout pool_layout, int64_t slots, internal::HostRegion pool)
-      : geometry(g), layout(pool_layout), capacity_blocks(slots), region(std::move(pool)) {}
-
-  // Copies between the block-contiguous host buffer and the slot, in the pool's layout.
-  void ToPool(SlotId slot, const std::byte* src) const {
-    if (layout == HbmLayout::kBlockFirst) {
-      std::memcpy(region.data() + slot.value() * block_bytes(), src, block_bytes());
-      return;
-    }
+  Impl(const KvGeometry& g, HbmLayout pool_layout, int64_t slots,
+       std::optional<internal::HostRegion> pool, std::vector<void*> external)
+      : geometry(g), layout(pool_layout), capacity_blocks(slots), region(std::move(pool)) {
+    // Slot 0's first byte of each layer (LayerPieces' layer base): in our region, or the
+    // engine's tensors (one per layer; one for the whole pool, block-first).
     const int64_t per_layer = geometry.bytes_per_block_per_layer();
     for (int l = 0; l < geometry.num_layers(); ++l) {
-      std::memcpy(LayerBase(l) + slot.value() * per_layer, src + l * per_layer, per_layer);
+      std::byte* base = nullptr;
+      if (!external.empty()) {
+        base = layout == HbmLayout::kBlockFirst
+                   ? static_cast<std::byte*>(external[0]) + l * per_layer
+                   : static_cast<std::byte*>(external[static_cast<size_t>(l)]);
+      } else {
+        base = layout == HbmLayout::kBlockFirst ? region->data() + l * per_layer
+                                                : region->data() + l * per_layer * capacity_blocks;
+      }
+      layer_bases.push_back(base);
     }
+  }
+
+  // Copies layer `layer` of `slot` from / to the block-contiguous host buffer, in the pool's
+  // layout.
+  void LayerToPool(SlotId slot, int layer, const std::byte* src) const {
+    internal::PoolPiece pieces[2];
+    const int n = internal::LayerPieces(geometry, layout, capacity_blocks, slot.value(), layer,
+                                        pieces);
+    for (int i = 0; i < n; ++i) {
+      std::memcpy(LayerBase(layer) + pieces[i].pool_offset, src + pieces[i].host_offset,
+                  static_cast<size_t>(pieces[i].bytes));
+    }
+  }
+  void LayerFromPool(SlotId slot, int layer, std::byte* dst) const {
+    internal::PoolPiece pieces[2];
+    const int n = internal::LayerPieces(geometry, layout, capacity_blocks, slot.value(), layer,
+                                        pieces);
+    for (int i = 0; i < n; ++i) {
+      std::memcpy(dst + pieces[i].host_offset, LayerBase(layer) + pieces[i].pool_offset,
+                  static_cast<size_t>(pieces[i].bytes));
+    }
+  }
+  void ToPool(SlotId slot, const std::byte* src) const {
+    if (layout == HbmLayout::kBlockFirst) {  // one run: one copy
+      std::memcpy(layer_bases[0] + slot.value() * block_bytes(), src, block_bytes());
+      return;
+    }
+    for (int l = 0; l < geometry.num_layers(); ++l) LayerToPool(slot, l, src);
   }
   void FromPool(SlotId slot, std::byte* dst) const {
     if (layout == HbmLayout::kBlockFirst) {
-      std::memcpy(dst, region.data() + slot.value() * block_bytes(), block_bytes());
+      std::memcpy(dst, layer_bases[0] + slot.value() * block_bytes(), block_bytes());
       return;
     }
-    const int64_t per_layer = geometry.bytes_per_block_per_layer();
-    for (int l = 0; l < geometry.num_layers(); ++l) {
-      std::memcpy(dst + l * per_layer, LayerBase(l) + slot.value() * per_layer, per_layer);
-    }
+    for (int l = 0; l < geometry.num_layers(); ++l) LayerFromPool(slot, l, dst);
   }
-  std::byte* LayerBase(int layer) const {
-    const int64_t per_layer = geometry.bytes_per_block_per_layer();
-    if (layout == HbmLayout::kBlockFirst) return region.data() + layer * per_layer;
-    return region.data() + layer * per_layer * capacity_blocks;
-  }
+  // Slot 0's first byte of layer `layer` (LayerPieces' layer base).
+  std::byte* LayerBase(int layer) const { return layer_bases[static_cast<size_t>(layer)]; }
   int64_t block_bytes() const { return geometry.bytes_per_block(); }
 
   const KvGeometry geometry;
   const HbmLayout layout;
   const int64_t capacity_blocks;
-  internal::HostRegion region;
+  std::optional<internal::HostRegion> region;  // none: the engine's tensors (external_pool)
+  std::vector<std::byte*> layer_bases;
   // Last members: destroyed first, so queued work finishes while everything above (and the
   // InMemorySlotTier base, destroyed after this Impl) still exists.
   internal::StreamWorker host_to_device;
@@ -77,18 +108,38 @@ absl::StatusOr<std::unique_ptr<EmulatedHbm>> EmulatedHbm::Create(
                                                      options.capacity_blocks));
   TierInfo info =
       MakeInfo(Tier::kHbm, absl::StrCat("emulated_hbm(", HbmLayoutName(options.layout), ")"),
-               options.capacity_blocks, geometry.bytes_per_block(), kCapDeviceMemory);
-  KVTIER_ASSIGN_OR_RETURN(
-      internal::HostRegion region,
-      internal::HostRegion::Create(static_cast<size_t>(info.capacity_bytes), info.name,
-                                   /*try_huge_pages=*/true, options.check_available_memory,
-                                   /*prefault=*/true));
+               options.capacity_blocks, geometry.bytes_per_block(),
+               kCapDeviceMemory | kCapLayerwise);
+  std::optional<internal::HostRegion> region;
+  if (options.external_pool.empty()) {
+    KVTIER_ASSIGN_OR_RETURN(
+        region, internal::HostRegion::Create(static_cast<size_t>(info.capacity_bytes), info.name,
+                                             /*try_huge_pages=*/true,
+                                             options.check_available_memory,
+                                             /*prefault=*/true));
+  } else {
+    const size_t want = options.layout == HbmLayout::kBlockFirst
+                            ? size_t{1}
+                            : static_cast<size_t>(geometry.num_layers());
+    if (options.external_pool.size() != want) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("EmulatedHbm: external_pool has ", options.external_pool.size(),
+                       " pointers; the layout needs ", want));
+    }
+    for (size_t i = 0; i < want; ++i) {
+      if (options.external_pool[i] == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("EmulatedHbm: external_pool[", i, "] is null"));
+      }
+    }
+    info.name = absl::StrCat("emulated_hbm(", HbmLayoutName(options.layout), ", registered)");
+  }
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<BlockAllocator> allocator,
                           BlockAllocator::Create(Tier::kHbm, options.capacity_blocks));
   return std::unique_ptr<EmulatedHbm>(
       new EmulatedHbm(std::move(info), std::move(allocator),
                       std::make_unique<Impl>(geometry, options.layout, options.capacity_blocks,
-                                             std::move(region))));
+                                             std::move(region), options.external_pool)));
 }
 
 EmulatedHbm::EmulatedHbm(TierInfo info, std::unique_ptr<BlockAllocator> allocator,
@@ -105,8 +156,8 @@ std::byte* EmulatedHbm::LayerBase(int layer) const {
 
 std::optional<DevicePoolView> EmulatedHbm::device_pool() const {
   return internal::MakeDevicePoolView(
-      impl_->geometry, impl_->layout, [this](int l) -> void* { return impl_->LayerBase(l); },
-      /*host_accessible=*/true);
+      impl_->geometry, impl_->layout, impl_->capacity_blocks,
+      [this](int l) -> void* { return impl_->LayerBase(l); }, /*host_accessible=*/true);
 }
 
 // The workers run each operation's record updates on the tier (`this`) and its copies on the
@@ -117,6 +168,10 @@ Completion EmulatedHbm::WriteBlock(SlotId slot, const BlockKey& key,
     return Completion::Done(std::move(s));
   }
   Impl* impl = impl_.get();
+  if (options.layers != nullptr) {
+    const BlockWrite one{slot, key, src, options.layers};
+    return WriteBlocks({&one, 1}, options)[0];
+  }
   return EnqueueUnlessLate(impl->host_to_device, info(), slot, options.deadline,
                            [this, impl, slot, key, src] {
                              BeginSlotWrite(slot);
@@ -124,6 +179,54 @@ Completion EmulatedHbm::WriteBlock(SlotId slot, const BlockKey& key,
                              EndSlotWrite(slot, key);
                              return absl::OkStatus();
                            });
+}
+
+// Layer-major when any block reports layers (kCapLayerwise): every block's layer 0, then each
+// block told, then layer 1, ..., as one operation of the host-to-device worker; as CudaHbm
+// queues one batch's copies on its stream.
+std::vector<Completion> EmulatedHbm::WriteBlocks(absl::Span<const BlockWrite> writes,
+                                                 const BlockIoOptions& options) {
+  const bool layered =
+      options.layers != nullptr || std::any_of(writes.begin(), writes.end(), [](const auto& w) {
+        return w.layers != nullptr;
+      });
+  if (!layered) return TierBackend::WriteBlocks(writes, options);
+  std::vector<Completion> out(writes.size());
+  struct Job {
+    BlockWrite write;
+    Completion done;
+  };
+  std::vector<Job> jobs;
+  for (size_t i = 0; i < writes.size(); ++i) {
+    if (absl::Status s = internal::CheckBlockIo(info(), writes[i].slot, writes[i].src.size());
+        !s.ok()) {
+      out[i] = Completion::Done(std::move(s));
+      continue;
+    }
+    jobs.push_back({writes[i], out[i]});
+    if (jobs.back().write.layers == nullptr) jobs.back().write.layers = options.layers;
+  }
+  if (jobs.empty()) return out;
+  Impl* impl = impl_.get();
+  impl->host_to_device.Enqueue([this, impl, jobs = std::move(jobs), deadline = options.deadline] {
+    if (absl::Now() > deadline) {
+      for (const Job& j : jobs) j.done.Complete(internal::DeadlinePassed(info(), j.write.slot));
+      return;
+    }
+    for (const Job& j : jobs) BeginSlotWrite(j.write.slot);
+    const int num_layers = impl->geometry.num_layers();
+    for (int l = 0; l < num_layers; ++l) {
+      for (const Job& j : jobs) impl->LayerToPool(j.write.slot, l, j.write.src.data());
+      for (const Job& j : jobs) {
+        if (j.write.layers != nullptr && j.write.layers->landed) j.write.layers->landed(l + 1);
+      }
+    }
+    for (const Job& j : jobs) {
+      EndSlotWrite(j.write.slot, j.write.key);
+      j.done.Complete(absl::OkStatus());
+    }
+  });
+  return out;
 }
 
 Completion EmulatedHbm::ReadBlock(SlotId slot, const BlockKey& key, absl::Span<std::byte> dst,

@@ -148,8 +148,8 @@ absl::Status MetadataTier::AdoptStoredBlock(SlotId slot, const BlockKey& key) {
 std::optional<DevicePoolView> MetadataTier::device_pool() const {
   if (info().tier != Tier::kHbm) return std::nullopt;
   DevicePoolView view = internal::MakeDevicePoolView(
-      impl_->geometry, HbmLayout::kLayerFirst, [](int) -> void* { return nullptr; },
-      /*host_accessible=*/false);
+      impl_->geometry, HbmLayout::kLayerFirst, info().capacity_blocks,
+      [](int) -> void* { return nullptr; }, /*host_accessible=*/false);
   // No memory, so no addresses: an empty list cannot be mistaken for a pool at address 0.
   view.k_base.clear();
   view.v_base.clear();

@@ -1,6 +1,6 @@
 // The address helpers of device_block_table.h and kv_address.h against hand-computed offsets,
 // against the stride walk they replace, and against the bytes EmulatedHbm stores for a block, in
-// both HbmLayouts and for MHA and MLA.
+// every HbmLayout and for MHA and MLA, and an engine's tensors registered as the pool.
 #include "kvtier/device_block_table.h"
 
 #include <cstddef>
@@ -21,7 +21,10 @@
 namespace kvtier {
 namespace {
 
-constexpr HbmLayout kLayouts[] = {HbmLayout::kLayerFirst, HbmLayout::kBlockFirst};
+using ::kvtier::testing::IsError;
+
+constexpr HbmLayout kLayouts[] = {HbmLayout::kLayerFirst, HbmLayout::kBlockFirst,
+                                  HbmLayout::kLayerKvSplit};
 constexpr int64_t kSlots = 5;
 
 // 2 layers x 2 KV heads x head_dim 4, bf16, 3 tokens per block: an 8-byte head, a 16-byte token
@@ -76,6 +79,14 @@ TEST(DeviceBlockTableTest, MhaAddressesAreTheLayoutsOffsets) {
       {HbmLayout::kBlockFirst, 0, 1, KvPlane::kK, 0, 0, 96},
       {HbmLayout::kBlockFirst, 3, 1, KvPlane::kV, 2, 1, 3 * 192 + 96 + 48 + 2 * 16 + 8},
       {HbmLayout::kBlockFirst, 4, 0, KvPlane::kK, 1, 1, 4 * 192 + 16 + 8},
+      // K/V split (vLLM FlashAttention): layer l at l * 5 slots * 96, its K plane (5 slots of
+      // 48 bytes) first, V 240 bytes in; slots 48 apart within a plane.
+      {HbmLayout::kLayerKvSplit, 0, 0, KvPlane::kK, 0, 0, 0},
+      {HbmLayout::kLayerKvSplit, 0, 0, KvPlane::kV, 0, 0, 240},
+      {HbmLayout::kLayerKvSplit, 1, 0, KvPlane::kK, 0, 0, 48},
+      {HbmLayout::kLayerKvSplit, 0, 1, KvPlane::kK, 0, 0, 480},
+      {HbmLayout::kLayerKvSplit, 3, 1, KvPlane::kV, 2, 1, 480 + 240 + 3 * 48 + 2 * 16 + 8},
+      {HbmLayout::kLayerKvSplit, 4, 0, KvPlane::kK, 1, 1, 4 * 48 + 16 + 8},
   };
   for (HbmLayout layout : kLayouts) {
     std::unique_ptr<EmulatedHbm> hbm = MakeHbm(Mha(), layout);
@@ -102,7 +113,8 @@ TEST(DeviceBlockTableTest, MlaAddressesAreTheLayoutsOffsets) {
     EXPECT_TRUE(pool.v_base.empty());
     EXPECT_EQ(pool.ref().v_base, nullptr);
     const std::byte* base = hbm->LayerBase(0);
-    const bool layer_first = layout == HbmLayout::kLayerFirst;
+    // One plane: the kv-split layout is the layer-first one.
+    const bool layer_first = layout != HbmLayout::kBlockFirst;
     // Slot 4, layer 2, token 1: layer-first 2 * 5 * 36 + 4 * 36 + 12, block-first 4 * 108 +
     // 2 * 36 + 12.
     EXPECT_EQ(KvAddress(pool, 4, 2, KvPlane::kK, 1) - base,
@@ -217,6 +229,60 @@ TEST(DeviceBlockTableTest, CheckedAddressIsNullOutsideTheTable) {
             KvAddress(table.pool, 4, 2, KvPlane::kK, 1));
   EXPECT_EQ(CheckedKvAddress(table, 4, 2, KvPlane::kV), nullptr) << "MLA has no V";
   EXPECT_EQ(CheckedKvAddress(table, 4, 2, KvPlane::kK, 1), nullptr) << "MLA has one head";
+}
+
+// An engine's own tensors registered as the pool (EmulatedHbmOptions::external_pool), in every
+// layout: a block written through the tier lands in them where the addresses say, and a pool of
+// the wrong shape is refused.
+TEST(DeviceBlockTableTest, RegisteredTensorsAreThePool) {
+  const KvGeometry g = Mha();
+  for (HbmLayout layout : kLayouts) {
+    SCOPED_TRACE(HbmLayoutName(layout));
+    const bool one_tensor = layout == HbmLayout::kBlockFirst;
+    const size_t tensors = one_tensor ? 1 : static_cast<size_t>(g.num_layers());
+    const int64_t tensor_bytes = one_tensor ? kSlots * g.bytes_per_block()
+                                            : kSlots * g.bytes_per_block_per_layer();
+    std::vector<std::vector<std::byte>> engine(tensors,
+                                               std::vector<std::byte>(tensor_bytes));
+    std::vector<void*> pointers;
+    for (auto& t : engine) pointers.push_back(t.data());
+    auto hbm = EmulatedHbm::Create(
+        g, {.layout = layout, .capacity_blocks = kSlots, .external_pool = pointers});
+    ASSERT_TRUE(hbm.ok()) << hbm.status();
+    std::vector<std::byte> block(static_cast<size_t>(g.bytes_per_block()));
+    for (size_t i = 0; i < block.size(); ++i) block[i] = static_cast<std::byte>(i * 5 + 3);
+    KVTIER_ASSERT_OK((*hbm)->WriteBlock(SlotId(2), BlockKey{4, 4}, block).Wait());
+    const DevicePoolView pool = *(*hbm)->device_pool();
+    const int64_t head_bytes = int64_t{g.head_dim()} * KvDtypeBytes(g.dtype());
+    int64_t host = 0;
+    for (int l = 0; l < g.num_layers(); ++l) {
+      const std::vector<std::byte>& tensor = engine[one_tensor ? 0 : static_cast<size_t>(l)];
+      for (KvPlane plane : {KvPlane::kK, KvPlane::kV}) {
+        for (int t = 0; t < g.tokens_per_block(); ++t) {
+          for (int h = 0; h < g.num_kv_heads(); ++h) {
+            const std::byte* at = KvAddress(pool, 2, l, plane, t, h);
+            ASSERT_GE(at, tensor.data());
+            ASSERT_LE(at + head_bytes, tensor.data() + tensor.size());
+            for (int64_t b = 0; b < head_bytes; ++b, ++host) {
+              ASSERT_EQ(at[b], block[static_cast<size_t>(host)]) << "host byte " << host;
+            }
+          }
+        }
+      }
+    }
+    std::vector<std::byte> back(block.size());
+    KVTIER_ASSERT_OK((*hbm)->ReadBlock(SlotId(2), BlockKey{4, 4}, absl::MakeSpan(back)).Wait());
+    EXPECT_TRUE(back == block);
+    EXPECT_THAT(EmulatedHbm::Create(g, {.layout = layout,
+                                        .capacity_blocks = kSlots,
+                                        .external_pool = {pointers[0], pointers[0], pointers[0]}}),
+                IsError(absl::StatusCode::kInvalidArgument, "external_pool has 3 pointers"));
+    std::vector<void*> with_null = pointers;
+    with_null.back() = nullptr;
+    EXPECT_THAT(EmulatedHbm::Create(
+                    g, {.layout = layout, .capacity_blocks = kSlots, .external_pool = with_null}),
+                IsError(absl::StatusCode::kInvalidArgument, "is null"));
+  }
 }
 
 }  // namespace

@@ -14,8 +14,14 @@ kvtier has no fp32 KV dtype, so the cache's geometry says fp16 with head_dim 128
 element occupies two fp16 slots, and the pool is viewed as float32 ([slots][B][heads][64]). The
 cache moves blocks as opaque bytes, so the KV round-trips exactly.
 
-Layer-wise readiness (a ticket reporting layer l landed) is not in kvtier yet: the model waits
-for the whole ticket, then runs layer by layer.
+The KV lives where an engine keeps it: by default the model owns one tensor per layer in vLLM's
+FlashAttention layout ([2][num_blocks][B][KV_HEADS][HEAD_DIM], HbmLayout.LAYER_KV_SPLIT) and
+registers them as kvtier's HBM pool (TierStack hbm_tensors), so kvtier onboards into the
+model's own tensors; with layout=LAYER_FIRST it reads kvtier's pool views instead.
+
+Each forward pass takes an ASYNC ticket and runs layer by layer as the ticket reports
+readiness: the attention of layer l waits only for layer l of the restored blocks
+(ResidencyTicket.layer_ready(l)), while later layers may still be in transfer.
 
 Run: PYTHONPATH=build/default/python /usr/bin/python3 examples/python/agent_llama.py
 Exit code 0 when every step matches.
@@ -75,6 +81,7 @@ class Model:
             k = self.rope((x @ p["wk"]).view(-1, KV_HEADS, HEAD_DIM), positions)
             v = (x @ p["wv"]).view(-1, KV_HEADS, HEAD_DIM)
             store.write(l, start, k, v)
+            store.ready(l)  # layer l of every block this pass reads is in place
             keys, values = store.read(l, n)  # [n][KV_HEADS][HEAD_DIM]
             group = Q_HEADS // KV_HEADS
             keys = keys.repeat_interleave(group, dim=1)
@@ -96,6 +103,9 @@ class DenseStore:
         self.k = [torch.empty(0, KV_HEADS, HEAD_DIM) for _ in range(LAYERS)]
         self.v = [torch.empty(0, KV_HEADS, HEAD_DIM) for _ in range(LAYERS)]
 
+    def ready(self, l):
+        pass
+
     def write(self, l, start, k, v):
         assert self.k[l].shape[0] == start
         self.k[l] = torch.cat([self.k[l], k])
@@ -106,18 +116,30 @@ class DenseStore:
 
 
 class PagedStore:
-    """K/V in kvtier's HBM pool, addressed only through a ticket's block table."""
+    """K/V in the HBM pool (kvtier's views of it, or the model's own tensors registered as it),
+    addressed only through an ASYNC ticket's block table, layer by layer as it lands."""
 
-    def __init__(self, pool, block_table):
-        self.table = torch.as_tensor(block_table, dtype=torch.long)
-        assert (self.table >= 0).all(), "a block is not resident"
-        # fp32 K/V over the fp16 pool: [slots][B][KV_HEADS][HEAD_DIM], no copy.
-        self.k = [torch.from_numpy(pool.k(l).view(np.float32)) for l in range(LAYERS)]
-        self.v = [torch.from_numpy(pool.v(l).view(np.float32)) for l in range(LAYERS)]
+    def __init__(self, k, v, ticket, stats):
+        self.k, self.v, self.ticket, self.stats = k, v, ticket, stats
+        self.table = None
+
+    def ready(self, l):
+        """Waits for layer l of the ticket's blocks; the table is final for them from then."""
+        if not self.ticket.completion.done:
+            self.stats["early_layers"] += 1  # layer l runs while the ticket is still in transfer
+        self.ticket.layer_ready(l).wait(30.0)
+        self.stats["layer_waits"] += 1
+        if self.table is None:
+            self.table = torch.as_tensor(self.ticket.block_table, dtype=torch.long)
+            assert (self.table >= 0).all(), "a block is not resident"
 
     def write(self, l, start, k, v):
+        # The new tokens' blocks were resident (freshly appended) when the ticket was issued:
+        # their slots are in the table at once.
+        table = torch.as_tensor(self.ticket.block_table, dtype=torch.long)
         positions = torch.arange(start, start + k.shape[0])
-        slots, offsets = self.table[positions // B], positions % B
+        slots, offsets = table[positions // B], positions % B
+        assert (slots >= 0).all()
         self.k[l][slots, offsets] = k
         self.v[l][slots, offsets] = v
 
@@ -129,10 +151,20 @@ class PagedStore:
 
 
 class Server:
-    def __init__(self, model, cache):
-        self.model, self.cache, self.pool = model, cache, cache.hbm_pool
+    def __init__(self, model, cache, engine_kv=None):
+        """engine_kv: the model's own per-layer tensors registered as the pool
+        ([2][slots][B][KV_HEADS][2 * HEAD_DIM] fp16 each); None: kvtier's pool views."""
+        self.model, self.cache = model, cache
+        if engine_kv is not None:  # fp32 over fp16 pairs: [slots][B][KV_HEADS][HEAD_DIM]
+            self.k = [t[0].view(torch.float32) for t in engine_kv]
+            self.v = [t[1].view(torch.float32) for t in engine_kv]
+        else:
+            pool = cache.hbm_pool
+            self.k = [torch.from_numpy(pool.k(l).view(np.float32)) for l in range(LAYERS)]
+            self.v = [torch.from_numpy(pool.v(l).view(np.float32)) for l in range(LAYERS)]
         self.max_error = 0.0
         self.steps = 0
+        self.layer_stats = dict(layer_waits=0, early_layers=0)
 
     def check(self, logits, context):
         """The last position's logits against a dense recompute of the whole context."""
@@ -146,8 +178,10 @@ class Server:
     def forward(self, seq, tokens, start):
         """One forward pass of tokens at start.. through the cache; the last logits."""
         end = start + len(tokens)
-        with self.cache.ensure_resident(seq, 0, end) as ticket:
-            logits = self.model.forward(tokens, start, PagedStore(self.pool, ticket.block_table))
+        with self.cache.ensure_resident(seq, 0, end, mode=kvtier.ResidencyMode.ASYNC) as ticket:
+            store = PagedStore(self.k, self.v, ticket, self.layer_stats)
+            logits = self.model.forward(tokens, start, store)
+            ticket.completion.wait(30.0)
             self.cache.report_written(seq, end)
         return logits[-1]
 
@@ -169,19 +203,26 @@ class Server:
         return tokens, hit
 
 
-def serve(sessions=4, decode=6):
-    """Runs every session's two turns; a summary of what happened (asserting every step)."""
+def serve(sessions=4, decode=6, layout=kvtier.HbmLayout.LAYER_KV_SPLIT):
+    """Runs every session's two turns; a summary of what happened (asserting every step).
+    LAYER_KV_SPLIT: the model's own tensors are the pool; LAYER_FIRST: kvtier's pool views."""
     torch.set_num_threads(2)
     model = Model(seed=0)
     g = kvtier.KvGeometry(num_layers=LAYERS, num_kv_heads=KV_HEADS, head_dim=2 * HEAD_DIM,
                           dtype=kvtier.KvDtype.FP16, tokens_per_block=B)
-    ns = kvtier.CacheNamespace(g, model_id="tiny-llama-fp32-as-fp16x2", weights_fingerprint="seed0")
+    ns = kvtier.CacheNamespace(g, model_id="tiny-llama-fp32-as-fp16x2", weights_fingerprint="seed0",
+                               hbm_layout=layout)
     rng = np.random.default_rng(0)
+    hbm_blocks = 10
+    engine_kv = None
+    if layout == kvtier.HbmLayout.LAYER_KV_SPLIT:
+        engine_kv = [torch.zeros(2, hbm_blocks, B, KV_HEADS, 2 * HEAD_DIM, dtype=torch.float16)
+                     for _ in range(LAYERS)]
     with tempfile.TemporaryDirectory() as tmp:
-        stack = kvtier.TierStack(ns, hbm_blocks=10, dram_blocks=8, nvme_blocks=64,
-                                 nvme_path=f"{tmp}/kv.nvme")
+        stack = kvtier.TierStack(ns, hbm_blocks=hbm_blocks, dram_blocks=8, nvme_blocks=64,
+                                 nvme_path=f"{tmp}/kv.nvme", hbm_tensors=engine_kv or [])
         cache = kvtier.KvCache.create(ns, stack)
-        server = Server(model, cache)
+        server = Server(model, cache, engine_kv)
         turn1 = {}
         for s in range(sessions):  # turn 1 of every session; each then waits on a tool
             prompt = rng.integers(0, VOCAB, 40).tolist()
@@ -198,6 +239,8 @@ def serve(sessions=4, decode=6):
         cache.check_invariants()
         stats = cache.stats()
     return dict(steps=server.steps, max_error=server.max_error, restored_blocks=restored,
+                layer_waits=server.layer_stats["layer_waits"],
+                early_layers=server.layer_stats["early_layers"],
                 hits=[stats.tiers[t].hits for t in range(3)],
                 hbm_to_dram=stats.moved(kvtier.Tier.HBM, kvtier.Tier.DRAM),
                 dram_to_nvme=stats.moved(kvtier.Tier.DRAM, kvtier.Tier.NVME))
@@ -209,7 +252,9 @@ def main():
     print(f"{r['steps']} steps, max |logits - dense| = {r['max_error']:.2e}, "
           f"greedy tokens identical; attached blocks restored from below HBM: "
           f"{r['restored_blocks']}; hits hbm/dram/nvme = {hits[0]}/{hits[1]}/{hits[2]}; "
-          f"demotions hbm->dram {r['hbm_to_dram']}, dram->nvme {r['dram_to_nvme']}")
+          f"demotions hbm->dram {r['hbm_to_dram']}, dram->nvme {r['dram_to_nvme']}; "
+          f"layer waits {r['layer_waits']}, layers run before their ticket completed "
+          f"{r['early_layers']}")
     ok = r["restored_blocks"] > 0 and hits[1] + hits[2] > 0
     print("agent_llama: OK" if ok else "agent_llama: nothing was restored from a lower tier")
     return 0 if ok else 1

@@ -50,6 +50,15 @@ def _pool_tensor(self, layer=None, plane=None):
     """
     import torch  # only this helper needs torch
 
+    if not self.host_accessible:
+        # A CUDA pool: torch views device memory through __cuda_array_interface__.
+        if layer is None:
+            raise ValueError("a CUDA pool is viewed one layer at a time")
+        holder = type("_CudaView", (), {})()
+        holder.__cuda_array_interface__ = self.cuda_array_interface(
+            layer, -1 if plane is None else plane)
+        tensor = torch.as_tensor(holder, device="cuda")
+        return tensor.view(torch.bfloat16) if self.geometry.dtype == KvDtype.BF16 else tensor
     if layer is None:
         if plane is not None:
             raise ValueError("plane needs a layer")

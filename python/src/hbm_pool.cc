@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "bindings.h"
@@ -50,6 +51,29 @@ int64_t HeadDim(const KvGeometry& g) {
 }
 
 std::byte* Base(const PyHbmPool& p) { return static_cast<std::byte*>(p.view.k_base[0]); }
+
+// The views that dereference the pool on the CPU need host memory (the emulated HBM).
+const PyHbmPool& HostPool(const PyHbmPool& p) {
+  if (!p.view.host_accessible) {
+    throw StatusError(absl::FailedPreconditionError(
+        "HbmPool: the pool is CUDA memory; use cuda_array_interface() or tensor()"));
+  }
+  return p;
+}
+
+// numpy's typestr of an element (the __cuda_array_interface__ field).
+std::string TypeStr(KvDtype dtype) {
+  switch (dtype) {
+    case KvDtype::kFp16:
+      return "<f2";
+    case KvDtype::kBf16:
+      return "<i2";  // bf16 bits, as torch views them (no uint16 there)
+    case KvDtype::kFp8E4m3:
+    case KvDtype::kFp8E5m2:
+      return "|u1";
+  }
+  return "|u1";
+}
 int64_t TotalBytes(const PyHbmPool& p) { return p.num_blocks * p.geometry.bytes_per_block(); }
 
 // Shape and byte strides of layer(l)'s view.
@@ -78,7 +102,7 @@ int CheckLayer(const PyHbmPool& p, int layer) {
 }
 
 py::array LayerView(const py::object& self, int layer) {
-  const auto& p = self.cast<const PyHbmPool&>();
+  const auto& p = HostPool(self.cast<const PyHbmPool&>());
   std::vector<py::ssize_t> shape;
   std::vector<py::ssize_t> strides;
   LayerShape(p, shape, strides);
@@ -87,7 +111,7 @@ py::array LayerView(const py::object& self, int layer) {
 }
 
 py::array PlaneView(const py::object& self, int layer, int plane) {
-  const auto& p = self.cast<const PyHbmPool&>();
+  const auto& p = HostPool(self.cast<const PyHbmPool&>());
   if (plane >= p.geometry.kv_planes()) {
     throw StatusError(absl::FailedPreconditionError("HbmPool: MLA stores no separate V plane"));
   }
@@ -109,10 +133,46 @@ void BindHbmPool(py::module_& m) {
                         "array(), layer(l), k(l), v(l) for its shapes; the buffer protocol "
                         "gives its bytes flat (memoryview(pool), torch.frombuffer(pool, ...)).")
       .def_buffer([](PyHbmPool& p) {
+        if (!p.view.host_accessible) throw py::buffer_error("HbmPool: the pool is CUDA memory");
         return py::buffer_info(Base(p), 1, py::format_descriptor<uint8_t>::format(), 1,
                                {TotalBytes(p)}, {1}, /*readonly=*/false);
       })
       .def_property_readonly("layout", [](const PyHbmPool& p) { return p.layout; })
+      .def_property_readonly("host_accessible",
+                             [](const PyHbmPool& p) { return p.view.host_accessible; })
+      .def(
+          "cuda_array_interface",
+          [](const PyHbmPool& p, int layer, int plane) {
+            // The same shapes as layer(l) (plane -1) and k(l) / v(l), as a
+            // __cuda_array_interface__ (version 3) dict: torch.as_tensor takes an object
+            // carrying it without a copy.
+            if (plane >= p.geometry.kv_planes()) {
+              throw StatusError(
+                  absl::FailedPreconditionError("HbmPool: MLA stores no separate V plane"));
+            }
+            std::vector<py::ssize_t> shape;
+            std::vector<py::ssize_t> strides;
+            LayerShape(p, shape, strides);
+            const std::byte* base =
+                plane < 0 ? static_cast<const std::byte*>(
+                                p.view.k_base[static_cast<size_t>(CheckLayer(p, layer))])
+                          : KvAddress(p.view, 0, CheckLayer(p, layer), static_cast<KvPlane>(plane));
+            if (plane >= 0) {
+              shape = {shape[0], shape[2], shape[3], shape[4]};
+              strides = {strides[0], strides[2], strides[3], strides[4]};
+            }
+            py::dict d;
+            d["shape"] = py::tuple(py::cast(shape));
+            d["strides"] = py::tuple(py::cast(strides));
+            d["typestr"] = TypeStr(p.geometry.dtype());
+            d["data"] = py::make_tuple(reinterpret_cast<uintptr_t>(base), false);
+            d["version"] = 3;
+            return d;
+          },
+          py::arg("layer"), py::arg("plane") = -1,
+          "Layer l ([num_blocks][P][B][H][D], plane -1) or its K / V plane ([num_blocks][B][H][D]) "
+          "as a __cuda_array_interface__ dict (byte strides; bf16 as uint16 bits). For a CUDA "
+          "pool; on the emulated one the addresses are host memory.")
       .def_property_readonly("geometry", [](const PyHbmPool& p) { return p.geometry; })
       .def_property_readonly("num_blocks", [](const PyHbmPool& p) { return p.num_blocks; })
       .def_property_readonly("nbytes", &TotalBytes)
@@ -137,7 +197,7 @@ void BindHbmPool(py::module_& m) {
       .def(
           "array",
           [](const py::object& self) {
-            const auto& p = self.cast<const PyHbmPool&>();
+            const auto& p = HostPool(self.cast<const PyHbmPool&>());
             const KvGeometry& g = p.geometry;
             std::vector<py::ssize_t> shape = {g.kv_planes(), g.tokens_per_block(), Heads(g),
                                               HeadDim(g)};

@@ -127,6 +127,31 @@ void BindTicket(py::module_& m) {
       .def_property_readonly("resident_tokens",
                              [](const PyTicket& t) { return t.ticket.resident_tokens(); })
       .def_property_readonly("completion", [](const PyTicket& t) { return t.ticket.completion(); })
+      .def_property_readonly("num_layers", [](const PyTicket& t) { return t.ticket.num_layers(); })
+      .def(
+          "layer_ready", [](const PyTicket& t, int layer) { return t.ticket.layer_ready(layer); },
+          py::arg("layer"),
+          "The kvtier.Completion of layer `layer`: fires once that layer of every block of the "
+          "range is in HBM (later layers may still be in transfer), so its attention can run; "
+          "block_table is final for it then. A layer outside [0, num_layers) gives one that has "
+          "fired OutOfRangeError.")
+      .def(
+          "stream_wait",
+          [](const PyTicket& t, uintptr_t cuda_stream, int layer, std::optional<double> timeout_s) {
+            const absl::Time deadline = DeadlineAfter(timeout_s);
+            absl::Status s;
+            {
+              py::gil_scoped_release unlocked;
+              s = t.ticket.EnqueueStreamWait(reinterpret_cast<void*>(cuda_stream), layer, deadline);
+            }
+            ThrowIfError(std::move(s));
+          },
+          py::arg("cuda_stream") = 0, py::arg("layer") = ResidencyTicket::kAllLayers,
+          py::arg("timeout_s") = py::none(),
+          "Makes the CUDA stream (an address, e.g. torch.cuda.current_stream().cuda_stream; 0: "
+          "the default stream) wait on the GPU for layer `layer` (-1: every layer) without a "
+          "host wait for the copies; on the emulated HBM it waits on the host until the layer "
+          "has landed. Raises UnavailableError for a block that cannot be made resident.")
       .def_property_readonly("released", [](const PyTicket& t) { return t.released; })
       .def("release", &ReleaseTicket,
            "Unpins the ticket's blocks. FailedPreconditionError for a second release.")
@@ -192,8 +217,15 @@ void BindKvCache(py::module_& m) {
                 Unlocked([&] { return KvCache::Create(ns, std::move(o)); });
             if (!made.ok()) throw StatusError(made.status());
             PyKvCache out;
-            out.cache = std::shared_ptr<KvCache>(*std::move(made));
-            if (view.has_value() && view->host_accessible && !view->k_base.empty()) {
+            // Registered tensors (TierStack hbm_tensors) live as long as the cache: dropped, with
+            // the GIL, right after it.
+            auto* keep = new std::vector<py::object>(std::move(stack.keep_alive));
+            out.cache = std::shared_ptr<KvCache>((*made).release(), [keep](KvCache* k) {
+              delete k;
+              py::gil_scoped_acquire gil;
+              delete keep;
+            });
+            if (view.has_value() && !view->k_base.empty()) {
               out.pool = PyHbmPool{out.cache, ns.geometry(), stack.hbm_layout, hbm_blocks, *view};
             }
             return out;
@@ -216,11 +248,12 @@ void BindKvCache(py::module_& m) {
           [](const PyKvCache& c) {
             if (!c.pool.has_value()) {
               throw StatusError(absl::FailedPreconditionError(
-                  "KvCache.hbm_pool: the HBM tier is not host-addressable memory"));
+                  "KvCache.hbm_pool: the HBM tier has no pool addresses (a metadata tier)"));
             }
             return *c.pool;
           },
-          "The emulated HBM pool as kvtier.HbmPool (writable, no copy).")
+          "The HBM pool as kvtier.HbmPool: the emulated HBM's host memory (writable, no copy), "
+          "or CUDA memory (host_accessible False: cuda_array_interface() / tensor()).")
       // ---- Sequences
       .def(
           "create_sequence",
@@ -268,6 +301,16 @@ void BindKvCache(py::module_& m) {
           },
           py::arg("id"), py::arg("num_tokens"), py::arg("ready") = py::none(),
           "The KV of tokens [0, num_tokens) is in HBM once `ready` fires (default: now).")
+      .def(
+          "completion_of_cuda_event",
+          [](const PyKvCache& c, uintptr_t cuda_event) {
+            return Unwrap(Unlocked(
+                [&] { return Cache(c).CompletionOfCudaEvent(reinterpret_cast<void*>(cuda_event)); }));
+          },
+          py::arg("cuda_event"),
+          "A kvtier.Completion that fires when the GPU reaches the CUDA event (an address, e.g. "
+          "torch.cuda.Event().cuda_event after record()), as recorded now: report_written's "
+          "`ready` without a host wait. UnimplementedError when the HBM tier is not CUDA memory.")
       .def(
           "fork",
           [](const PyKvCache& c, uint64_t parent, uint64_t child, int64_t num_tokens,

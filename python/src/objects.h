@@ -24,10 +24,13 @@ struct PyTierStack {
   HbmLayout hbm_layout = HbmLayout::kLayerFirst;
   TierBackends tiers;
   bool consumed = false;
+  // The engine's tensors registered as the HBM pool (hbm_tensors): kept alive by the cache made
+  // over this stack.
+  std::vector<py::object> keep_alive;
 };
 
-// The HBM pool of a cache whose HBM tier the CPU can address (the emulated HBM): its base, its
-// shape, and the cache that owns the memory.
+// The HBM pool of a cache (the emulated HBM in host memory, or CUDA memory: view.host_accessible
+// tells): its base, its shape, and the cache that owns the memory.
 struct PyHbmPool {
   std::shared_ptr<KvCache> cache;
   KvGeometry geometry;
@@ -39,7 +42,7 @@ struct PyHbmPool {
 // kvtier.KvCache.
 struct PyKvCache {
   std::shared_ptr<KvCache> cache;
-  // Set when the HBM tier reported a host-accessible device pool at creation.
+  // Set when the HBM tier reported a device pool with addresses at creation.
   std::optional<PyHbmPool> pool;
 };
 

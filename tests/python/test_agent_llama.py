@@ -19,10 +19,17 @@ def load_example():
     return example
 
 
-def test_agent_sessions_match_a_dense_recompute():
+@pytest.mark.parametrize("layout", ["LAYER_KV_SPLIT", "LAYER_FIRST"])
+def test_agent_sessions_match_a_dense_recompute(layout):
+    import kvtier
     example = load_example()
-    r = example.serve()  # asserts logits within 1e-5 and identical greedy tokens at every step
+    # LAYER_KV_SPLIT: the model's own tensors (vLLM's FlashAttention layout) are kvtier's pool;
+    # LAYER_FIRST: the model reads kvtier's pool views. Both run layer by layer on ASYNC tickets.
+    # serve() asserts logits within 1e-5 and identical greedy tokens at every step.
+    r = example.serve(layout=getattr(kvtier.HbmLayout, layout))
     assert r["steps"] == 4 * 2 * 7  # sessions x turns x (prefill + 6 decode steps)
+    assert r["layer_waits"] == r["steps"] * example.LAYERS  # every layer waited for its own
+    assert r["early_layers"] <= r["layer_waits"]
     assert r["max_error"] <= 1e-5
     # Turn 1's prefixes left HBM for DRAM and NVMe, and turn 2 restored them from there.
     assert r["hbm_to_dram"] > 0 and r["dram_to_nvme"] > 0

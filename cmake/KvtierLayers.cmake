@@ -20,10 +20,10 @@ set(KVTIER_LAYERS internal core platform tiers transfer remote cuda stack policy
 #   remote    RemoteTier, transports, value frames, codecs: a TierBackend over a store.
 #   cuda      CudaHbm, the device tier: a TierBackend, so it sits on tiers beside transfer and
 #             remote. Neither of those may see it (they work through TierBackend), nor it them.
-#   stack     the tier stack builder (BuildTierStack): the host backends of tiers and remote
+#   stack     the tier stack builder (BuildTierStack): the backends of tiers, cuda and remote
 #             (and a remote tier's store from a directory or a Redis URL) from one options struct,
-#             for servers, the replay, tests, the fuzzer, benchmarks and examples. It builds no
-#             CudaHbm (the caller adds one), so it needs remote only; nothing below it sees it.
+#             for servers, the bindings, the replay, tests, the fuzzer, benchmarks and examples;
+#             nothing below it sees it.
 #   policy    eviction ranking (lru, cost_aware), eviction candidacy (the leaf-first rule and a
 #             candidate's traits) and the restore-versus-recompute cost model; it owns no blocks.
 #   cache     the KvCache facade: asks the policy, moves blocks with the transfer engine, and
@@ -38,7 +38,7 @@ set(KVTIER_LAYER_tiers_DEPS core platform)
 set(KVTIER_LAYER_transfer_DEPS tiers)
 set(KVTIER_LAYER_remote_DEPS tiers)
 set(KVTIER_LAYER_cuda_DEPS tiers)
-set(KVTIER_LAYER_stack_DEPS remote)
+set(KVTIER_LAYER_stack_DEPS remote cuda)
 set(KVTIER_LAYER_policy_DEPS core)
 set(KVTIER_LAYER_cache_DEPS transfer policy)
 set(KVTIER_LAYER_capi_DEPS cache stack)

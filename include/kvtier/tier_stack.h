@@ -6,9 +6,9 @@
 // that wraps each built backend (a fault injector, a counting decorator).
 //
 // The builder owns nothing and keeps nothing: each call builds fresh backends and hands them to
-// the caller. It only chooses among the host backends of the tiers and remote layers
-// (EmulatedHbm, DramTier, NvmeTier, RemoteTier, MetadataTier); for a real GPU's HBM, leave the
-// HBM tier absent here and put a CudaHbm (kvtier/cuda_hbm.h) into the result's kHbm entry.
+// the caller. It chooses among EmulatedHbm or CudaHbm (hbm_backend), DramTier, NvmeTier,
+// RemoteTier and MetadataTier. (A CudaHbm the caller builds itself may also go into the
+// result's kHbm entry, the HBM tier left absent here.)
 //
 // Thread-safety: BuildTierStack and RemoteTransportFromUrl are reentrant: they touch no shared
 // state (two stacks on one NVMe path are NvmeTier's business, not theirs). `options` is only
@@ -25,6 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "kvtier/cache_namespace.h"
+#include "kvtier/cuda_hbm.h"
 #include "kvtier/dram_tier.h"
 #include "kvtier/emulated_hbm.h"
 #include "kvtier/ids.h"
@@ -36,6 +37,12 @@
 #include "kvtier/transport.h"
 
 namespace kvtier {
+
+// Which device a native HBM tier is.
+enum class HbmBackend : uint8_t {
+  kEmulated = 0,  // EmulatedHbm: host memory with CUDA's asynchrony (any machine)
+  kCuda = 1,      // CudaHbm: a GPU's memory (kUnavailable without a GPU)
+};
 
 // What stands behind a present tier.
 enum class TierBackendKind : uint8_t {
@@ -64,6 +71,10 @@ struct TierStackOptions {
   // exactly that many blocks: EmulatedHbm and RemoteTier take the blocks, DramTier
   // blocks x bytes_per_block() bytes, NvmeTier blocks x NvmeTier::SlotBytes() bytes.
   EmulatedHbmOptions hbm;
+  // The HBM tier's device, and CudaHbm's options for kCuda (its layout comes from hbm.layout and
+  // its capacity from the tier's capacity_blocks; external_pool, device are its own).
+  HbmBackend hbm_backend = HbmBackend::kEmulated;
+  CudaHbmOptions cuda_hbm;
   DramTierOptions dram;
   // path is required for a native NVMe tier. An existing file is reopened, not cleared: its
   // valid blocks come back as recovered (NvmeTier::recovered(), KvCache's warm restart).
@@ -98,12 +109,13 @@ using TierBackends = std::array<std::unique_ptr<TierBackend>, kNumTiers>;
 // native remote tier's store keys are namespaced by `ns`, remote_tier.h). Then passes each to
 // `options.wrap` if set.
 //
-// Errors: kInvalidArgument for a negative capacity_blocks, an unknown kind, a capacity whose
-// bytes overflow int64, a native remote tier with no store or more than one, or a `wrap` that
-// returns null (the message names the tier); otherwise the error of the first backend or
+// Errors: kInvalidArgument for a negative capacity_blocks, an unknown kind or hbm_backend, a
+// capacity whose bytes overflow int64, a native remote tier with no store or more than one, or a
+// `wrap` that returns null (the message names the tier); otherwise the error of the first backend or
 // transport whose Create fails, unchanged (e.g. NvmeTier's kInvalidArgument for an empty path,
 // EmulatedHbm's or DramTier's kResourceExhausted for a pool over MemAvailable, DirectoryTransport's
-// kUnavailable, RedisTransport's kInvalidArgument for a bad URL). On error every backend built
+// kUnavailable, RedisTransport's kInvalidArgument for a bad URL, CudaHbm's kUnavailable
+// without a GPU or kUnimplemented in a build without CUDA). On error every backend built
 // so far (wrapped or not) is destroyed. `wrap` is called only once every backend is built.
 //
 // Ownership: the caller owns the backends returned. A shared remote.transport is shared with the

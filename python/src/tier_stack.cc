@@ -10,8 +10,6 @@
 #include <vector>
 
 #include "bindings.h"
-#include "kvtier/cuda_hbm.h"
-#include "kvtier/emulated_hbm.h"
 #include "objects.h"
 
 namespace kvtier::python {
@@ -80,30 +78,19 @@ void BindTierStack(py::module_& m) {
              o.remote_directory = std::move(remote_directory);
              o.remote_url = std::move(remote_url);
              PyTierStack stack{ns.geometry(), ns.options().hbm_layout, {}, false, {}};
-             const bool own_hbm = hbm_backend != "emulated" || !hbm_tensors.empty();
-             if (hbm_backend != "emulated" && hbm_backend != "cuda") {
+             if (hbm_backend == "cuda") {
+               o.hbm_backend = HbmBackend::kCuda;
+             } else if (hbm_backend != "emulated") {
                throw StatusError(absl::InvalidArgumentError(
                    "TierStack: hbm_backend must be 'emulated' or 'cuda', got '" + hbm_backend +
                    "'"));
              }
-             std::vector<void*> external = RegisteredTensors(ns, hbm_blocks, hbm_tensors);
-             if (own_hbm) o.tiers[TierIndex(Tier::kHbm)].capacity_blocks = 0;
+             o.cuda_hbm.device = cuda_device;
+             o.hbm.external_pool = RegisteredTensors(ns, hbm_blocks, hbm_tensors);
+             o.cuda_hbm.external_pool = o.hbm.external_pool;
              {
                py::gil_scoped_release unlocked;
                stack.tiers = Unwrap(BuildTierStack(ns, o));
-               if (own_hbm && hbm_backend == "cuda") {
-                 stack.tiers[0] = Unwrap(CudaHbm::Create(
-                     ns.geometry(), {.layout = ns.options().hbm_layout,
-                                     .capacity_blocks = hbm_blocks,
-                                     .device = cuda_device,
-                                     .external_pool = external}));
-               } else if (own_hbm) {
-                 stack.tiers[0] = Unwrap(EmulatedHbm::Create(
-                     ns.geometry(), {.layout = ns.options().hbm_layout,
-                                     .capacity_blocks = hbm_blocks,
-                                     .check_available_memory = check_available_memory,
-                                     .external_pool = external}));
-               }
              }
              stack.keep_alive = hbm_tensors;
              return stack;

@@ -26,6 +26,8 @@ static_assert(KVTIER_TIER_REMOTE == TierIndex(Tier::kRemote));
 static_assert(KVTIER_DTYPE_FP8_E5M2 == static_cast<int>(KvDtype::kFp8E5m2));
 static_assert(KVTIER_HBM_BLOCK_FIRST == static_cast<int>(HbmLayout::kBlockFirst));
 static_assert(KVTIER_HBM_LAYER_KV_SPLIT == static_cast<int>(HbmLayout::kLayerKvSplit));
+static_assert(KVTIER_HBM_EMULATED == static_cast<int>(HbmBackend::kEmulated));
+static_assert(KVTIER_HBM_CUDA == static_cast<int>(HbmBackend::kCuda));
 static_assert(KVTIER_CODEC_FP8_E4M3 == static_cast<int>(Codec::kFp8E4m3));
 static_assert(KVTIER_STOP_LENGTH == static_cast<int>(StopReason::kLength));
 static_assert(KVTIER_HINT_REJECTED == static_cast<int>(HintOutcome::Result::kRejected));

@@ -73,7 +73,16 @@ absl::StatusOr<TierStackOptions> ToTierStackOptions(const CacheNamespace& ns,
       CheckEnum("tier stack nvme_engine", RawEnum(o.nvme_engine), KVTIER_NVME_THREAD_POOL);
   if (s.ok())
     s = CheckEnum("tier stack remote_codec", RawEnum(o.remote_codec), KVTIER_CODEC_FP8_E4M3);
+  if (s.ok()) s = CheckEnum("tier stack hbm_backend", RawEnum(o.hbm_backend), KVTIER_HBM_CUDA);
   if (!s.ok()) return s;
+  if (o.hbm_num_tensors > 0 && o.hbm_tensors == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("tier stack: hbm_num_tensors is ",
+                                                   o.hbm_num_tensors, " but hbm_tensors is NULL"));
+  }
+  t.hbm_backend = static_cast<HbmBackend>(RawEnum(o.hbm_backend));
+  t.cuda_hbm.device = o.cuda_device;
+  for (size_t i = 0; i < o.hbm_num_tensors; ++i) t.hbm.external_pool.push_back(o.hbm_tensors[i]);
+  t.cuda_hbm.external_pool = t.hbm.external_pool;
   // The emulated HBM keeps the layout the namespace (and so every block key) names.
   t.hbm.layout = ns.options().hbm_layout;
   t.hbm.check_available_memory = o.hbm_check_available_memory;
@@ -195,6 +204,10 @@ void kvtier_tier_stack_options_init(kvtier_tier_stack_options* options) {
     options->tiers[i].kind = static_cast<kvtier_tier_backend_kind>(d.tiers[i].kind);
   }
   options->hbm_check_available_memory = d.hbm.check_available_memory;
+  options->hbm_backend = static_cast<kvtier_hbm_backend>(d.hbm_backend);
+  options->cuda_device = d.cuda_hbm.device;
+  options->hbm_tensors = nullptr;
+  options->hbm_num_tensors = 0;
   options->dram_try_huge_pages = d.dram.try_huge_pages;
   options->dram_pin_for_cuda = d.dram.pin_for_cuda;
   options->dram_check_available_memory = d.dram.check_available_memory;

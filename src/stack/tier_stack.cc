@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "kvtier/cuda_hbm.h"
 #include "kvtier/directory_transport.h"
 #include "kvtier/metadata_tier.h"
 #include "kvtier/redis_transport.h"
@@ -54,6 +55,16 @@ absl::StatusOr<std::unique_ptr<TierBackend>> BuildNative(const KvGeometry& g,
                                                          const TierStackOptions& o) {
   switch (tier) {
     case Tier::kHbm: {
+      if (o.hbm_backend == HbmBackend::kCuda) {
+        CudaHbmOptions cuda = o.cuda_hbm;
+        cuda.layout = o.hbm.layout;
+        cuda.capacity_blocks = blocks;
+        return Erased(CudaHbm::Create(g, cuda));
+      }
+      if (o.hbm_backend != HbmBackend::kEmulated) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "BuildTierStack: unknown hbm_backend ", static_cast<int>(o.hbm_backend)));
+      }
       EmulatedHbmOptions hbm = o.hbm;
       hbm.capacity_blocks = blocks;
       return Erased(EmulatedHbm::Create(g, hbm));

@@ -214,6 +214,90 @@ static kvtier_tier_stack* MakeStack(const kvtier_namespace* ns) {
 /* A second cache, on a metadata HBM tier (slots, no bytes) over a remote tier whose Redis server
  * is not there: the stack still builds (the store connects lazily), remote discovery's probe
  * fails without failing the attach, and the ticket has slots but no pool addresses. */
+/* An engine's own per-layer KV arrays, in vLLM's FlashAttention layout (LAYER_KV_SPLIT:
+ * [2][num_blocks][B][H][D] per layer), registered as the HBM pool: what kvtier's pool addresses
+ * reach is the engine's memory. And a CUDA HBM refused with its reason where no GPU answers. */
+static void RegisteredKvSplitPool(void) {
+  kvtier_error err;
+  kvtier_geometry_options g;
+  kvtier_geometry_options_init(&g);
+  g.num_layers = kLayers;
+  g.num_kv_heads = kHeads;
+  g.head_dim = kHeadDim;
+  g.tokens_per_block = kTokensPerBlock;
+  kvtier_namespace_options o;
+  kvtier_namespace_options_init(&o);
+  o.model_id = "test/c-abi-model";
+  o.weights_fingerprint = "weights-1";
+  o.hbm_layout = KVTIER_HBM_LAYER_KV_SPLIT;
+  kvtier_namespace* ns = NULL;
+  MUST(kvtier_namespace_create(&g, &o, &ns, &err));
+  enum { kBlocks = 4, kPlaneBytes = kTokensPerBlock * kHeads * kHeadDim * 2 };
+  unsigned char* engine[kLayers];
+  for (int l = 0; l < kLayers; ++l) {
+    engine[l] = (unsigned char*)calloc(2 * kBlocks, kPlaneBytes);
+    CHECK(engine[l] != NULL);
+  }
+  kvtier_tier_stack_options s;
+  kvtier_tier_stack_options_init(&s);
+  CHECK_EQ(s.hbm_backend, KVTIER_HBM_EMULATED);
+  s.tiers[KVTIER_TIER_HBM].capacity_blocks = kBlocks;
+  kvtier_tier_stack* stack = NULL;
+  s.hbm_num_tensors = 1; /* a count without pointers */
+  MUST_FAIL(KVTIER_INVALID_ARGUMENT, kvtier_tier_stack_build(ns, &s, &stack, &err));
+  s.hbm_tensors = (void* const*)engine;
+  MUST_FAIL(KVTIER_INVALID_ARGUMENT, kvtier_tier_stack_build(ns, &s, &stack, &err));
+  CHECK(strstr(err.message, "external_pool has 1 pointers") != NULL);
+  s.hbm_num_tensors = kLayers;
+  s.hbm_backend = KVTIER_HBM_CUDA;
+  const kvtier_status_code cuda = kvtier_tier_stack_build(ns, &s, &stack, &err);
+  if (cuda == KVTIER_OK) {
+    kvtier_tier_stack_destroy(stack); /* a GPU answers: host arrays are no device pool to test */
+  } else {
+    CHECK(cuda == KVTIER_UNAVAILABLE || cuda == KVTIER_UNIMPLEMENTED);
+    CHECK(strstr(err.message, "CUDA") != NULL || strstr(err.message, "cuda") != NULL);
+  }
+  s.hbm_backend = (kvtier_hbm_backend)5;
+  MUST_FAIL(KVTIER_INVALID_ARGUMENT, kvtier_tier_stack_build(ns, &s, &stack, &err));
+  s.hbm_backend = KVTIER_HBM_EMULATED;
+  MUST(kvtier_tier_stack_build(ns, &s, &stack, &err));
+  kvtier_cache* cache = NULL;
+  MUST(kvtier_cache_create(ns, stack, NULL, &cache, &err));
+  int32_t prompt[8];
+  for (int i = 0; i < 8; ++i) prompt[i] = 40 + i;
+  MUST(kvtier_sequence_create(cache, 1, NULL, &err));
+  MUST(kvtier_append(cache, 1, prompt, 8, KVTIER_ROOM_WAIT, NULL, &err));
+  kvtier_ticket* t = Resident(cache, 1, 8);
+  kvtier_device_pool pool;
+  void* k_base[kLayers];
+  void* v_base[kLayers];
+  MUST(kvtier_ticket_device_pool(t, &pool, k_base, v_base, kLayers, &err));
+  CHECK_EQ(pool.block_stride_bytes, kPlaneBytes);
+  for (int l = 0; l < kLayers; ++l) {
+    CHECK(k_base[l] == engine[l]);                                 /* K plane first */
+    CHECK(v_base[l] == engine[l] + (size_t)kBlocks * kPlaneBytes); /* then every slot's V */
+  }
+  CHECK_EQ(WalkKv(t, /*write=*/true), 0);
+  CHECK_EQ(WalkKv(t, /*write=*/false), 0);
+  /* Element (position 5, layer 1, V, head 1, dim 3) is in the engine's array where vLLM would
+   * look: engine[1][1][slot][token 1][head 1][dim 3]. */
+  int32_t slots[2];
+  size_t n = 0;
+  MUST(kvtier_ticket_block_table(t, slots, NULL, 2, &n, &err));
+  const size_t at = ((size_t)(1 * kBlocks + slots[1]) * kTokensPerBlock + 1) * kHeads * kHeadDim +
+                    (size_t)kHeadDim + 3;
+  uint16_t got;
+  memcpy(&got, engine[1] + at * 2, sizeof(got));
+  CHECK_EQ(got, KvValue(5, 1, 1, 1, 3));
+  MUST(kvtier_report_written(cache, 1, 8, NULL, &err));
+  kvtier_ticket_destroy(t);
+  MUST(kvtier_release(cache, 1, &err));
+  MUST(kvtier_check_invariants(cache, &err));
+  kvtier_cache_destroy(cache);
+  for (int l = 0; l < kLayers; ++l) free(engine[l]);
+  kvtier_namespace_destroy(ns);
+}
+
 static void MetadataOverDeadRemote(const kvtier_namespace* ns) {
   kvtier_error err;
   kvtier_tier_stack_options s;
@@ -1062,6 +1146,7 @@ int main(void) {
   CHECK_EQ(ti.num_blocks, 4);
   kvtier_ticket_destroy(t5);
   MetadataOverDeadRemote(ns);
+  RegisteredKvSplitPool();
   Truncate(ns);
   RoomNever(ns);
   CheckRoomAndReset(ns);

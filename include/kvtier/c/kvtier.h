@@ -141,6 +141,11 @@ typedef enum kvtier_tier_backend_kind {
   KVTIER_BACKEND_METADATA = 1 /* slots and counts only, no KV byte (capacity planning) */
 } kvtier_tier_backend_kind;
 
+typedef enum kvtier_hbm_backend {
+  KVTIER_HBM_EMULATED = 0, /* host memory with CUDA's asynchrony (EmulatedHbm), any machine */
+  KVTIER_HBM_CUDA = 1      /* a GPU's memory (CudaHbm) */
+} kvtier_hbm_backend;
+
 typedef enum kvtier_nvme_engine {
   KVTIER_NVME_AUTO = 0, /* io_uring, else a thread pool */
   KVTIER_NVME_IO_URING = 1,
@@ -283,13 +288,25 @@ typedef struct kvtier_tier_spec {
   kvtier_tier_backend_kind kind; /* default NATIVE */
 } kvtier_tier_spec;
 
-/* The tiers of a cache. HBM here is the host-emulated device tier (EmulatedHbm, in the namespace's
- * hbm_layout) or a metadata tier; the C ABI builds no CUDA HBM. Strings are NUL-terminated; NULL
- * and "" mean unset. Fields of an absent or metadata tier are not looked at. */
+/* The tiers of a cache. HBM here is the host-emulated device tier (EmulatedHbm), a GPU's
+ * (CudaHbm, hbm_backend CUDA), both in the namespace's hbm_layout, or a metadata tier. Strings
+ * are NUL-terminated; NULL and "" mean unset. Fields of an absent or metadata tier are not
+ * looked at. */
 typedef struct kvtier_tier_stack_options {
   kvtier_tier_spec tiers[KVTIER_NUM_TIERS]; /* index kvtier_tier; all absent by default */
   /* Emulated HBM: refuse a pool larger than MemAvailable. Default true. */
   bool hbm_check_available_memory;
+  /* Native HBM's device: EMULATED (default) or CUDA on device cuda_device (default 0): without
+   * a GPU UNAVAILABLE, in a build without CUDA UNIMPLEMENTED. */
+  kvtier_hbm_backend hbm_backend;
+  int32_t cuda_device;
+  /* The engine's own KV tensors as the HBM pool instead of kvtier allocating one: host memory
+   * for EMULATED, device memory for CUDA; one pointer per layer (the layer's tensor in the
+   * namespace's layout: LAYER_FIRST [num_blocks][kv_planes][B][H][D], LAYER_KV_SPLIT
+   * [kv_planes][num_blocks][B][H][D]) or one for BLOCK_FIRST; hbm_num_tensors of them (0 with
+   * NULL: none). The caller keeps them alive until the cache is destroyed. */
+  void* const* hbm_tensors;
+  size_t hbm_num_tensors;
   /* DRAM (DramTierOptions): defaults true, true, true, true. */
   bool dram_try_huge_pages;
   bool dram_pin_for_cuda;

@@ -220,6 +220,30 @@ TEST(TierStackTest, Errors) {
   no_path.tiers[kNvme].capacity_blocks = 1;
   EXPECT_THAT(BuildTierStack(Geometry(), no_path).status(),
               IsError(StatusCode::kInvalidArgument, ""));
+  TierStackOptions backend;
+  backend.tiers[kHbm].capacity_blocks = 1;
+  backend.hbm_backend = static_cast<HbmBackend>(9);
+  EXPECT_THAT(BuildTierStack(Geometry(), backend).status(),
+              IsError(StatusCode::kInvalidArgument, "unknown hbm_backend 9"));
+}
+
+// hbm_backend kCuda builds a CudaHbm: on a GPU one with the tier's capacity; here (no GPU, or a
+// build without CUDA) CudaHbm's own refusal comes back, and nothing is built.
+TEST(TierStackTest, CudaHbmIsBuiltOrSaysWhyNot) {
+  TierStackOptions o;
+  o.tiers[kHbm].capacity_blocks = 3;
+  o.tiers[kDram].capacity_blocks = 2;
+  o.hbm_backend = HbmBackend::kCuda;
+  o.hbm.layout = HbmLayout::kLayerKvSplit;
+  absl::StatusOr<TierBackends> built = BuildTierStack(Geometry(), o);
+  if (built.ok()) {
+    EXPECT_EQ((*built)[kHbm]->info().name, "cuda_hbm(layer_kv_split)");
+    EXPECT_EQ((*built)[kHbm]->info().capacity_blocks, 3);
+    return;
+  }
+  EXPECT_TRUE(absl::IsUnavailable(built.status()) || absl::IsUnimplemented(built.status()))
+      << built.status();
+  EXPECT_THAT(built.status().message(), ::testing::HasSubstr("CudaHbm"));
 }
 
 TEST(RemoteTransportFromUrlTest, BuildsTheTransportTheUrlNames) {

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The GPU checks, in one run on a machine with an NVIDIA GPU (well under 8 minutes):
-#   1. tests/cuda (device probe, self-test kernel, CudaHbm through pinned DRAM and the engine);
-#   2. the tier conformance suite against CudaHbm in both layouts;
+#   1. tests/cuda (device probe, self-test kernel, CudaHbm through pinned DRAM and the engine;
+#      layer-wise onboarding: a layer-major batch with a fence per layer a stream waits on, a
+#      caller's CUDA event as a Completion, a KvCache ticket a stream waits on layer by layer,
+#      in all three layouts);
+#   2. the tier conformance suite against CudaHbm in the three layouts;
 #   3. kvtier_gpu_bench: HBM <-> pinned DRAM for 64 KiB, 256 KiB and 2 MiB blocks, both layouts,
 #      against plain cudaMemcpyAsync of the same sizes (target >= 0.9x at 2 MiB);
 # then a summary. It uses build/device-bundle (bench/gpu/make_device_bundle.sh, carried to the

@@ -9,7 +9,9 @@
 //   V: the same from v_base[l] (MHA only; for MLA the latent is read from k_base and v_base is
 //      empty).
 // The strides are the same for every layer. For the layer-first layout block_stride_bytes is one
-// block of one layer; for block-first it is a whole block (all layers). KvAddress below (host)
+// block of one layer; for block-first it is a whole block (all layers); for kv-split (vLLM
+// FlashAttention) it is one plane (K or V) of one block of one layer, and v_base[l] is the layer's
+// whole K plane (num_blocks blocks) past k_base[l]. KvAddress below (host)
 // and kvtier/kv_address.h (host and device) compute these addresses; code should not spell the
 // stride walk out by hand.
 //

@@ -309,11 +309,14 @@ class ResidencyTicket {
   SequenceId sequence() const;
   int64_t begin_token() const;
   int64_t end_token() const;
-  // The device block table of blocks [begin_token / B, ceil(end_token / B)). A block still
-  // onboarding has slot -1 until its first layer lands; from then on its slot is final (it
-  // becomes -1 again only if its copy then fails, a device error). So once layer_ready(l) has
-  // fired OK, the table is the one layer l's kernel reads.
-  const DeviceBlockTable& block_table() const;
+  // The device block table of blocks [begin_token / B, ceil(end_token / B)), as it stands now
+  // (a copy, taken under the ticket's lock: a kAsync ticket's onboards change it). A block
+  // being onboarded has its destination slot from the moment its copy into HBM is planned on a
+  // layer-wise HBM tier (kCapLayerwise), else from when it lands; -1 while it has none, and for
+  // good once it is reported kNotResident. A slot may be read only for the layers that are
+  // ready (layer_ready, EnqueueStreamWait): once layer_ready(l) has fired OK, the table is the
+  // one layer l's kernel reads.
+  DeviceBlockTable block_table() const;
   // Fires OK when every block of the range is resident; kUnavailable naming the first block
   // that is not otherwise (its cause in block_error).
   Completion completion() const;
@@ -605,7 +608,10 @@ class KvCache {
   // kWait blocks until done or the deadline; a kAsync ticket completes by its deadline, except
   // that a block of which some layer has landed by then is not given up: its copy into HBM has
   // started and is not cut, and a kernel may already read its landed layers, so it stays kPending
-  // until it lands (pinned then) or fails. Layer by layer: ResidencyTicket::layer_ready. Errors:
+  // until it lands (pinned then) or fails; the same for a block a stream waits on
+  // (EnqueueStreamWait). A kWait call returns at the deadline even then, with such a block still
+  // kPending (its completion fires when it lands). Layer by layer: ResidencyTicket::layer_ready.
+  // Errors:
   // kNotFound / kFailedPrecondition for the sequence; kInvalidArgument if begin_token > end_token
   // or begin_token < 0; kOutOfRange if end_token is past the sequence's tokens; kDeadlineExceeded
   // if the deadline has already passed.

@@ -172,14 +172,14 @@ struct KvCache::Impl {
       return static_cast<int64_t>((uint64_t{last_use_hi} << 32) | last_use_lo);
     }
     absl::Time last_use() const {
-      const int64_t ns = last_use_ns();
-      return ns == kNeverUsed ? absl::InfinitePast() : absl::FromUnixNanos(ns);
+      const int64_t nanos = last_use_ns();
+      return nanos == kNeverUsed ? absl::InfinitePast() : absl::FromUnixNanos(nanos);
     }
     // `t` is a time of the cache's clock: finite, in whole nanoseconds.
-    void set_last_use(absl::Time t) {
-      const auto ns = static_cast<uint64_t>(absl::ToUnixNanos(t));
-      last_use_lo = static_cast<uint32_t>(ns);
-      last_use_hi = static_cast<uint32_t>(ns >> 32);
+    void set_last_use(absl::Time when) {
+      const auto nanos = static_cast<uint64_t>(absl::ToUnixNanos(when));
+      last_use_lo = static_cast<uint32_t>(nanos);
+      last_use_hi = static_cast<uint32_t>(nanos >> 32);
     }
     uint32_t small_child(int t) const { return (small_child_copies >> (2 * t)) & 3u; }
     void set_small_child(int t, uint32_t n) {

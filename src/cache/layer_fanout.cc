@@ -21,7 +21,8 @@ void AdvanceLayersLocked(TicketState& t, int64_t i, int n, int32_t slot,
   const int from = t.landed_layers[b];
   if (n <= from) return;
   t.landed_layers[b] = n;
-  t.table.slots[b] = slot;  // final from the first landed layer on (kv_cache.h)
+  t.committed[b] = 1;
+  SetSlotLocked(t, i, slot);
   for (int l = from; l < n; ++l) {
     if (--t.layer_pending[static_cast<size_t>(l)] == 0) {
       ready.push_back(t.layer_ready[static_cast<size_t>(l)]);
@@ -35,10 +36,11 @@ void FailLayersLocked(TicketState& t, int64_t i, const absl::Status& error,
   const auto b = static_cast<size_t>(i);
   if (t.layer_ready.empty() || b >= t.landed_layers.size()) return;
   const int from = t.landed_layers[b];
-  // Counted as settled so no later landing of another block fires these layers OK.
+  // Marked settled so nothing advances it again, but not taken off layer_pending: these layers
+  // never count down to zero, so no later landing of another block fires them OK (their failure
+  // is fired by the caller after the locks are released, and would lose that race).
   t.landed_layers[b] = t.num_layers;
   for (int l = from; l < t.num_layers; ++l) {
-    --t.layer_pending[static_cast<size_t>(l)];
     const Completion& c = t.layer_ready[static_cast<size_t>(l)];
     if (!c.done()) {
       fire.emplace_back(c, absl::UnavailableError(absl::StrCat(
@@ -70,8 +72,12 @@ void LayerFanout::AddReader(const std::shared_ptr<OnboardBatch>& batch, int64_t 
   MutexLock lock(&mu_);
   readers_.push_back(Reader{batch, index});
   MutexLock tl(&t.mu);
-  if (static_cast<size_t>(index) < t.fanouts.size()) {
-    t.fanouts[static_cast<size_t>(index)] = shared_from_this();
+  const auto b = static_cast<size_t>(index);
+  if (b < t.fanouts.size() && t.status[b] == BlockResidency::kPending) {
+    t.fanouts[b] = shared_from_this();
+    // The block's slot from now on: a kernel may be queued on it before its layers land
+    // (EnqueueStreamWait), reading each layer once it is ready.
+    t.table.slots[b] = dst_;
   }
   if (landed_ > 0) AdvanceLayersLocked(t, index, landed_, dst_, ready);
 }
@@ -80,6 +86,7 @@ void LayerFanout::OnLanded(int n) {
   std::vector<Completion> ready;
   {
     MutexLock lock(&mu_);
+    if (closed_) return;  // a late report after the write ended changes nothing
     landed_ = std::max(landed_, n);
     for (const Reader& r : readers_) {
       std::shared_ptr<OnboardBatch> batch = r.batch.lock();
@@ -103,6 +110,7 @@ void LayerFanout::OnIssued(int layer, std::shared_ptr<const DeviceFence> fence) 
 void LayerFanout::Close() {
   MutexLock lock(&mu_);
   closed_ = true;
+  fences_.clear();  // the fences' events are done with; WaitForLayer reports `closed_` now
   cv_.SignalAll();
 }
 

@@ -266,17 +266,23 @@ void KvCache::Impl::OnMoveDone(const std::shared_ptr<Move>& move, const absl::St
             SettleSlot(move->from, move->src);
           }
         }
-        // A ticket that has seen some of the block's layers land (a kernel may have read them
-        // from this move's slot) cannot switch to another slot: that block fails for it.
+        // A ticket whose block is committed to this move's slot (a layer landed there, or a
+        // stream waits on its copy) cannot switch to another slot: that block fails for it.
         if (move->layers != nullptr) {
           std::erase_if(move->waiters, [&](const Move::Waiter& w) {
             if (w.batch == nullptr || w.batch->ticket == nullptr) return false;
             bool partly = false;
             {
-              internal::MutexLock tl(&w.batch->ticket->mu);
-              const auto& landed = w.batch->ticket->landed_layers;
-              partly = static_cast<size_t>(w.batch_index) < landed.size() &&
-                       landed[static_cast<size_t>(w.batch_index)] > 0;
+              internal::TicketState& t = *w.batch->ticket;
+              internal::MutexLock tl(&t.mu);
+              const auto b = static_cast<size_t>(w.batch_index);
+              partly = b < t.committed.size() && t.committed[b] != 0;
+              if (!partly && b < t.fanouts.size() && t.status[b] == BlockResidency::kPending) {
+                // Not committed: it no longer follows this copy (a retry may give it another
+                // slot), so EnqueueStreamWait must not queue a stream on this copy's fences.
+                t.fanouts[b] = nullptr;
+                t.table.slots[b] = -1;
+              }
             }
             if (partly) ResolveOnboard(w.batch, w.batch_index, std::nullopt, status, d);
             return partly;

@@ -83,8 +83,8 @@ bool KvCache::Impl::ResolveOnboard(const std::shared_ptr<internal::OnboardBatch>
       t->errors[i] = std::move(error);
     }
     if (t->ticket != nullptr) {
-      t->ticket->table.slots[static_cast<size_t>(i)] =
-          slot.has_value() ? static_cast<int32_t>(slot->value()) : -1;
+      internal::SetSlotLocked(*t->ticket, i,
+                              slot.has_value() ? static_cast<int32_t>(slot->value()) : -1);
     }
   }
   if (--t->pending == 0) d.fire.emplace_back(t->done, BatchOutcome(*t));
@@ -103,11 +103,12 @@ void KvCache::Impl::ExpireTicket(const std::shared_ptr<internal::TicketState>& t
   {
     internal::MutexLock tl(&t->mu);
     for (size_t i = 0; i < t->status.size(); ++i) {
-      // A block of which a layer has landed is being written into HBM (a started copy is not
-      // cut, TransferOptions::deadline_bounds_start), and a kernel may read its landed layers:
-      // it stays pending, pinned when it lands, so its slot is not reused under that kernel.
+      // A committed block (a layer landed, or a stream waits on its copy) is being written into
+      // HBM (a started copy is not cut, TransferOptions::deadline_bounds_start), and a kernel
+      // may read it: it stays pending, pinned when it lands, so its slot is not reused under
+      // that kernel.
       if (t->status[i] == BlockResidency::kPending &&
-          (i >= t->landed_layers.size() || t->landed_layers[i] == 0)) {
+          (i >= t->committed.size() || t->committed[i] == 0)) {
         late.push_back(static_cast<int64_t>(i));
       }
     }
@@ -227,34 +228,30 @@ absl::Status KvCache::Impl::IssueTicket(SequenceId id, int64_t begin_token, int6
   t->begin = begin_token;
   t->end = end_token;
   t->first_block = first;
-  t->table.first_block = static_cast<int32_t>(first);
-  t->table.tokens_per_block = b_tokens;
-  t->table.tokens_in_last_block =
-      last > first
-          ? static_cast<int32_t>(std::min<int64_t>(
-                b_tokens, static_cast<int64_t>(seq->tokens.size()) - (last - 1) * b_tokens))
-          : 0;
-  t->table.pool = pool;
   const size_t count = static_cast<size_t>(last - first);
-  t->table.slots.assign(count, -1);
   t->pending = static_cast<int64_t>(count) + 1;
-  {
-    internal::MutexLock tl(&t->mu);
-    t->status.assign(count, BlockResidency::kPending);
-  }
-  // The common case first: every block already in HBM. One counter per block, nothing else.
   size_t i = 0;
-  for (; i < count; ++i) {
-    const SeqBlock& b = seq->blocks[static_cast<size_t>(first) + i];
-    if (b.tier != Tier::kHbm) break;
-    // The sequence holds the slot, so it is no eviction candidate: no policy update needed.
-    if (ticket_refs[b.slot.value()]++ == 0) ++locked;
-    t->table.slots[i] = static_cast<int32_t>(b.slot.value());
-  }
   {
     internal::MutexLock tl(&t->mu);
-    std::fill(t->status.begin(), t->status.begin() + static_cast<std::ptrdiff_t>(i),
-              BlockResidency::kResident);
+    t->table.first_block = static_cast<int32_t>(first);
+    t->table.tokens_per_block = b_tokens;
+    t->table.tokens_in_last_block =
+        last > first
+            ? static_cast<int32_t>(std::min<int64_t>(
+                  b_tokens, static_cast<int64_t>(seq->tokens.size()) - (last - 1) * b_tokens))
+            : 0;
+    t->table.pool = pool;
+    t->table.slots.assign(count, -1);
+    t->status.assign(count, BlockResidency::kPending);
+    // The common case first: every block already in HBM. One counter per block, nothing else.
+    for (; i < count; ++i) {
+      const SeqBlock& b = seq->blocks[static_cast<size_t>(first) + i];
+      if (b.tier != Tier::kHbm) break;
+      // The sequence holds the slot, so it is no eviction candidate: no policy update needed.
+      if (ticket_refs[b.slot.value()]++ == 0) ++locked;
+      t->table.slots[i] = static_cast<int32_t>(b.slot.value());
+      t->status[i] = BlockResidency::kResident;
+    }
   }
   t->pending -= static_cast<int64_t>(i);
   const bool all_resident = i == count;
@@ -269,6 +266,7 @@ absl::Status KvCache::Impl::IssueTicket(SequenceId id, int64_t begin_token, int6
               layers);
     t->layer_pending.assign(static_cast<size_t>(layers), static_cast<int64_t>(count - i));
     t->fanouts.assign(count, nullptr);
+    t->committed.assign(count, 0);
   }
   for (; i < count; ++i) {
     const int64_t block = first + static_cast<int64_t>(i);

@@ -10,15 +10,27 @@
 #include "kvtier/kv_cache.h"
 
 namespace kvtier {
+namespace {
+
+absl::Status NotResident(const internal::TicketState& t, size_t i)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(t.mu) {
+  auto e = t.errors.find(static_cast<int64_t>(i));
+  return absl::UnavailableError(absl::StrCat(
+      "EnqueueStreamWait: block ", t.first_block + static_cast<int64_t>(i), " is not resident: ",
+      e != t.errors.end() ? e->second.ToString() : "unknown"));
+}
+
+}  // namespace
 
 uint64_t ResidencyTicket::id() const { return state_ ? state_->id : 0; }
 SequenceId ResidencyTicket::sequence() const { return state_ ? state_->sequence : SequenceId(); }
 int64_t ResidencyTicket::begin_token() const { return state_ ? state_->begin : 0; }
 int64_t ResidencyTicket::end_token() const { return state_ ? state_->end : 0; }
 
-const DeviceBlockTable& ResidencyTicket::block_table() const {
-  static const DeviceBlockTable* const kEmpty = new DeviceBlockTable();
-  return state_ ? state_->table : *kEmpty;
+DeviceBlockTable ResidencyTicket::block_table() const {
+  if (!state_) return {};
+  internal::MutexLock lock(&state_->mu);  // onboards of a kAsync ticket write its slots
+  return state_->table;
 }
 
 Completion ResidencyTicket::completion() const {
@@ -51,20 +63,15 @@ absl::Status ResidencyTicket::EnqueueStreamWait(void* cuda_stream, int layer,
   const int target = layer == kAllLayers ? t.num_layers - 1 : layer;
   const Completion& ready = t.layer_ready[static_cast<size_t>(target)];
   // Blocks whose target layer has not landed, with the onboard each follows.
-  std::vector<std::shared_ptr<internal::LayerFanout>> follow;
+  std::vector<std::pair<size_t, std::shared_ptr<internal::LayerFanout>>> follow;
   bool unfollowed = false;
   {
     internal::MutexLock lock(&t.mu);
     for (size_t i = 0; i < t.status.size(); ++i) {
-      if (t.status[i] == BlockResidency::kNotResident) {
-        auto e = t.errors.find(static_cast<int64_t>(i));
-        return absl::UnavailableError(absl::StrCat(
-            "EnqueueStreamWait: block ", t.first_block + static_cast<int64_t>(i),
-            " is not resident: ", e != t.errors.end() ? e->second.ToString() : "unknown"));
-      }
+      if (t.status[i] == BlockResidency::kNotResident) return NotResident(t, i);
       if (t.landed_layers[i] > target) continue;
       if (t.fanouts[i] != nullptr) {
-        follow.push_back(t.fanouts[i]);
+        follow.emplace_back(i, t.fanouts[i]);
       } else {
         unfollowed = true;
       }
@@ -73,16 +80,21 @@ absl::Status ResidencyTicket::EnqueueStreamWait(void* cuda_stream, int layer,
   // A block that follows no layer-wise onboard (one started without layers, or not started
   // yet): only its landing tells, on the host.
   if (unfollowed) return ready.WaitUntil(deadline);
-  std::vector<std::shared_ptr<const DeviceFence>> fences;
+  struct Queued {
+    size_t block;
+    const internal::LayerFanout* fanout;
+    std::shared_ptr<const DeviceFence> fence;
+  };
+  std::vector<Queued> fences;
   bool landed_on_host = false;
-  for (const auto& fanout : follow) {
+  for (const auto& [i, fanout] : follow) {
     internal::LayerFanout::LayerWait w = fanout->WaitForLayer(target, deadline);
     if (w.landed) {
       landed_on_host = true;
       continue;
     }
     if (w.fence != nullptr) {
-      fences.push_back(std::move(w.fence));
+      fences.push_back(Queued{i, fanout.get(), std::move(w.fence)});
       continue;
     }
     // The copy ended without the layer (it failed: a retry, or the failure, settles it) or the
@@ -93,8 +105,26 @@ absl::Status ResidencyTicket::EnqueueStreamWait(void* cuda_stream, int layer,
   // lock): wait for that too, so layer_ready(layer) has fired when this returns OK without
   // fences.
   if (landed_on_host && fences.empty()) return ready.WaitUntil(deadline);
-  for (const auto& fence : fences) {
-    if (absl::Status s = fence->EnqueueWait(cuda_stream); !s.ok()) return s;
+  bool switched = false;
+  {
+    // Commit the blocks to their slots before the stream may read them: from here on they are
+    // neither given up at the deadline nor moved by a retry (ExpireTicket, OnMoveDone).
+    // A block that stopped following the copy its fence came from (the copy failed and a
+    // retry may land it elsewhere) is left to its layer completion, on the host.
+    internal::MutexLock lock(&t.mu);
+    for (const Queued& q : fences) {
+      if (t.status[q.block] == BlockResidency::kNotResident) return NotResident(t, q.block);
+      if (t.status[q.block] == BlockResidency::kPending && t.fanouts[q.block].get() != q.fanout) {
+        switched = true;
+      }
+    }
+    if (!switched) {
+      for (const Queued& q : fences) t.committed[q.block] = 1;
+    }
+  }
+  if (switched) return ready.WaitUntil(deadline);
+  for (const Queued& q : fences) {
+    if (absl::Status s = q.fence->EnqueueWait(cuda_stream); !s.ok()) return s;
   }
   return absl::OkStatus();
 }

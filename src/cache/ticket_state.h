@@ -52,9 +52,9 @@ struct TicketState : OnboardBatch {
   const void* owner = nullptr;  // the cache that issued it
   int64_t begin = 0;
   int64_t end = 0;
-  // Written before the ticket is handed out; for kAsync, slots of blocks that fail become -1
-  // (under mu) before `done` fires.
-  DeviceBlockTable table;
+  // Filled before the ticket is handed out; a kAsync ticket's onboards then change its slots
+  // (ResidencyTicket::block_table).
+  DeviceBlockTable table ABSL_GUARDED_BY(mu);
 
   // Guarded by the issuing cache's lock.
   bool released = false;
@@ -66,7 +66,11 @@ struct TicketState : OnboardBatch {
   std::vector<Completion> layer_ready;  // per layer
   // Per block: layers [0, landed_layers[i]) are in HBM at table.slots[i].
   std::vector<int> landed_layers ABSL_GUARDED_BY(mu);
-  // Per layer: blocks whose copy of it has neither landed nor failed.
+  // Per block: a kernel may already read it (a layer landed, or EnqueueStreamWait made a stream
+  // wait on its copy): it is not given up at the deadline nor moved to another slot by a retry.
+  std::vector<uint8_t> committed ABSL_GUARDED_BY(mu);
+  // Per layer: blocks whose copy of it has not landed (a failed block stays counted, so the
+  // layer never fires OK).
   std::vector<int64_t> layer_pending ABSL_GUARDED_BY(mu);
   // Per block: the layer-wise onboard it follows (for EnqueueStreamWait's fences), or null.
   std::vector<std::shared_ptr<LayerFanout>> fanouts ABSL_GUARDED_BY(mu);
@@ -79,8 +83,14 @@ struct TicketState : OnboardBatch {
 // block no longer pending, a ticket without layer tracking, or n at or below what had landed.
 void AdvanceLayersLocked(TicketState& t, int64_t i, int n, int32_t slot,
                          std::vector<Completion>& ready);
+// Block i of `t` is at `slot` in the table now (-1: none). Writes only a changed entry, so a
+// reader of an unchanged slot never races a store.
+inline void SetSlotLocked(TicketState& t, int64_t i, int32_t slot) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  int32_t& entry = t.table.slots[static_cast<size_t>(i)];
+  if (entry != slot) entry = slot;
+}
 // Block i of `t` will not land: each layer of it not yet landed fails with `error` (appended to
-// `fire` with it, for layer completions not fired before).
+// `fire` with it, for layer completions not fired before), and never fires OK afterwards.
 void FailLayersLocked(TicketState& t, int64_t i, const absl::Status& error,
                       std::vector<std::pair<Completion, absl::Status>>& fire);
 

@@ -25,6 +25,26 @@ absl::Status FromCuda(cudaError_t err, const std::string& what) {
       absl::StrCat(what, ": ", cudaGetErrorName(err), ": ", cudaGetErrorString(err)));
 }
 
+// Makes `device` current on the calling thread for the scope and restores the caller's device
+// after: the tier's entry points run on the engine's threads, whose current device is theirs.
+class ScopedDevice {
+ public:
+  explicit ScopedDevice(int device) {
+    int current = -1;
+    if (cudaGetDevice(&current) == cudaSuccess && current == device) return;
+    previous_ = current;  // -1 when the thread had none we could read: nothing to restore
+    cudaSetDevice(device);
+  }
+  ~ScopedDevice() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+  }
+  ScopedDevice(const ScopedDevice&) = delete;
+  ScopedDevice& operator=(const ScopedDevice&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
 // A CUDA event shared by whoever still needs it (the completer, fences handed out); destroyed
 // with the last of them (cudaEventDestroy of an event a stream still waits on is deferred by the
 // runtime until it completes).
@@ -150,7 +170,7 @@ struct CudaHbm::Impl {
   // event is reached (or with the CUDA error that stopped it).
   void FinishAfter(cudaStream_t stream, internal::StreamWorker* completer,
                    std::function<void(absl::Status)> finish) {
-    cudaSetDevice(options.device);  // the event must belong to the stream's device
+    ScopedDevice on(options.device);  // the event must belong to the stream's device
     cudaEvent_t event = nullptr;
     cudaError_t err = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
     if (err == cudaSuccess) err = cudaEventRecord(event, stream);
@@ -210,6 +230,7 @@ absl::StatusOr<std::unique_ptr<CudaHbm>> CudaHbm::Create(const KvGeometry& geome
                                                    options.external_pool.size(),
                                                    " pointers; the layout needs ", want_pointers));
   }
+  ScopedDevice on(options.device);  // the pool and streams are made on the tier's device
   if (cudaError_t err = cudaSetDevice(options.device); err != cudaSuccess) {
     return FromCuda(err, "CudaHbm: cudaSetDevice");
   }
@@ -274,7 +295,10 @@ absl::StatusOr<Completion> CudaHbm::CompletionOfDeviceEvent(void* cuda_event) {
     return absl::InvalidArgumentError("CudaHbm: CompletionOfDeviceEvent of a null event");
   }
   Impl* impl = impl_.get();
-  cudaSetDevice(impl->options.device);
+  ScopedDevice on(impl->options.device);
+  // One marker stream and one completer serve every call: completions fire in the order the
+  // calls were made (a later event that is reached first waits behind an earlier one), which is
+  // the order a scheduler reports kernels in.
   // The marker stream waits for the caller's event as recorded now, and our own event marks
   // that point: the caller may record its event again without moving ours.
   if (cudaError_t err =
@@ -302,7 +326,7 @@ Completion CudaHbm::WriteBlock(SlotId slot, const BlockKey& key, absl::Span<cons
     return Completion::Done(std::move(s));
   }
   BeginSlotWrite(slot);
-  cudaSetDevice(impl->options.device);
+  ScopedDevice on(impl->options.device);
   if (options.layers != nullptr) {
     const BlockWrite one{slot, key, src, options.layers};
     return WriteBlocks({&one, 1}, options)[0];
@@ -352,7 +376,7 @@ std::vector<Completion> CudaHbm::WriteBlocks(absl::Span<const BlockWrite> writes
     BeginSlotWrite(jobs.back().write.slot);
   }
   if (jobs.empty()) return out;
-  cudaSetDevice(impl->options.device);
+  ScopedDevice on(impl->options.device);
   const int num_layers = impl->geometry.num_layers();
   std::vector<SharedEvent> events;
   events.reserve(static_cast<size_t>(num_layers));
@@ -416,7 +440,7 @@ Completion CudaHbm::ReadBlock(SlotId slot, const BlockKey& key, absl::Span<std::
   if (absl::Status s = CheckReadNow(slot, key, dst.size(), options.deadline); !s.ok()) {
     return Completion::Done(std::move(s));
   }
-  cudaSetDevice(impl->options.device);
+  ScopedDevice on(impl->options.device);
   const cudaError_t queued = impl->Enqueue(slot, dst.data(), false, impl->d2h);
   Completion done;
   impl->FinishAfter(

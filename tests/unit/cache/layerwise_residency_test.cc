@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "cache/ticket_state.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kvtier/kv_cache.h"
@@ -103,10 +104,12 @@ TEST_F(KvCacheLayerwiseTest, EachLayerIsReadyWhileLaterLayersAreStillInTransfer)
   auto ticket = Onboard();
   KVTIER_ASSERT_OK(ticket.status());
   ASSERT_EQ(ticket->num_layers(), kLayers);
-  // Nothing has landed: no layer is ready and the table has no slot yet.
+  // Nothing has landed: no layer is ready, yet the table names each block's destination slot
+  // (a layer-wise HBM tier: a stream may be queued on it before its layers land).
   absl::SleepFor(absl::Milliseconds(20));
   EXPECT_FALSE(ticket->layer_ready(0).done());
-  EXPECT_THAT(ticket->block_table().slots, ::testing::Each(-1));
+  const std::vector<int32_t> planned = ticket->block_table().slots;
+  EXPECT_THAT(planned, ::testing::Each(::testing::Ge(0)));
 
   gate_->OpenLayers(1);
   KVTIER_ASSERT_OK(ticket->layer_ready(0).WaitFor(absl::Seconds(10)));
@@ -122,6 +125,7 @@ TEST_F(KvCacheLayerwiseTest, EachLayerIsReadyWhileLaterLayersAreStillInTransfer)
     EXPECT_EQ(LayerMismatches(env_->geometry(), table, i, 0), 0) << "block " << i;
   }
   const std::vector<int32_t> slots_at_layer0 = table.slots;
+  EXPECT_EQ(slots_at_layer0, planned);
 
   gate_->OpenLayers(2);
   KVTIER_ASSERT_OK(ticket->layer_ready(1).WaitFor(absl::Seconds(10)));
@@ -282,6 +286,43 @@ TEST_F(KvCacheLayerwiseTest, ACudaEventCompletionNeedsACudaTier) {
               IsError(StatusCode::kUnimplemented, "GPU stream"));
   EXPECT_THAT(cache_->CompletionOfCudaEvent(nullptr).status(),
               IsError(StatusCode::kInvalidArgument, "null"));
+}
+
+// The per-ticket bookkeeping itself: a block that fails must keep each layer it had not landed
+// from ever firing OK, even when the other blocks land before the failure's completions are
+// fired (they are fired after the locks are released, so the first fire would win).
+TEST(TicketLayersTest, AFailedBlockKeepsItsLayersFromFiringOkWhenOthersLand) {
+  internal::TicketState t;
+  t.num_layers = kLayers;
+  t.layer_ready.resize(kLayers);
+  {
+    internal::MutexLock lock(&t.mu);
+    t.status.assign(2, BlockResidency::kPending);
+    t.table.slots.assign(2, -1);
+    t.landed_layers.assign(2, 0);
+    t.layer_pending.assign(kLayers, 2);
+    t.committed.assign(2, 0);
+    t.fanouts.assign(2, nullptr);
+  }
+  std::vector<std::pair<Completion, absl::Status>> fire;
+  std::vector<Completion> ready;
+  {
+    internal::MutexLock lock(&t.mu);
+    internal::AdvanceLayersLocked(t, 0, 1, /*slot=*/5, ready);  // block 0: layer 0 landed
+    internal::FailLayersLocked(t, 0, absl::DataLossError("bad copy"), fire);
+    t.status[0] = BlockResidency::kNotResident;
+    internal::AdvanceLayersLocked(t, 1, kLayers, /*slot=*/6, ready);  // block 1: all landed
+  }
+  // Layer 0 fires OK (both blocks have it); layer 1 only fails (block 0 never got it).
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_FALSE(ready[0].done());
+  ready[0].Complete(absl::OkStatus());
+  EXPECT_TRUE(t.layer_ready[0].done());
+  ASSERT_EQ(fire.size(), 1u);
+  EXPECT_THAT(fire[0].second, IsError(StatusCode::kUnavailable, "layer 1 of block 0"));
+  EXPECT_FALSE(t.layer_ready[1].done());
+  fire[0].first.Complete(fire[0].second);
+  EXPECT_THAT(t.layer_ready[1].status(), IsError(StatusCode::kUnavailable, "bad copy"));
 }
 
 }  // namespace

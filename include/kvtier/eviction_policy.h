@@ -151,6 +151,14 @@ class EvictionPolicy {
   // Remove as an eviction, any other as a reuse). cost_aware samples: two calls may differ.
   virtual std::optional<BlockKey> Victim(absl::Time now) = 0;
   virtual int64_t size() const = 0;
+
+  // A second ranking over a candidate set of its own that reads what this policy learned instead
+  // of learning again: follow_best's shadow cache of this policy (miniature simulation) costs
+  // only its sampled share. It ranks by this policy's model as it stands at each call; its own
+  // ObserveRequest / ObserveRelease do nothing (this policy's calls teach both), and it weighs no
+  // traits (a shadow passes none). It must not outlive this policy. Null (the default): the
+  // policy has nothing to share (lru, cost_aware); the caller makes a second instance.
+  virtual std::unique_ptr<EvictionPolicy> MakeSharedShadow() { return nullptr; }
 };
 
 std::unique_ptr<EvictionPolicy> MakeLruPolicy();
@@ -199,18 +207,22 @@ absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeReuseIndexPolicy(
 // asks the leader: the candidate whose shadow has the most hits, decayed by half every
 // `half_life_accesses` sampled accesses, once it leads the current one by more than
 // `hysteresis` (relative) plus one hit. The first candidate leads at the start. Shadows see
-// ObserveRequest and ObserveRelease whole, so a learning candidate learns as the live one does.
-// Cost: each candidate's live calls, plus its shadow's on the sampled share (measured in
-// docs/performance.md).
+// ObserveRequest and ObserveRelease whole, so a learning candidate learns as the live one does;
+// a candidate that shares its model (EvictionPolicy::MakeSharedShadow: reuse_index) has a shadow
+// that reads the live one's model and learns nothing twice. Cost: each candidate's live calls,
+// plus its shadow's on the sampled share (measured in docs/performance.md).
 struct FollowBestOptions {
   int64_t capacity_blocks = 0;  // of the tier it ranks, > 0
-  // Share of block keys sampled, in (0, 1]; 0: automatic, 2048 / capacity_blocks clamped to
-  // [0.01, 1] (a shadow of at least about 2048 blocks where the tier is that large).
+  // Share of block keys sampled, in (0, 1]; 0: automatic, 512 / capacity_blocks clamped to
+  // [0.01, 0.25]: a shadow of about 512 blocks where the tier is large enough, and never more
+  // than a quarter of the accesses, so the shadows cost a few percent of the replay's time
+  // (docs/performance.md, "Eviction that learns"; FollowBestStatsOf measures it).
   double sample_rate = 0;
   int64_t half_life_accesses = 8192;  // > 0
   double hysteresis = 0.02;           // >= 0
 };
-// A factory of one candidate: called once for the live ranking and once for its shadow.
+// A factory of one candidate: called once for the live ranking and, unless that ranking has a
+// shared shadow (MakeSharedShadow), once more for its shadow.
 using EvictionPolicyFactory = std::function<absl::StatusOr<std::unique_ptr<EvictionPolicy>>()>;
 // name() is "follow_best"; following() names the leader. Errors: kInvalidArgument for no
 // candidates or an option out of range; a factory's error.
@@ -218,6 +230,17 @@ absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeFollowBestPolicy(
     std::vector<EvictionPolicyFactory> candidates, const FollowBestOptions& options);
 // The leader of a policy MakeFollowBestPolicy made ("" for any other policy): for tests and stats.
 std::string_view FollowedPolicy(const EvictionPolicy& policy);
+
+// What a follow_best policy's miniature simulations cost and decided (all zero for another
+// policy). The cost is the wall time (steady clock) spent in the shadow caches: their requests,
+// evictions and, for shadows that learn on their own, their observations; the live candidates'
+// bookkeeping beside the leader is not in it.
+struct FollowBestStats {
+  double shadow_seconds = 0;
+  int64_t sampled_accesses = 0;  // block accesses the shadows simulated
+  int64_t leader_changes = 0;
+};
+FollowBestStats FollowBestStatsOf(const EvictionPolicy& policy);
 
 // "learned": follow_best over reuse_index and lru (reuse_index's options as given), so the tier
 // is never run by a learned ranking that its shadow shows losing to LRU.

@@ -10,6 +10,7 @@
 #include "cache/kv_cache_impl.h"
 #include "internal/mutex.h"
 #include "internal/strings.h"
+#include "kvtier/eviction_policy.h"
 #include "kvtier/kv_cache.h"
 
 namespace kvtier {
@@ -54,6 +55,12 @@ constexpr TierField kTierFields[] = {
      &KvTierStats::missing_reads},
     {"failed_stores_total", "counter", "Copies into the tier that failed.",
      &KvTierStats::failed_stores},
+    {"policy_shadow_us_total", "counter",
+     "Microseconds the learned policy spent in its shadow caches.",
+     &KvTierStats::policy_shadow_us},
+    {"policy_leader_changes_total", "counter",
+     "Times the learned policy switched the candidate policy it follows.",
+     &KvTierStats::policy_leader_changes},
 };
 
 void Family(std::string& out, absl::string_view name, const char* type, const char* help) {
@@ -157,6 +164,11 @@ KvCacheStats KvCache::stats() const {
     ts.droppable_blocks = c.cached - lc;
     ts.in_flight_blocks = c.in_flight;
     ts.quarantined_blocks = c.quarantined;
+    if (I.policy[t] != nullptr) {
+      const FollowBestStats f = FollowBestStatsOf(*I.policy[t]);
+      ts.policy_shadow_us = static_cast<int64_t>(f.shadow_seconds * 1e6);
+      ts.policy_leader_changes = f.leader_changes;
+    }
     for (int o = 0; o < kNumTiers; ++o) {
       if (o == t || I.tiers[o] == nullptr) continue;
       const TransferStats in = I.engine->stats(static_cast<Tier>(o), static_cast<Tier>(t));

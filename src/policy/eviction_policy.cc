@@ -6,16 +6,17 @@
 #include <cmath>
 #include <deque>
 #include <optional>
-#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "internal/strings.h"
+#include "policy/seconds.h"
 #include "policy/splitmix.h"
 #include "policy/traits_check.h"
 
@@ -23,8 +24,9 @@ namespace kvtier {
 namespace {
 
 using internal::CheckTraits;
+using internal::FastSeconds;
 
-double SinceEpoch(absl::Time t) { return absl::ToDoubleSeconds(t - absl::UnixEpoch()); }
+double SinceEpoch(absl::Time t) { return FastSeconds(t - absl::UnixEpoch()); }
 
 // A policy whose order is a fixed key per candidate (smallest evicted first), re-keyed only when
 // touched or when a priority ends. Ties go by block key: an order that depends only on what the
@@ -38,11 +40,11 @@ class KeyedPolicy : public EvictionPolicy {
       return absl::AlreadyExistsError(
           absl::StrCat("eviction policy: block ", key.ToHex(), " is a candidate already"));
     }
-    Insert(key,
-           Entry{.retention_priority = traits.retention_priority,
-                 .priority_until = traits.priority_until,
-                 .touched = now},
-           now);
+    Entry& entry = entries_[key];
+    entry = Entry{.retention_priority = traits.retention_priority,
+                  .priority_until = traits.priority_until,
+                  .touched = now};
+    Order(key, entry, now);
     return absl::OkStatus();
   }
 
@@ -50,19 +52,20 @@ class KeyedPolicy : public EvictionPolicy {
     if (absl::Status s = CheckTraits(traits); !s.ok()) return s;
     auto it = entries_.find(key);
     if (it == entries_.end()) return NotACandidate(key);
-    Entry entry = it->second;
-    Erase(key, entry);
+    Entry& entry = it->second;
+    Unorder(key, entry);
     entry.retention_priority = traits.retention_priority;
     entry.priority_until = traits.priority_until;
     entry.touched = now;
-    Insert(key, entry, now);
+    Order(key, entry, now);
     return absl::OkStatus();
   }
 
   absl::Status Remove(const BlockKey& key) override {
     auto it = entries_.find(key);
     if (it == entries_.end()) return NotACandidate(key);
-    Erase(key, it->second);
+    Unorder(key, it->second);
+    entries_.erase(it);
     return absl::OkStatus();
   }
 
@@ -70,9 +73,9 @@ class KeyedPolicy : public EvictionPolicy {
     // Priorities that have ended give their blocks their plain keys back.
     while (!expiries_.empty() && expiries_.begin()->first <= now) {
       const BlockKey key = expiries_.begin()->second;
-      Entry entry = entries_.at(key);
-      Erase(key, entry);
-      Insert(key, entry, now);
+      Entry& entry = entries_.at(key);
+      Unorder(key, entry);
+      Order(key, entry, now);
     }
     if (order_.empty()) return std::nullopt;
     return order_.begin()->second;
@@ -100,23 +103,23 @@ class KeyedPolicy : public EvictionPolicy {
         absl::StrCat("eviction policy: block ", key.ToHex(), " is not a candidate"));
   }
 
-  void Insert(const BlockKey& key, Entry entry, absl::Time now) {
+  // Puts `key` (whose entry is `entry`) in the order by its key at `now`.
+  void Order(const BlockKey& key, Entry& entry, absl::Time now) {
     entry.boosted = entry.retention_priority > 0 && now < entry.priority_until;
     entry.key = Key(entry.retention_priority, entry.touched, entry.boosted);
     order_.emplace(entry.key, key);
     if (entry.boosted) expiries_.emplace(entry.priority_until, key);
-    entries_[key] = entry;
   }
 
-  void Erase(const BlockKey& key, const Entry& entry) {
+  void Unorder(const BlockKey& key, const Entry& entry) {
     order_.erase({entry.key, key});
     if (entry.boosted) expiries_.erase({entry.priority_until, key});
-    entries_.erase(key);
   }
 
   absl::flat_hash_map<BlockKey, Entry> entries_;
-  std::set<std::pair<double, BlockKey>> order_;
-  std::set<std::pair<absl::Time, BlockKey>> expiries_;
+  // B-trees: an LRU's order is updated on every use, and a B-tree's nodes are a few cache lines.
+  absl::btree_set<std::pair<double, BlockKey>> order_;
+  absl::btree_set<std::pair<absl::Time, BlockKey>> expiries_;
 };
 
 class LruPolicy final : public KeyedPolicy {
@@ -298,7 +301,7 @@ class HitDensityPolicy final : public EvictionPolicy {
         absl::StrCat("eviction policy: block ", key.ToHex(), " is not a candidate"));
   }
 
-  static double Seconds(absl::Duration d) { return std::max(0.0, absl::ToDoubleSeconds(d)); }
+  static double Seconds(absl::Duration d) { return std::max(0.0, FastSeconds(d)); }
 
   static int ClassOf(const BlockTraits& t) {
     const int r = t.run_blocks;

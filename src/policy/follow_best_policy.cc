@@ -1,6 +1,7 @@
 // follow_best (eviction_policy.h): candidates ranked live, each with a hash-sampled shadow cache
 // that measures it, and the live tier following the best shadow.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -72,6 +73,7 @@ class FollowBest final : public EvictionPolicy {
 
   std::string_view name() const override { return "follow_best"; }
   std::string_view following() const { return live_[leader_]->name(); }
+  const FollowBestStats& stats() const { return stats_; }
   bool reads_run_blocks() const override { return run_blocks_; }
   bool observes_requests() const override { return true; }
 
@@ -79,16 +81,21 @@ class FollowBest final : public EvictionPolicy {
     for (auto& p : live_) {
       if (p->observes_requests()) p->ObserveRequest(request);
     }
+    const auto start = std::chrono::steady_clock::now();
     sampled_.clear();
     for (const BlockKey& key : request.blocks) {
-      if (internal::SplitMix64Mix(key.lo ^ internal::SplitMix64Mix(key.hi)) <= threshold_)
+      // One mix: a cache's keys are content hashes already, a caller's may not be.
+      if (internal::SplitMix64Mix(key.lo ^ (key.hi * 0x9e3779b97f4a7c15ULL)) <= threshold_) {
         sampled_.push_back(key);
+      }
     }
     for (Shadow& s : shadows_) {
+      // A shared shadow (MakeSharedShadow) does not observe: the live candidate learned it above.
       if (s.policy().observes_requests()) s.policy().ObserveRequest(request);
       if (!sampled_.empty()) s.Request(sampled_, request.now);
     }
     accesses_ += static_cast<int64_t>(sampled_.size());
+    stats_.sampled_accesses += static_cast<int64_t>(sampled_.size());
     if (accesses_ >= options_.half_life_accesses) {
       accesses_ = 0;
       for (Shadow& s : shadows_) s.Decay();
@@ -100,16 +107,22 @@ class FollowBest final : public EvictionPolicy {
     if (best != leader_ &&
         shadows_[best].hits() > shadows_[leader_].hits() * (1 + options_.hysteresis) + 1) {
       leader_ = best;
+      ++stats_.leader_changes;
     }
+    stats_.shadow_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 
   void ObserveRelease(const ReleaseObservation& release) override {
     for (auto& p : live_) {
       if (p->observes_requests()) p->ObserveRelease(release);
     }
+    const auto start = std::chrono::steady_clock::now();
     for (Shadow& s : shadows_) {
       if (s.policy().observes_requests()) s.policy().ObserveRelease(release);
     }
+    stats_.shadow_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 
   absl::Status Add(const BlockKey& key, const BlockTraits& traits, absl::Time now) override {
@@ -137,13 +150,14 @@ class FollowBest final : public EvictionPolicy {
   }
 
   std::vector<std::unique_ptr<EvictionPolicy>> live_;
-  std::vector<Shadow> shadows_;
+  std::vector<Shadow> shadows_;  // after live_: a shared shadow reads its live policy's model
   FollowBestOptions options_;
   uint64_t threshold_;
   size_t leader_ = 0;
   int64_t accesses_ = 0;
   bool run_blocks_ = false;
   std::vector<BlockKey> sampled_;
+  FollowBestStats stats_;
 };
 
 }  // namespace
@@ -161,7 +175,7 @@ absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeFollowBestPolicy(
   const double rate =
       options.sample_rate > 0
           ? options.sample_rate
-          : std::clamp(2048.0 / static_cast<double>(options.capacity_blocks), 0.01, 1.0);
+          : std::clamp(512.0 / static_cast<double>(options.capacity_blocks), 0.01, 0.25);
   const int64_t shadow_capacity =
       std::max<int64_t>(1, std::llround(rate * static_cast<double>(options.capacity_blocks)));
   std::vector<std::unique_ptr<EvictionPolicy>> live;
@@ -169,10 +183,14 @@ absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeFollowBestPolicy(
   for (const EvictionPolicyFactory& make : candidates) {
     absl::StatusOr<std::unique_ptr<EvictionPolicy>> a = make();
     if (!a.ok()) return a.status();
-    absl::StatusOr<std::unique_ptr<EvictionPolicy>> b = make();
-    if (!b.ok()) return b.status();
+    std::unique_ptr<EvictionPolicy> shadow = (*a)->MakeSharedShadow();
+    if (shadow == nullptr) {
+      absl::StatusOr<std::unique_ptr<EvictionPolicy>> b = make();
+      if (!b.ok()) return b.status();
+      shadow = *std::move(b);
+    }
     live.push_back(*std::move(a));
-    shadows.emplace_back(*std::move(b), shadow_capacity);
+    shadows.emplace_back(std::move(shadow), shadow_capacity);
   }
   return std::make_unique<FollowBest>(std::move(live), std::move(shadows), options, rate);
 }
@@ -180,6 +198,11 @@ absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeFollowBestPolicy(
 std::string_view FollowedPolicy(const EvictionPolicy& policy) {
   const auto* f = dynamic_cast<const FollowBest*>(&policy);
   return f == nullptr ? std::string_view() : f->following();
+}
+
+FollowBestStats FollowBestStatsOf(const EvictionPolicy& policy) {
+  const auto* f = dynamic_cast<const FollowBest*>(&policy);
+  return f == nullptr ? FollowBestStats{} : f->stats();
 }
 
 absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeLearnedPolicy(

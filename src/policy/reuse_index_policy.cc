@@ -234,6 +234,16 @@ class ReuseIndexPolicy final : public EvictionPolicy {
 
   int64_t size() const override { return static_cast<int64_t>(candidates_.size()); }
 
+  std::unique_ptr<EvictionPolicy> MakeSharedShadow() override;
+
+  // `key`'s rank at `now` by what this policy has learned, and its last access: for a shared
+  // shadow. A block it no longer remembers (not accessed within `history`) ranks -1, oldest.
+  std::pair<double, absl::Time> RankOf(const BlockKey& key, absl::Time now) const {
+    auto it = records_.find(key);
+    if (it == records_.end()) return {-1.0, absl::InfinitePast()};
+    return {Rank(it->second, now), it->second.last_access};
+  }
+
  private:
   struct Record {
     absl::Time last_access = absl::InfinitePast();
@@ -329,6 +339,109 @@ class ReuseIndexPolicy final : public EvictionPolicy {
   std::deque<std::pair<absl::Time, BlockKey>> history_;  // accesses, oldest first
   std::optional<Follow> follow_;
 };
+
+// A ranking of its own candidates by a live ReuseIndexPolicy's model (MakeSharedShadow).
+class ReuseIndexShadow final : public EvictionPolicy {
+ public:
+  ReuseIndexShadow(const ReuseIndexPolicy* model, int sample_size, uint64_t seed)
+      : model_(model), sample_size_(sample_size), rng_(seed) {}
+
+  std::string_view name() const override { return "reuse_index"; }
+  bool reads_run_blocks() const override { return false; }
+
+  absl::Status Add(const BlockKey& key, const BlockTraits& traits, absl::Time now) override {
+    (void)now;
+    if (absl::Status s = internal::CheckTraits(traits); !s.ok()) return s;
+    auto [it, inserted] = position_.try_emplace(key, static_cast<int64_t>(keys_.size()));
+    if (!inserted) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("reuse_index shadow: block ", key.ToHex(), " is a candidate already"));
+    }
+    keys_.push_back(key);
+    return absl::OkStatus();
+  }
+  absl::Status Touch(const BlockKey& key, const BlockTraits& traits, absl::Time now) override {
+    (void)now;
+    if (absl::Status s = internal::CheckTraits(traits); !s.ok()) return s;
+    if (!position_.contains(key)) return NotACandidate(key);
+    return absl::OkStatus();  // the model learns accesses from the live policy's calls
+  }
+  absl::Status Remove(const BlockKey& key) override {
+    auto it = position_.find(key);
+    if (it == position_.end()) return NotACandidate(key);
+    const int64_t pos = it->second;
+    position_.erase(it);
+    if (pos != static_cast<int64_t>(keys_.size()) - 1) {
+      keys_[static_cast<size_t>(pos)] = keys_.back();
+      position_[keys_[static_cast<size_t>(pos)]] = pos;
+    }
+    keys_.pop_back();
+    return absl::OkStatus();
+  }
+  // One sample serves up to kBatch victims at the same `now` (a request's evictions come
+  // together): the lowest of the sample in order, each still a candidate. The live ranking gets
+  // the same effect from its parent-follows rule; here it keeps the shadow's cost to a share of
+  // the live one's (docs/performance.md).
+  std::optional<BlockKey> Victim(absl::Time now) override {
+    if (keys_.empty()) return std::nullopt;
+    if (queue_time_ == now) {
+      while (!queue_.empty()) {
+        const BlockKey key = queue_.back();
+        queue_.pop_back();
+        if (position_.contains(key)) return key;
+      }
+    }
+    ranked_.clear();
+    auto consider = [&](const BlockKey& key) {
+      const auto [rank, access] = model_->RankOf(key, now);
+      ranked_.push_back(Ranked{rank, access, key});
+    };
+    const size_t n = keys_.size();
+    if (sample_size_ == 0 || n <= static_cast<size_t>(sample_size_)) {
+      for (const BlockKey& key : keys_) consider(key);
+    } else {
+      for (int i = 0; i < sample_size_; ++i) consider(keys_[rng_.Next() % n]);
+    }
+    const size_t take = std::min(ranked_.size(), kBatch);
+    std::partial_sort(ranked_.begin(), ranked_.begin() + static_cast<std::ptrdiff_t>(take),
+                      ranked_.end(), [](const Ranked& a, const Ranked& b) {
+                        return a.rank < b.rank || (a.rank == b.rank && a.access < b.access);
+                      });
+    queue_.clear();
+    for (size_t i = take; i > 1; --i) queue_.push_back(ranked_[i - 1].key);
+    queue_time_ = now;
+    return ranked_[0].key;
+  }
+  int64_t size() const override { return static_cast<int64_t>(keys_.size()); }
+
+ private:
+  static absl::Status NotACandidate(const BlockKey& key) {
+    return absl::NotFoundError(
+        absl::StrCat("reuse_index shadow: block ", key.ToHex(), " is not a candidate"));
+  }
+
+  static constexpr size_t kBatch = 16;
+  struct Ranked {
+    double rank;
+    absl::Time access;
+    BlockKey key;
+  };
+
+  const ReuseIndexPolicy* model_;
+  int sample_size_;
+  internal::SplitMix64 rng_;
+  std::vector<BlockKey> keys_;
+  absl::flat_hash_map<BlockKey, int64_t> position_;
+  std::vector<Ranked> ranked_;   // scratch
+  std::vector<BlockKey> queue_;  // the sample's next lowest, lowest last, valid at queue_time_
+  absl::Time queue_time_ = absl::InfinitePast();
+};
+
+std::unique_ptr<EvictionPolicy> ReuseIndexPolicy::MakeSharedShadow() {
+  // Its own sampling stream, so the live ranking's victims do not depend on the shadow's calls.
+  return std::make_unique<ReuseIndexShadow>(this, options_.sample_size,
+                                            internal::SplitMix64Mix(options_.seed));
+}
 
 }  // namespace
 

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "policy/seconds.h"
 
 namespace kvtier {
 namespace {
@@ -89,7 +90,7 @@ double ReuseLifeTable::Seconds(absl::Time t) {
     origin_ = t;
     next_refresh_ = 0;
   }
-  latest_ = std::max(latest_, absl::ToDoubleSeconds(t - origin_));
+  latest_ = std::max(latest_, internal::FastSeconds(t - origin_));
   return latest_;
 }
 
@@ -205,7 +206,7 @@ void ReuseLifeTable::Rebuild() {
 
 double ReuseLifeTable::Index(int cls, absl::Duration age) const {
   cls = std::clamp(cls, 0, num_classes() - 1);
-  const double a = std::max(0.0, absl::ToDoubleSeconds(age));
+  const double a = std::max(0.0, internal::FastSeconds(age));
   const int i = std::min(rows_ - 1, static_cast<int>(std::min(a / grid_, 1e9)));
   return index_[static_cast<size_t>(cls) * rows_ + i];
 }

@@ -641,6 +641,8 @@ absl::StatusOr<ReplayReport> RunReplay(const Trace& trace, const ReplayOptions& 
     r.failed_stores[from] = ts.failed_stores;
     r.evictions += ts.evictions;
     r.demotions += ts.demotions;
+    r.policy_shadow_seconds += static_cast<double>(ts.policy_shadow_us) * 1e-6;
+    r.policy_leader_changes += ts.policy_leader_changes;
     for (int to = 0; to < kNumTiers; ++to) {
       r.bytes_moved[from][to] = static_cast<int64_t>(
           static_cast<double>(stats.blocks_moved[from][to]) * model_block_bytes);

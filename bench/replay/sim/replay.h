@@ -171,6 +171,10 @@ struct ReplayReport {
   int64_t remote_blocks_found = 0;
   int64_t remote_blocks_indexed = 0;
   double wall_seconds = 0;
+  // The learned policy's miniature simulations (KvTierStats::policy_shadow_us, all tiers): wall
+  // seconds inside wall_seconds, and the switches of the candidate each tier followed.
+  double policy_shadow_seconds = 0;
+  int64_t policy_leader_changes = 0;
 };
 
 // Runs `trace` through a KvCache built from `options`. Errors: kInvalidArgument for options out of

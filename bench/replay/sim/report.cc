@@ -78,6 +78,8 @@ nlohmann::json ToJson(const ReplayReport& r) {
   j["failed_requests"] = r.failed_requests;
   j["evictions"] = r.evictions;
   j["demotions"] = r.demotions;
+  j["policy_shadow_seconds"] = r.policy_shadow_seconds;
+  j["policy_leader_changes"] = r.policy_leader_changes;
   j["remote_probes"] = {{"probes", r.remote_probes},
                         {"failures", r.remote_probe_failures},
                         {"blocks_found", r.remote_blocks_found},

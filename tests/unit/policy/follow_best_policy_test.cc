@@ -101,6 +101,82 @@ TEST(FollowBestPolicyTest, FollowsLruWhereRecencyWinsAndTheOtherWhereItLoses) {
     hot.push_back(100 + (round % 5 == 4 ? 200 + round : round % 4));
   Replay(*p, hot, t);
   EXPECT_EQ(FollowedPolicy(*p), "lru");
+  // What the miniature simulations cost and decided: every access sampled (rate 1), two
+  // switches, and time spent.
+  const FollowBestStats stats = FollowBestStatsOf(*p);
+  EXPECT_EQ(stats.sampled_accesses, static_cast<int64_t>(loop.size() + hot.size()));
+  EXPECT_EQ(stats.leader_changes, 2);
+  EXPECT_GT(stats.shadow_seconds, 0);
+  const FollowBestStats none = FollowBestStatsOf(*MakeLruPolicy());
+  EXPECT_EQ(none.sampled_accesses, 0);
+  EXPECT_EQ(none.shadow_seconds, 0);
+}
+
+// One tier of `capacity` blocks run by `p`: an agent session alternates between two prompts of
+// two blocks each (it released one and comes back with the other, then the first again), while
+// one-off requests of two new blocks each go between. Returns the session's block hits.
+int64_t AlternatingSession(EvictionPolicy& p, int steps, int64_t capacity) {
+  std::set<BlockKey> held;
+  int64_t hits = 0;
+  uint64_t fresh = 1000;
+  double t = 0;
+  auto request = [&](const std::vector<BlockKey>& blocks, uint64_t session) {
+    p.ObserveRequest({.blocks = blocks, .now = At(t), .session = session});
+    for (const BlockKey& k : blocks) {
+      if (held.contains(k)) {
+        if (session != 0) ++hits;
+        (void)p.Remove(k);
+      }
+    }
+    if (session != 0) {
+      p.ObserveRelease({.blocks = blocks, .now = At(t), .session = session,
+                        .stop_reason = StopReason::kToolUse});
+    }
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      held.insert(blocks[i]);
+      const BlockTraits traits{.parent = i == 0 ? kRootBlockKey : blocks[i - 1]};
+      EXPECT_TRUE(p.Add(blocks[i], traits, At(t)).ok());
+    }
+    while (static_cast<int64_t>(held.size()) > capacity) {
+      std::optional<BlockKey> v = p.Victim(At(t));
+      if (!v.has_value()) break;
+      EXPECT_TRUE(p.Remove(*v).ok());
+      held.erase(*v);
+    }
+    t += 1;
+  };
+  for (int step = 0; step < steps; ++step) {
+    request(step % 2 == 0 ? std::vector<BlockKey>{Key(1), Key(2)}
+                          : std::vector<BlockKey>{Key(3), Key(4)},
+            /*session=*/7);
+    request({Key(fresh), Key(fresh + 1)}, /*session=*/0);
+    fresh += 2;
+  }
+  return hits;
+}
+
+// The fallback: on a workload where the learned index loses to LRU (the session's "moved on"
+// rule throws out the prompt it comes back to), the tier follows LRU, even with the learned index
+// leading at the start.
+TEST(FollowBestPolicyTest, WhereTheLearnedIndexLosesToLruTheTierFollowsLru) {
+  constexpr int kSteps = 3000;
+  constexpr int64_t kCapacity = 8;
+  auto reuse_index = MakeReuseIndexPolicy();
+  KVTIER_ASSERT_OK(reuse_index.status());
+  const int64_t lru_hits = AlternatingSession(*MakeLruPolicy(), kSteps, kCapacity);
+  const int64_t index_hits = AlternatingSession(**reuse_index, kSteps, kCapacity);
+  ASSERT_GT(lru_hits, index_hits + kSteps / 2) << "the workload must favour LRU";
+
+  std::vector<EvictionPolicyFactory> c;
+  c.push_back([] { return MakeReuseIndexPolicy(); });
+  c.push_back([]() -> absl::StatusOr<std::unique_ptr<EvictionPolicy>> { return MakeLruPolicy(); });
+  auto p = MakeFollowBestPolicy(std::move(c), {.capacity_blocks = kCapacity, .sample_rate = 1});
+  KVTIER_ASSERT_OK(p.status());
+  EXPECT_EQ(FollowedPolicy(**p), "reuse_index");
+  const int64_t followed_hits = AlternatingSession(**p, kSteps, kCapacity);
+  EXPECT_EQ(FollowedPolicy(**p), "lru");
+  // Close to LRU's hits: only the requests before the switch went the index's way.
+  EXPECT_GE(followed_hits, lru_hits * 9 / 10);
 }
 
 TEST(FollowBestPolicyTest, LearnedIsLruAndReuseIndex) {

@@ -147,6 +147,45 @@ TEST(ReuseIndexPolicyTest, SampledVictimsStayCandidates) {
   EXPECT_FALSE(p->Victim(At(200)).has_value());
 }
 
+// A shared shadow (follow_best's miniature simulation) ranks candidates of its own by what the
+// live policy learned, and learns nothing itself.
+TEST(ReuseIndexPolicyTest, ASharedShadowRanksItsOwnCandidatesByTheLiveModel) {
+  auto live = Make();
+  std::unique_ptr<EvictionPolicy> shadow = live->MakeSharedShadow();
+  ASSERT_NE(shadow, nullptr);
+  EXPECT_EQ(MakeLruPolicy()->MakeSharedShadow(), nullptr);  // nothing to share
+  EXPECT_FALSE(shadow->observes_requests());
+  auto release = [&](std::vector<BlockKey> blocks, uint64_t session, double t) {
+    live->ObserveRelease(
+        {.blocks = blocks, .now = At(t), .session = session, .stop_reason = StopReason::kToolUse});
+  };
+  // Block 3 is the older; block 5's session then moves on without it.
+  Observe(*live, {Key(3)}, At(0), /*session=*/11);
+  release({Key(3)}, 11, 0);
+  Observe(*live, {Key(5)}, At(1), /*session=*/10);
+  release({Key(5)}, 10, 1);
+  KVTIER_ASSERT_OK(shadow->Add(Key(3), {}, At(0)));
+  KVTIER_ASSERT_OK(shadow->Add(Key(5), {}, At(1)));
+  EXPECT_EQ(shadow->size(), 2);
+  EXPECT_EQ(live->size(), 0);  // the candidates are the shadow's alone
+  EXPECT_EQ(shadow->Victim(At(2)), Key(3));  // no data: oldest first
+  // The shadow is told of a request; only the live policy's observation counts.
+  shadow->ObserveRequest({.blocks = std::vector<BlockKey>{Key(7)}, .now = At(3), .session = 10});
+  EXPECT_EQ(shadow->Victim(At(4)), Key(3));
+  Observe(*live, {Key(7)}, At(5), /*session=*/10);
+  EXPECT_EQ(shadow->Victim(At(6)), Key(5));  // the live model says session 10 moved on
+  // At one time, one sample serves several victims, lowest first, each still a candidate.
+  EXPECT_EQ(shadow->Victim(At(7)), Key(5));
+  KVTIER_ASSERT_OK(shadow->Remove(Key(5)));
+  EXPECT_EQ(shadow->Victim(At(7)), Key(3));
+  EXPECT_THAT(shadow->Add(Key(3), {}, At(7)), IsError(StatusCode::kAlreadyExists, "candidate"));
+  EXPECT_THAT(shadow->Remove(Key(5)), IsError(StatusCode::kNotFound, "not a candidate"));
+  EXPECT_THAT(shadow->Touch(Key(5), {}, At(7)), IsError(StatusCode::kNotFound, "not a candidate"));
+  KVTIER_EXPECT_OK(shadow->Touch(Key(3), {}, At(7)));
+  KVTIER_ASSERT_OK(shadow->Remove(Key(3)));
+  EXPECT_EQ(shadow->Victim(At(8)), std::nullopt);
+}
+
 TEST(ReuseIndexPolicyTest, Errors) {
   auto p = Make();
   KVTIER_ASSERT_OK(p->Add(Key(1), {}, At(0)));

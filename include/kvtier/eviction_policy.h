@@ -159,6 +159,19 @@ class EvictionPolicy {
   // traits (a shadow passes none). It must not outlive this policy. Null (the default): the
   // policy has nothing to share (lru, cost_aware); the caller makes a second instance.
   virtual std::unique_ptr<EvictionPolicy> MakeSharedShadow() { return nullptr; }
+
+  // The chance, as this policy has learned it, that candidate `key` is used again within
+  // `within` of `now` (InfiniteDuration: ever), in [0, 1]; nullopt where the policy has no
+  // estimate it trusts (lru and cost_aware never do; reuse_index not before enough outcomes of
+  // the block's class at its age; follow_best asks the candidate it follows). KvCache asks it of
+  // a victim before demoting it: a copy not worth restoring later is dropped (kv_cache.h).
+  virtual std::optional<double> ReuseChance(const BlockKey& key, absl::Duration within,
+                                            absl::Time now) const {
+    (void)key;
+    (void)within;
+    (void)now;
+    return std::nullopt;
+  }
 };
 
 std::unique_ptr<EvictionPolicy> MakeLruPolicy();

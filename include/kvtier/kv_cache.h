@@ -111,6 +111,16 @@ struct KvCacheOptions {
   std::array<int, kNumTiers> admit_after_uses = {1, 1, 1, 1};
   // Demote an evicted block to the next admitting tier instead of dropping it.
   bool demote_on_evict = true;
+  // Tier-aware value: demote a victim only if it is worth restoring later. Keeping a copy below
+  // is worth p x (recompute - restore), p the policy's chance that the block is used again
+  // (EvictionPolicy::ReuseChance), recompute the prefill time of one block (the cost model's,
+  // for the first block of a prompt: a lower bound) and restore the time to bring it back from
+  // that tier (latency + bytes / bandwidth, the attach's link costs); the demotion's own copy
+  // costs bytes / bandwidth. A victim whose value is below that cost is dropped (counted in
+  // KvTierStats::value_drops). Without a cost model, only a victim with p = 0 is (a session that
+  // moved on, or a class that never came back at that age). A policy without an estimate (lru,
+  // cost_aware, learned while it follows lru) demotes as before.
+  bool demote_by_value = true;
   // Also copy each written block straight from HBM to the remote tier at once (when it admits
   // it: admit_after_uses[remote]), whatever write_policy does with the tiers between: for a
   // store shared by a fleet (RemoteTier or a MetadataTier over a shared MetadataStore), where a

@@ -29,6 +29,7 @@
 #define KVTIER_REUSE_LIFE_TABLE_H_
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -73,6 +74,13 @@ class ReuseLifeTable {
   double Index(int cls, absl::Duration age) const;
   // The survival S(age) of class `cls` from the last rebuild (1 at age 0).
   double Survival(int cls, double age_seconds) const;
+  // The chance that a block of class `cls` not reused by `age_seconds` is reused within the next
+  // `within_seconds` (infinity: ever, as far as the last edge reaches): (S(a) - S(a + w)) / S(a).
+  // nullopt when the class has fewer than `min_lives` lives at risk in the bucket of `age` (as of
+  // the last Advance): too few to tell "never comes back" from "not seen yet" (S is 1 with no
+  // data), or when S(a) is 0.
+  std::optional<double> ChanceOfReuse(int cls, double age_seconds, double within_seconds,
+                                      int64_t min_lives) const;
   // Counts as of the last Advance (for tests and stats).
   int64_t at_risk(int cls, int bucket) const { return at_risk_[Cell(cls, bucket)]; }
   int64_t events(int cls, int bucket) const { return events_[Cell(cls, bucket)]; }

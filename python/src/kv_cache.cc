@@ -182,7 +182,7 @@ void BindKvCache(py::module_& m) {
              std::array<int, kNumTiers> admit_after_uses, bool demote_on_evict,
              double prefill_flops_per_second, bool measure_bandwidth, int64_t event_buffer,
              double room_wait_s, int bounce_buffers, int remote_probe_window_blocks,
-             double remote_probe_timeout_s, std::string worker_id) {
+             double remote_probe_timeout_s, std::string worker_id, bool demote_by_value) {
             if (stack.consumed) {
               throw StatusError(absl::FailedPreconditionError(
                   "KvCache.create: this TierStack's backends were taken by another cache"));
@@ -194,6 +194,7 @@ void BindKvCache(py::module_& m) {
             o.inclusion = inclusion;
             o.admit_after_uses = admit_after_uses;
             o.demote_on_evict = demote_on_evict;
+            o.demote_by_value = demote_by_value;
             o.prefill_flops_per_second = prefill_flops_per_second;
             o.measure_bandwidth = measure_bandwidth;
             o.event_buffer = event_buffer;
@@ -239,7 +240,7 @@ void BindKvCache(py::module_& m) {
           py::arg("measure_bandwidth") = true, py::arg("event_buffer") = 65536,
           py::arg("room_wait_s") = 10.0, py::arg("bounce_buffers") = 4,
           py::arg("remote_probe_window_blocks") = 32, py::arg("remote_probe_timeout_s") = 0.02,
-          py::arg("worker_id") = "",
+          py::arg("worker_id") = "", py::arg("demote_by_value") = true,
           "KvCache::Create over a TierStack's backends (the stack is consumed).")
       .def_property_readonly("namespace",
                              [](const PyKvCache& c) { return Cache(c).cache_namespace(); })

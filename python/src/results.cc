@@ -36,6 +36,9 @@ py::dict TierStatsDict(const KvTierStats& s) {
   d["corrupt_reads"] = s.corrupt_reads;
   d["missing_reads"] = s.missing_reads;
   d["failed_stores"] = s.failed_stores;
+  d["value_drops"] = s.value_drops;
+  d["policy_shadow_us"] = s.policy_shadow_us;
+  d["policy_leader_changes"] = s.policy_leader_changes;
   return d;
 }
 
@@ -177,6 +180,9 @@ void BindResults(py::module_& m) {
       .def_readonly("corrupt_reads", &KvTierStats::corrupt_reads)
       .def_readonly("missing_reads", &KvTierStats::missing_reads)
       .def_readonly("failed_stores", &KvTierStats::failed_stores)
+      .def_readonly("value_drops", &KvTierStats::value_drops)
+      .def_readonly("policy_shadow_us", &KvTierStats::policy_shadow_us)
+      .def_readonly("policy_leader_changes", &KvTierStats::policy_leader_changes)
       .def("as_dict", &TierStatsDict);
 
   py::class_<RemoteProbeStats>(m, "RemoteProbeStats")

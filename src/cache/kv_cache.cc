@@ -49,6 +49,7 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const CacheNamespace& n
   impl->inclusion = options.inclusion;
   impl->admit_after_uses = options.admit_after_uses;
   impl->demote_on_evict = options.demote_on_evict;
+  impl->demote_by_value = options.demote_by_value;
   impl->publish_to_remote = options.publish_to_remote;
   impl->cost = cost;
   impl->links = options.links;

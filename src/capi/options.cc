@@ -120,6 +120,7 @@ absl::StatusOr<KvCacheOptions> ToCacheOptions(const kvtier_cache_options& o) {
     c.links[i] = TierLinkCost{absl::Nanoseconds(o.link_latency_ns[i]), o.link_bytes_per_second[i]};
   }
   c.demote_on_evict = o.demote_on_evict;
+  c.demote_by_value = o.demote_by_value;
   c.measure_bandwidth = o.measure_bandwidth;
   c.prefill_flops_per_second = o.prefill_flops_per_second;
   c.event_buffer = o.event_buffer;
@@ -239,6 +240,7 @@ void kvtier_cache_options_init(kvtier_cache_options* options) {
     options->link_bytes_per_second[i] = d.links[i].bytes_per_second;
   }
   options->demote_on_evict = d.demote_on_evict;
+  options->demote_by_value = d.demote_by_value;
   options->measure_bandwidth = d.measure_bandwidth;
   options->prefill_flops_per_second = d.prefill_flops_per_second;
   options->event_buffer = d.event_buffer;

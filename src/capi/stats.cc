@@ -43,6 +43,9 @@ kvtier_status_code kvtier_cache_get_stats(const kvtier_cache* cache, kvtier_cach
       o.corrupt_reads = in.corrupt_reads;
       o.missing_reads = in.missing_reads;
       o.failed_stores = in.failed_stores;
+      o.value_drops = in.value_drops;
+      o.policy_shadow_us = in.policy_shadow_us;
+      o.policy_leader_changes = in.policy_leader_changes;
       for (int to = 0; to < kNumTiers; ++to) out->blocks_moved[t][to] = s.blocks_moved[t][to];
     }
     out->live_sequences = s.live_sequences;

@@ -135,6 +135,10 @@ class FollowBest final : public EvictionPolicy {
     return ForEach([&](EvictionPolicy& p) { return p.Remove(key); });
   }
   std::optional<BlockKey> Victim(absl::Time now) override { return live_[leader_]->Victim(now); }
+  std::optional<double> ReuseChance(const BlockKey& key, absl::Duration within,
+                                    absl::Time now) const override {
+    return live_[leader_]->ReuseChance(key, within, now);
+  }
   int64_t size() const override { return live_[0]->size(); }
 
  private:

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "kvtier/eviction_policy.h"
 #include "kvtier/reuse_life_table.h"
+#include "policy/seconds.h"
 #include "policy/splitmix.h"
 #include "policy/traits_check.h"
 
@@ -236,6 +237,25 @@ class ReuseIndexPolicy final : public EvictionPolicy {
 
   std::unique_ptr<EvictionPolicy> MakeSharedShadow() override;
 
+  // A block its session moved on from: 0. Otherwise the life table of how it was last let go
+  // (the session-return table for a block a session released, the block table else), once
+  // kMinLives outcomes of its class at its age are in.
+  std::optional<double> ReuseChance(const BlockKey& key, absl::Duration within,
+                                    absl::Time now) const override {
+    auto it = records_.find(key);
+    if (it == records_.end()) return std::nullopt;
+    const Record& r = it->second;
+    const double w = within == absl::InfiniteDuration() ? std::numeric_limits<double>::infinity()
+                                                        : internal::FastSeconds(within);
+    if (r.session != 0) {
+      auto s = sessions_.find(r.session);
+      if (s != sessions_.end() && s->second.last_request > r.last_access) return 0.0;
+      return session_table_.ChanceOfReuse(
+          r.session_cls, internal::FastSeconds(now - r.released_at), w, kMinLives);
+    }
+    return table_.ChanceOfReuse(r.cls, internal::FastSeconds(now - r.last_access), w, kMinLives);
+  }
+
   // `key`'s rank at `now` by what this policy has learned, and its last access: for a shared
   // shadow. A block it no longer remembers (not accessed within `history`) ranks -1, oldest.
   std::pair<double, absl::Time> RankOf(const BlockKey& key, absl::Time now) const {
@@ -272,6 +292,10 @@ class ReuseIndexPolicy final : public EvictionPolicy {
     BlockKey parent;
     double rank = 0;
   };
+
+  // Outcomes of a class at an age before ReuseChance trusts its table there (the shrinkage's
+  // prior is worth 20: as many of its own).
+  static constexpr int64_t kMinLives = 20;
 
   static absl::Status NotACandidate(const BlockKey& key) {
     return absl::NotFoundError(

@@ -262,6 +262,7 @@ absl::StatusOr<Built> BuildCache(const ReplayOptions& o, const TraceFootprint& f
   // onboarding wait for demotions in flight to free HBM rather than fail.
   co.room_wait = absl::Seconds(10);
   co.eviction_policy = o.policy;
+  co.demote_by_value = o.demote_by_value;
   co.prefill_cost = o.prefill;
   co.prefill_flops_per_second = o.prefill.flops_per_second;
   // The cost model sees the model's restore times: the configured links (not the emulated
@@ -643,6 +644,7 @@ absl::StatusOr<ReplayReport> RunReplay(const Trace& trace, const ReplayOptions& 
     r.demotions += ts.demotions;
     r.policy_shadow_seconds += static_cast<double>(ts.policy_shadow_us) * 1e-6;
     r.policy_leader_changes += ts.policy_leader_changes;
+    r.value_drops += ts.value_drops;
     for (int to = 0; to < kNumTiers; ++to) {
       r.bytes_moved[from][to] = static_cast<int64_t>(
           static_cast<double>(stats.blocks_moved[from][to]) * model_block_bytes);

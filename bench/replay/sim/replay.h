@@ -97,6 +97,7 @@ struct ReplayOptions {
   PayloadMode payload = PayloadMode::kNone;
   int payload_bytes_per_token = 4;  // kScaled: multiple of 4, in [4, 65536]
   HintMode hints = HintMode::kPause;
+  bool demote_by_value = true;  // KvCacheOptions::demote_by_value
   // kScaled: directory for the NVMe file and the remote directory store; empty: a fresh temporary
   // directory, removed afterwards.
   std::string work_dir;
@@ -175,6 +176,7 @@ struct ReplayReport {
   // seconds inside wall_seconds, and the switches of the candidate each tier followed.
   double policy_shadow_seconds = 0;
   int64_t policy_leader_changes = 0;
+  int64_t value_drops = 0;  // KvTierStats::value_drops, all tiers
 };
 
 // Runs `trace` through a KvCache built from `options`. Errors: kInvalidArgument for options out of

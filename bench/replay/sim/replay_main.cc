@@ -39,6 +39,7 @@ constexpr const char* kTierKeys[kNumTiers] = {"hbm", "dram", "nvme", "remote"};
 constexpr const char* kSizeFlag[kNumTiers] = {"--hbm", "--dram", "--nvme", "--remote-size"};
 
 struct Flags {
+  bool demote_by_value = true;
   std::string mode = "serve";
   std::string workload = "agentic";
   std::string trace;
@@ -233,6 +234,10 @@ absl::StatusOr<std::vector<ReplayReport>> RunAll(const Trace& trace, const Repla
 // cost at most 5% of the replay's time).
 void PrintShadowCost(const std::vector<ReplayReport>& reports) {
   for (const ReplayReport& r : reports) {
+    if (r.value_drops > 0) {
+      std::printf("%s: %lld victims dropped rather than demoted (not worth restoring)\n",
+                  r.name.c_str(), static_cast<long long>(r.value_drops));
+    }
     if (r.policy_shadow_seconds <= 0 || r.wall_seconds <= 0) continue;
     std::printf("%s: shadow caches %.3f s of %.2f s wall (%.1f%%), %lld leader changes\n",
                 r.name.c_str(), r.policy_shadow_seconds, r.wall_seconds,
@@ -329,6 +334,9 @@ int Main(int argc, char** argv) {
   app.add_option("--payload", f.payload, "none (metadata only) or scaled (real, verified bytes)");
   app.add_option("--payload-bytes-per-token", f.payload_bytes_per_token,
                  "payload scaled: bytes per token, multiple of 4");
+  app.add_option("--demote-by-value", f.demote_by_value,
+                 "true (default): demote a victim only if worth restoring later "
+                 "(KvCacheOptions::demote_by_value); false: demote every victim");
   app.add_option("--hints", f.hints,
                  "none, pause (Pause after tool_use, Resume on return), stop-reason (Release with "
                  "the stop reason), or oracle-idle (stop reason and the true time to the "
@@ -537,6 +545,7 @@ int Main(int argc, char** argv) {
   }
   o.payload = f.payload == "scaled" ? PayloadMode::kScaled : PayloadMode::kNone;
   o.payload_bytes_per_token = f.payload_bytes_per_token;
+  o.demote_by_value = f.demote_by_value;
   if (f.hints == "none") {
     o.hints = HintMode::kNone;
   } else if (f.hints == "pause") {

@@ -375,6 +375,9 @@ typedef struct kvtier_cache_options {
   /* This worker's name in the fleet ("host3:gpu1"), copied into every event's worker_id;
    * NUL-terminated, at most 256 bytes, copied by kvtier_cache_create. NULL (the default): none. */
   const char* worker_id;
+  /* Demote a victim only if it is worth restoring later (KvCacheOptions::demote_by_value);
+   * default true. */
+  bool demote_by_value;
 } kvtier_cache_options;
 
 typedef struct kvtier_cache kvtier_cache;
@@ -833,6 +836,9 @@ typedef struct kvtier_tier_stats {
   int64_t corrupt_reads;
   int64_t missing_reads;
   int64_t failed_stores;
+  int64_t value_drops;           /* victims dropped rather than demoted: not worth restoring */
+  int64_t policy_shadow_us;      /* "learned": microseconds in its shadow caches */
+  int64_t policy_leader_changes; /* "learned": switches of the candidate it follows */
 } kvtier_tier_stats;
 
 typedef struct kvtier_cache_stats {

@@ -23,10 +23,14 @@ constexpr int kB = KvCacheEnv::kTokensPerBlock;
 
 class SessionHintsTest : public ::testing::Test {
  protected:
-  void Make(const std::string& policy, int64_t hbm_blocks = 16) {
+  void Make(const std::string& policy, int64_t hbm_blocks = 16, int64_t dram_blocks = 0,
+            bool demote_by_value = true) {
     env_ = std::make_unique<KvCacheEnv>(
-        testing::KvCacheTestConfig{.hbm_blocks = hbm_blocks, .dram_blocks = 0});
-    auto cache = env_->NewCache([&](KvCacheOptions& o) { o.eviction_policy = policy; });
+        testing::KvCacheTestConfig{.hbm_blocks = hbm_blocks, .dram_blocks = dram_blocks});
+    auto cache = env_->NewCache([&](KvCacheOptions& o) {
+      o.eviction_policy = policy;
+      o.demote_by_value = demote_by_value;
+    });
     ASSERT_TRUE(cache.ok()) << cache.status();
     cache_ = *std::move(cache);
   }
@@ -128,6 +132,37 @@ TEST_F(SessionHintsTest, StopReasonsDecideWhichReleasedSessionIsKept) {
       EXPECT_TRUE(x_kept) << "reuse_index keeps the session that comes back";
     }
     KVTIER_ASSERT_OK(cache_->Release(SequenceId(id)));
+  }
+}
+
+// Tier-aware value: a victim its session moved on from (the session's next request did not read
+// it) is not worth restoring, so it is dropped, not demoted to DRAM; the session's current block,
+// of which nothing is known yet, is demoted. With demote_by_value off, both are demoted.
+TEST_F(SessionHintsTest, AVictimNotWorthRestoringIsDroppedNotDemoted) {
+  for (const bool by_value : {true, false}) {
+    Make("reuse_index", /*hbm_blocks=*/16, /*dram_blocks=*/32, by_value);
+    const std::vector<int32_t> a = Iota(kB, 1000), b = Iota(kB, 2000);
+    RunWritten(1, /*session=*/7, a);
+    ReleaseWith(1, {.stop_reason = StopReason::kToolUse});
+    env_->clock().Advance(absl::Seconds(5));
+    // The session comes back with another context (a compaction): block a is not in it.
+    KVTIER_ASSERT_OK(cache_->CreateSequence(SequenceId(2), {.session = 7}));
+    KVTIER_ASSERT_OK(cache_->AttachPrefix(SequenceId(2), b).status());
+    KVTIER_ASSERT_OK(cache_->Append(SequenceId(2), b).status());
+    KVTIER_ASSERT_OK(cache_->ReportWritten(SequenceId(2), kB));
+    ReleaseWith(2, {.stop_reason = StopReason::kToolUse});
+    env_->clock().Advance(absl::Seconds(1));
+    RunWritten(3, /*session=*/9, Iota(16 * kB, 5000));  // every HBM slot: a and b go
+    const KvCacheStats stats = cache_->stats();
+    EXPECT_EQ(Cached(b), kB) << "demoted to DRAM";
+    if (by_value) {
+      EXPECT_EQ(Cached(a), 0) << "dropped";
+      EXPECT_EQ(stats.tiers[0].value_drops, 1);
+    } else {
+      EXPECT_EQ(Cached(a), kB);
+      EXPECT_EQ(stats.tiers[0].value_drops, 0);
+    }
+    KVTIER_ASSERT_OK(cache_->Release(SequenceId(3)));
   }
 }
 

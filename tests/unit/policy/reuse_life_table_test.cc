@@ -1,5 +1,6 @@
 #include "kvtier/reuse_life_table.h"
 
+#include <limits>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -53,6 +54,23 @@ TEST(ReuseLifeTableTest, HazardsSurvivalAndIndexFromHandCountedLives) {
   EXPECT_DOUBLE_EQ(t->Index(0, absl::Hours(5)), 0.0);
   // Every bucket has counted the births: none is kept.
   EXPECT_EQ(t->births_kept(), 0);
+  // The chance of a reuse: (S(a) - S(a + w)) / S(a), with enough lives at risk at a.
+  EXPECT_DOUBLE_EQ(*t->ChanceOfReuse(0, 0, 10, 4), 0.25);                    // 1 - 3/4
+  EXPECT_DOUBLE_EQ(*t->ChanceOfReuse(0, 10, 10, 3), (0.75 - 0.5) / 0.75);    // 1/3
+  EXPECT_DOUBLE_EQ(*t->ChanceOfReuse(0, 5, 5, 4), (0.875 - 0.75) / 0.875);   // 1/7
+  const double ever = std::numeric_limits<double>::infinity();
+  EXPECT_DOUBLE_EQ(*t->ChanceOfReuse(0, 10, ever, 3), 1.0 / 3);  // as far as the last edge
+  EXPECT_DOUBLE_EQ(*t->ChanceOfReuse(0, 20, ever, 3), 0.0);      // past it: never seen back
+  // Too few lives at risk in the age's bucket ([10, 20) has 3): no estimate.
+  EXPECT_FALSE(t->ChanceOfReuse(0, 12, ever, 4).has_value());
+}
+
+// With no outcomes, S is 1 everywhere: that must not read as "never reused".
+TEST(ReuseLifeTableTest, NoChanceOfReuseWithoutLives) {
+  auto t = ReuseLifeTable::Create({0}, Small({0, 10, 20}, {10}));
+  KVTIER_ASSERT_OK(t.status());
+  EXPECT_FALSE(t->ChanceOfReuse(0, 5, 10, 1).has_value());
+  EXPECT_DOUBLE_EQ(*t->ChanceOfReuse(0, 5, 10, 0), 0.0);  // asked to trust nothing: S is flat
 }
 
 // Only outcomes already observed count: a birth enters bucket k once it is edge[k+1] old, at a

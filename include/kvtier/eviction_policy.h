@@ -219,7 +219,10 @@ absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeReuseIndexPolicy(
 // of the candidate evicts down to its capacity (each sampled block a leaf of its own). Victim
 // asks the leader: the candidate whose shadow has the most hits, decayed by half every
 // `half_life_accesses` sampled accesses, once it leads the current one by more than
-// `hysteresis` (relative) plus one hit. The first candidate leads at the start. Shadows see
+// `hysteresis` (relative) plus one hit, and by more than `confidence` standard deviations of the
+// difference of two Poisson counts, confidence x sqrt(hits + hits): a small shadow's counts are
+// noisy, and a switch on noise costs the hits the live tier's contents were kept for. The first
+// candidate leads at the start. Shadows see
 // ObserveRequest and ObserveRelease whole, so a learning candidate learns as the live one does;
 // a candidate that shares its model (EvictionPolicy::MakeSharedShadow: reuse_index) has a shadow
 // that reads the live one's model and learns nothing twice. Cost: each candidate's live calls,
@@ -233,6 +236,7 @@ struct FollowBestOptions {
   double sample_rate = 0;
   int64_t half_life_accesses = 8192;  // > 0
   double hysteresis = 0.02;           // >= 0
+  double confidence = 3;              // >= 0
 };
 // A factory of one candidate: called once for the live ranking and, unless that ranking has a
 // shared shadow (MakeSharedShadow), once more for its shadow.
@@ -255,8 +259,9 @@ struct FollowBestStats {
 };
 FollowBestStats FollowBestStatsOf(const EvictionPolicy& policy);
 
-// "learned": follow_best over reuse_index and lru (reuse_index's options as given), so the tier
-// is never run by a learned ranking that its shadow shows losing to LRU.
+// "learned": follow_best over reuse_index (leading at the start: with no data it is oldest-first,
+// as lru is) and lru (reuse_index's options as given), so the tier is not run by a learned
+// ranking that its shadow shows losing to LRU.
 absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeLearnedPolicy(
     int64_t capacity_blocks, const ReuseIndexOptions& reuse_index = {});
 

@@ -32,7 +32,8 @@
 //     a candidate (that child could never be hit without it). Candidates are ranked by the
 //     eviction policy (eviction_policy.h: lru, cost_aware, reuse_index or learned). Blocks held by
 //     sequences, pinned by tickets or read by transfers are never candidates. An evicted block is
-//     demoted to the next tier that admits it and lacks it, or dropped (counted in evictions). A
+//     demoted to the next tier that admits it and lacks it, or dropped (counted in evictions);
+//     a block the policy says is not worth restoring later is dropped (demote_by_value). A
 //     tier whose store just failed is no demotion target for a back-off (100 ms, doubling to 10 s
 //     while its stores keep failing, reset by one that lands): a dead store is bypassed, not
 //     re-tried.

@@ -105,7 +105,9 @@ class FollowBest final : public EvictionPolicy {
       if (shadows_[i].hits() > shadows_[best].hits()) best = i;
     }
     if (best != leader_ &&
-        shadows_[best].hits() > shadows_[leader_].hits() * (1 + options_.hysteresis) + 1) {
+        shadows_[best].hits() > shadows_[leader_].hits() * (1 + options_.hysteresis) + 1 &&
+        shadows_[best].hits() - shadows_[leader_].hits() >
+            options_.confidence * std::sqrt(shadows_[best].hits() + shadows_[leader_].hits())) {
       leader_ = best;
       ++stats_.leader_changes;
     }
@@ -170,11 +172,13 @@ absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeFollowBestPolicy(
     std::vector<EvictionPolicyFactory> candidates, const FollowBestOptions& options) {
   if (candidates.empty()) return absl::InvalidArgumentError("follow_best: no candidates");
   if (options.capacity_blocks <= 0 || options.half_life_accesses <= 0 ||
-      !(options.hysteresis >= 0) || !(options.sample_rate >= 0 && options.sample_rate <= 1)) {
+      !(options.hysteresis >= 0) || !(options.confidence >= 0) ||
+      !(options.sample_rate >= 0 && options.sample_rate <= 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "follow_best: capacity_blocks = ", options.capacity_blocks, " and half_life_accesses = ",
         options.half_life_accesses, " must be > 0, hysteresis = ", options.hysteresis,
-        " >= 0, sample_rate = ", options.sample_rate, " in [0, 1]"));
+        " and confidence = ", options.confidence, " >= 0, sample_rate = ", options.sample_rate,
+        " in [0, 1]"));
   }
   const double rate =
       options.sample_rate > 0
@@ -211,10 +215,12 @@ FollowBestStats FollowBestStatsOf(const EvictionPolicy& policy) {
 
 absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeLearnedPolicy(
     int64_t capacity_blocks, const ReuseIndexOptions& reuse_index) {
+  // reuse_index leads: with no data yet it is oldest-first, as LRU is, so leading costs nothing
+  // at the start; LRU takes over only on significant evidence from the shadows.
   std::vector<EvictionPolicyFactory> candidates;
+  candidates.push_back([reuse_index]() { return MakeReuseIndexPolicy(reuse_index); });
   candidates.push_back(
       []() -> absl::StatusOr<std::unique_ptr<EvictionPolicy>> { return MakeLruPolicy(); });
-  candidates.push_back([reuse_index]() { return MakeReuseIndexPolicy(reuse_index); });
   return MakeFollowBestPolicy(std::move(candidates), {.capacity_blocks = capacity_blocks});
 }
 

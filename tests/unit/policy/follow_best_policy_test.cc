@@ -183,7 +183,7 @@ TEST(FollowBestPolicyTest, LearnedIsLruAndReuseIndex) {
   auto p = MakeLearnedPolicy(1000);
   KVTIER_ASSERT_OK(p.status());
   EXPECT_EQ((*p)->name(), "follow_best");
-  EXPECT_EQ(FollowedPolicy(**p), "lru");
+  EXPECT_EQ(FollowedPolicy(**p), "reuse_index");  // it leads at the start
   EXPECT_TRUE((*p)->observes_requests());
   EXPECT_EQ(FollowedPolicy(*MakeLruPolicy()), "");
 }
@@ -197,6 +197,8 @@ TEST(FollowBestPolicyTest, Errors) {
               IsError(StatusCode::kInvalidArgument, "capacity_blocks"));
   EXPECT_THAT(MakeFollowBestPolicy(c, {.capacity_blocks = 8, .sample_rate = 2}).status(),
               IsError(StatusCode::kInvalidArgument, "sample_rate"));
+  EXPECT_THAT(MakeFollowBestPolicy(c, {.capacity_blocks = 8, .confidence = -1}).status(),
+              IsError(StatusCode::kInvalidArgument, "confidence"));
   std::vector<EvictionPolicyFactory> bad;
   bad.push_back([]() -> absl::StatusOr<std::unique_ptr<EvictionPolicy>> {
     return absl::InvalidArgumentError("factory says no");

@@ -314,6 +314,8 @@ static void MetadataOverDeadRemote(const kvtier_namespace* ns) {
   MUST(kvtier_tier_stack_build(ns, &s, &stack, &err));
   kvtier_cache_options options;
   kvtier_cache_options_init(&options);
+  CHECK(options.demote_by_value); /* the default, as KvCacheOptions' */
+  CHECK(options.demote_on_evict);
   options.bounce_buffers = 1;
   kvtier_cache* cache = NULL;
   MUST(kvtier_cache_create(ns, stack, &options, &cache, &err));
@@ -519,6 +521,9 @@ static void RoomNever(const kvtier_namespace* ns) {
   MUST(kvtier_append(cache, 2, t + 20, 12, KVTIER_ROOM_NEVER, &app, &err));
   CHECK_EQ(app.num_new_slots, 3);
   CHECK_EQ(Stats(cache).tiers[KVTIER_TIER_HBM].evictions, 3);
+  /* lru gives no reuse chance: no victim is dropped for its value, and no shadows run. */
+  CHECK_EQ(Stats(cache).tiers[KVTIER_TIER_HBM].value_drops, 0);
+  CHECK_EQ(Stats(cache).tiers[KVTIER_TIER_HBM].policy_shadow_us, 0);
   MUST(kvtier_release(cache, 2, &err));
   kvtier_cache_destroy(cache);
 }

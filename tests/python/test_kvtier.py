@@ -208,6 +208,30 @@ def test_release_hints_are_answered():
         cache.release(3, stop_reason=kvtier.StopReason.LENGTH)
 
 
+@pytest.mark.parametrize("by_value", [True, False])
+def test_a_victim_not_worth_restoring_is_dropped(by_value):
+    cache = make_cache(eviction_policy="reuse_index", demote_by_value=by_value)
+    a, b = tokens(B, seed=11), tokens(B, seed=12)
+    cache.create_sequence(1, session=7)
+    cache.append(1, a)
+    cache.report_written(1, B)
+    cache.release(1, stop_reason=kvtier.StopReason.TOOL_USE)
+    # The session comes back without block a (a compaction): a is not worth keeping below.
+    serve(cache, 2, b, session=7)
+    serve(cache, 3, tokens(8 * B, seed=13))  # every HBM slot: a and b go
+    cache.wait_idle(timeout_s=30)
+    hbm = cache.stats().tier(kvtier.Tier.HBM)
+    assert cache.lookup(b).matched_tokens == B  # demoted to DRAM
+    if by_value:
+        assert hbm.value_drops == 1
+        assert cache.lookup(a).matched_tokens == 0
+    else:
+        assert hbm.value_drops == 0
+        assert cache.lookup(a).matched_tokens == B
+    assert hbm.policy_shadow_us == 0 and hbm.policy_leader_changes == 0  # no shadows here
+    cache.check_invariants()
+
+
 def test_pause_moves_references_down_and_resume_brings_them_back():
     cache = make_cache()
     cache.create_sequence(1, session=1)

@@ -77,7 +77,7 @@ void LayerFanout::AddReader(const std::shared_ptr<OnboardBatch>& batch, int64_t 
     t.fanouts[b] = shared_from_this();
     // The block's slot from now on: a kernel may be queued on it before its layers land
     // (EnqueueStreamWait), reading each layer once it is ready.
-    t.table.slots[b] = dst_;
+    SetSlotLocked(t, index, dst_);
   }
   if (landed_ > 0) AdvanceLayersLocked(t, index, landed_, dst_, ready);
 }

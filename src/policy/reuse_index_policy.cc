@@ -248,8 +248,7 @@ class ReuseIndexPolicy final : public EvictionPolicy {
     const double w = within == absl::InfiniteDuration() ? std::numeric_limits<double>::infinity()
                                                         : internal::FastSeconds(within);
     if (r.session != 0) {
-      auto s = sessions_.find(r.session);
-      if (s != sessions_.end() && s->second.last_request > r.last_access) return 0.0;
+      if (MovedOn(r)) return 0.0;
       return session_table_.ChanceOfReuse(
           r.session_cls, internal::FastSeconds(now - r.released_at), w, kMinLives);
     }
@@ -304,12 +303,16 @@ class ReuseIndexPolicy final : public EvictionPolicy {
 
   static bool Older(const Record& a, const Record& b) { return a.last_access < b.last_access; }
 
+  // The session that let block `r` go sent a request since, without it: it moved on.
+  bool MovedOn(const Record& r) const {
+    auto s = sessions_.find(r.session);
+    return s != sessions_.end() && s->second.last_request > r.last_access;
+  }
+
   double Rank(const Record& r, absl::Time now) const {
     double index = 0;
     if (r.session != 0) {
-      auto s = sessions_.find(r.session);
-      // The session sent a request since, without this block: it moved on.
-      if (s != sessions_.end() && s->second.last_request > r.last_access) return -1;
+      if (MovedOn(r)) return -1;
       index = session_table_.Index(r.session_cls, now - r.released_at);
     } else {
       index = table_.Index(r.cls, now - r.last_access);

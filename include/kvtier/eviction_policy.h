@@ -55,13 +55,19 @@
 //               Sessions (ObserveRelease): a block a session let go is ranked by when the session
 //               comes back instead: -1 (first to go) once the session has sent a request that did
 //               not name it (it moved on: a compaction, a rewrite); otherwise the index of the
-//               release's class at the time since the release, from a second life table whose
-//               births are releases and whose outcome is the time to the session's next request.
-//               Class: stop reason x the expected idle's bucket (none, < 10 s, < 30 s, < 60 s,
-//               < 300 s, longer), each shrunk towards its idle bucket's hazard, so an estimate is
-//               worth what its outcomes show it is worth (a good one sorts returns by time; a
-//               useless one is learned to be). Source: the hint-g policy of
-//               ../shared/policy/policy_lab_agentic.py.
+//               release's class at the time since the release, from a life table whose births
+//               are releases and whose outcome is the time to the session's next request. Class:
+//               the stop reason; releases without an expected idle time learn apart from those
+//               with one (giving none may itself say something: an agent's last turn). A release
+//               with an expected idle time E is also a birth in a table whose ages are in units
+//               of E (src/policy/scaled_life_table.h): an exact E puts every return at age E, and
+//               the index there is about 1 / (time left to E), the order of the true next use; a
+//               rough one spreads. Which of the two ranks estimated releases is learned: the
+//               scaled one once 20 returns show the estimates explain the return times better
+//               than the stop reasons do (log(gap / E) spreads less about its mean per stop
+//               reason than log(gap)), the one in seconds before that or when they do not, so a
+//               worthless estimate costs nothing. Source: the hint-g policy of
+//               ../shared/policy/policy_lab_agentic.py; the scaled table is kvtier's.
 //
 // Times are absl::Time (the caller's clock, so a replay can run on trace time). Thread-safety:
 // not thread-safe; the caller serializes (KvCache holds its lock). Keys must be unique. A policy
@@ -200,9 +206,10 @@ struct ReuseIndexOptions {
   // bytes each). A request whose predecessor is older than this counts as a first turn.
   absl::Duration history = absl::Hours(2);
   ReuseLifeTableOptions table;  // empty edges / horizons: the recipe's
-  // The session-return table. Empty edges / horizons: the agent recipe's (edges 0, 5, 10, 15,
-  // 20, 30, 45, 60, 90, 120, 180, 240, 300, 450, 600, 900, 1200, 1800, 2700, 3600, 5400, 7200,
-  // 10800, 14400 s; horizons 5, 10, 20, ..., 5120 s).
+  // The session-return tables in seconds (with and without an idle estimate). Empty edges /
+  // horizons: the agent recipe's (edges 0, 5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 240, 300,
+  // 450, 600, 900, 1200, 1800, 2700, 3600, 5400, 7200, 10800, 14400 s; horizons 5, 10, 20, ...,
+  // 5120 s). The scaled table's options are fixed (src/policy/scaled_life_table.h).
   ReuseLifeTableOptions session_table;
 };
 // Errors: kInvalidArgument for an option out of range (named), or those of ReuseLifeTable::Create.

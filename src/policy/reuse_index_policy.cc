@@ -2,6 +2,7 @@
 // ../shared/policy/README.md, an online life table (reuse_life_table.h) and sampled victims with
 // the parent-follows rule.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <deque>
 #include <limits>
@@ -17,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "kvtier/eviction_policy.h"
 #include "kvtier/reuse_life_table.h"
+#include "policy/scaled_life_table.h"
 #include "policy/seconds.h"
 #include "policy/splitmix.h"
 #include "policy/traits_check.h"
@@ -49,25 +51,12 @@ std::vector<int> ClassGroups() {
   return g;
 }
 
-// Session-return classes: stop reason x expected-idle bucket; each shrinks towards its bucket.
-constexpr int kIdleBuckets = 6;  // none, < 10 s, < 30 s, < 60 s, < 300 s, longer
-constexpr int kNumSessionClasses = kNumStopReasons * kIdleBuckets;
-
-int IdleBucket(const std::optional<absl::Duration>& idle) {
-  if (!idle.has_value()) return 0;
-  const double s = absl::ToDoubleSeconds(*idle);
-  return s < 10 ? 1 : s < 30 ? 2 : s < 60 ? 3 : s < 300 ? 4 : 5;
-}
-
-int SessionClassOf(StopReason stop, const std::optional<absl::Duration>& idle) {
-  const int r = static_cast<int>(stop) < kNumStopReasons ? static_cast<int>(stop) : 0;
-  return r * kIdleBuckets + IdleBucket(idle);
-}
-
-std::vector<int> SessionClassGroups() {
-  std::vector<int> g(kNumSessionClasses);
-  for (int c = 0; c < kNumSessionClasses; ++c) g[c] = c % kIdleBuckets;
-  return g;
+// Session-return classes: the stop reason. A release without an idle estimate is a birth in the
+// session table; one with an estimate in the estimated table (both in seconds) and in the scaled
+// table (ages in units of the estimate), where exact estimates order returns as their true times
+// would. EstimateHelps picks which of the last two ranks.
+int SessionClassOf(StopReason stop) {
+  return static_cast<int>(stop) < kNumStopReasons ? static_cast<int>(stop) : 0;
 }
 
 ReuseLifeTableOptions SessionTableDefaults(ReuseLifeTableOptions o) {
@@ -84,11 +73,14 @@ ReuseLifeTableOptions SessionTableDefaults(ReuseLifeTableOptions o) {
 class ReuseIndexPolicy final : public EvictionPolicy {
  public:
   ReuseIndexPolicy(const ReuseIndexOptions& options, ReuseLifeTable table,
-                   ReuseLifeTable session_table)
+                   ReuseLifeTable session_table, ReuseLifeTable estimated_table,
+                   internal::ScaledLifeTable scaled_table)
       : options_(options),
         rng_(options.seed),
         table_(std::move(table)),
-        session_table_(std::move(session_table)) {}
+        session_table_(std::move(session_table)),
+        estimated_table_(std::move(estimated_table)),
+        scaled_table_(std::move(scaled_table)) {}
 
   std::string_view name() const override { return "reuse_index"; }
   bool reads_run_blocks() const override { return false; }
@@ -98,11 +90,10 @@ class ReuseIndexPolicy final : public EvictionPolicy {
     const absl::Span<const BlockKey> blocks = request.blocks;
     const absl::Time now = request.now;
     Prune(now);
-    table_.Advance(now);
-    session_table_.Advance(now);
+    AdvanceTables(now);
     if (request.session != 0) {
       Session& s = Touch(request.session, now);
-      if (s.released) session_table_.Reuse(s.release_birth, now);  // the session came back
+      if (s.released) Returned(s, now, /*came_back=*/true);
       s.released = false;
       s.last_request = now;
     }
@@ -127,14 +118,24 @@ class ReuseIndexPolicy final : public EvictionPolicy {
   void ObserveRelease(const ReleaseObservation& release) override {
     if (release.session == 0) return;
     const absl::Time now = release.now;
-    session_table_.Advance(now);
+    AdvanceTables(now);
     Session& s = Touch(release.session, now);
-    const int cls = SessionClassOf(release.stop_reason, release.expected_idle);
+    const int cls = SessionClassOf(release.stop_reason);
+    const std::optional<absl::Duration>& idle = release.expected_idle;
+    const bool scaled = idle.has_value() && *idle >= absl::ZeroDuration() &&
+                        *idle < absl::InfiniteDuration();
     // One return per request: a release of an earlier request, after a later one started,
     // waits for no return of its own.
     if (!release.superseded) {
-      if (s.released) session_table_.Reuse(s.release_birth, now);  // released again, no request
-      s.release_birth = session_table_.Birth(cls, now);
+      if (s.released) Returned(s, now, /*came_back=*/false);  // released again, no request
+      // A release with an estimate is a birth in the estimated and the scaled tables, so either
+      // can rank it (EstimateHelps decides which); one without, in the session table.
+      s.release_birth = (scaled ? estimated_table_ : session_table_).Birth(cls, now);
+      s.scaled = scaled;
+      if (scaled) s.scaled_birth = scaled_table_.Birth(cls, now, *idle);
+      s.release_cls = static_cast<uint8_t>(cls);
+      s.released_at = now;
+      s.idle = scaled ? *idle : absl::ZeroDuration();
       s.released = true;
     }
     for (const BlockKey& key : release.blocks) {
@@ -147,6 +148,8 @@ class ReuseIndexPolicy final : public EvictionPolicy {
       }
       r.session = release.session;
       r.session_cls = static_cast<uint8_t>(cls);
+      r.idle_scale = scaled ? *idle : absl::ZeroDuration();
+      r.scaled = scaled;
       r.released_at = now;
     }
   }
@@ -203,8 +206,7 @@ class ReuseIndexPolicy final : public EvictionPolicy {
 
   std::optional<BlockKey> Victim(absl::Time now) override {
     if (candidates_.empty()) return std::nullopt;
-    table_.Advance(now);
-    session_table_.Advance(now);
+    AdvanceTables(now);
     if (follow_ && follow_->time == now && follow_->parent != kRootBlockKey) {
       auto it = records_.find(follow_->parent);
       if (it != records_.end() && it->second.candidate >= 0 &&
@@ -249,7 +251,11 @@ class ReuseIndexPolicy final : public EvictionPolicy {
                                                         : internal::FastSeconds(within);
     if (r.session != 0) {
       if (MovedOn(r)) return 0.0;
-      return session_table_.ChanceOfReuse(
+      if (r.scaled && EstimateHelps()) {
+        return scaled_table_.ChanceOfReuse(r.session_cls, now - r.released_at, r.idle_scale,
+                                           within, kMinLives);
+      }
+      return UnscaledTable(r).ChanceOfReuse(
           r.session_cls, internal::FastSeconds(now - r.released_at), w, kMinLives);
     }
     return table_.ChanceOfReuse(r.cls, internal::FastSeconds(now - r.last_access), w, kMinLives);
@@ -271,6 +277,7 @@ class ReuseIndexPolicy final : public EvictionPolicy {
     uint32_t turn = 1;  // of the latest request that named it
     uint8_t cls = kUnnamedClass;
     uint8_t session_cls = 0;  // of its last release by `session`
+    bool scaled = false;      // that release had an idle estimate, idle_scale
     bool named = false;       // some ObserveRequest named it
     int64_t candidate = -1;  // position in candidates_, or -1
     BlockKey parent = kRootBlockKey;
@@ -278,11 +285,19 @@ class ReuseIndexPolicy final : public EvictionPolicy {
     absl::Time priority_until = absl::InfinitePast();
     uint64_t session = 0;  // the session that last let it go (ObserveRelease); 0: none
     absl::Time released_at = absl::InfinitePast();
+    absl::Duration idle_scale;  // while `scaled`
   };
   struct Session {
     absl::Time last_request = absl::InfinitePast();
-    uint64_t release_birth = 0;  // in session_table_, while `released`
-    bool released = false;       // released since its last request
+    // Its latest release, while `released`: births in session_table_ and, with an idle estimate
+    // (`scaled`), in scaled_table_.
+    uint64_t release_birth = 0;
+    uint64_t scaled_birth = 0;
+    bool released = false;  // released since its last request
+    bool scaled = false;
+    uint8_t release_cls = 0;
+    absl::Time released_at;
+    absl::Duration idle;
     absl::Time last_seen;        // its latest request or release
   };
   using Entry = std::pair<const BlockKey, Record>;
@@ -313,7 +328,9 @@ class ReuseIndexPolicy final : public EvictionPolicy {
     double index = 0;
     if (r.session != 0) {
       if (MovedOn(r)) return -1;
-      index = session_table_.Index(r.session_cls, now - r.released_at);
+      index = r.scaled && EstimateHelps()
+                  ? scaled_table_.Index(r.session_cls, now - r.released_at, r.idle_scale)
+                  : UnscaledTable(r).Index(r.session_cls, now - r.released_at);
     } else {
       index = table_.Index(r.cls, now - r.last_access);
     }
@@ -326,6 +343,55 @@ class ReuseIndexPolicy final : public EvictionPolicy {
     r.birth = table_.Birth(r.cls, now);
     r.last_access = now;
     history_.emplace_back(now, key);
+  }
+
+  void AdvanceTables(absl::Time now) {
+    table_.Advance(now);
+    session_table_.Advance(now);
+    estimated_table_.Advance(now);
+    scaled_table_.Advance(now);
+  }
+
+  // The session's latest release has its outcome: it came back (or let go again) at `now`.
+  // The session's latest release has its outcome: it came back (or let go again) at `now`.
+  void Returned(const Session& s, absl::Time now, bool came_back) {
+    (s.scaled ? estimated_table_ : session_table_).Reuse(s.release_birth, now);
+    if (!s.scaled) return;
+    scaled_table_.Reuse(s.scaled_birth, now);
+    if (!came_back) return;
+    const double gap = std::max(1.0, internal::FastSeconds(now - s.released_at));
+    const double idle = std::max(1.0, internal::FastSeconds(s.idle));
+    EstimateFit& f = estimate_fit_[s.release_cls];
+    const double log_gap = std::log(gap), log_ratio = std::log(gap / idle);
+    ++f.n;
+    f.sum_gap += log_gap;
+    f.sum_gap2 += log_gap * log_gap;
+    f.sum_ratio += log_ratio;
+    f.sum_ratio2 += log_ratio * log_ratio;
+    // Squared deviations from each stop reason's own mean, summed over the stop reasons: what
+    // the stop reason alone leaves unexplained, against what the estimate does.
+    int64_t n = 0;
+    double ss_gap = 0, ss_ratio = 0;
+    for (const EstimateFit& c : estimate_fit_) {
+      if (c.n == 0) continue;
+      const double k = static_cast<double>(c.n);
+      n += c.n;
+      ss_gap += c.sum_gap2 - c.sum_gap * c.sum_gap / k;
+      ss_ratio += c.sum_ratio2 - c.sum_ratio * c.sum_ratio / k;
+    }
+    estimate_helps_ = n >= kMinLives && ss_ratio < ss_gap;
+  }
+
+  // Whether the callers' idle estimates tell more about when a session returns than its stop
+  // reason alone: over the returns seen after releases with an estimate, log(gap / estimate)
+  // deviates less from its mean per stop reason than log(gap) does. Until kMinLives returns, no.
+  bool EstimateHelps() const { return estimate_helps_; }
+
+  // The table of returns in seconds that ranks block `r` when the scaled one does not: releases
+  // with an estimate apart from those without (a caller that gives none may be saying something:
+  // an agent's last turn, say), each learning and shrinking on its own.
+  const ReuseLifeTable& UnscaledTable(const Record& r) const {
+    return r.scaled ? estimated_table_ : session_table_;
   }
 
   Session& Touch(uint64_t session, absl::Time now) {
@@ -357,7 +423,17 @@ class ReuseIndexPolicy final : public EvictionPolicy {
   ReuseIndexOptions options_;
   internal::SplitMix64 rng_;
   ReuseLifeTable table_;
-  ReuseLifeTable session_table_;
+  ReuseLifeTable session_table_;    // releases without an idle estimate
+  ReuseLifeTable estimated_table_;  // releases with one, in seconds
+  internal::ScaledLifeTable scaled_table_;
+  // Per stop reason, over returns after releases with an estimate: sums of log(gap) and of
+  // log(gap / estimate) and of their squares.
+  struct EstimateFit {
+    int64_t n = 0;
+    double sum_gap = 0, sum_gap2 = 0, sum_ratio = 0, sum_ratio2 = 0;
+  };
+  EstimateFit estimate_fit_[kNumStopReasons];
+  bool estimate_helps_ = false;
   absl::flat_hash_map<uint64_t, Session> sessions_;
   std::deque<std::pair<absl::Time, uint64_t>> session_history_;  // oldest first
   // Node map: candidates_ points at its elements, which stay put until erased.
@@ -485,10 +561,17 @@ absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeReuseIndexPolicy(
   }
   absl::StatusOr<ReuseLifeTable> table = ReuseLifeTable::Create(ClassGroups(), options.table);
   if (!table.ok()) return table.status();
-  absl::StatusOr<ReuseLifeTable> sessions =
-      ReuseLifeTable::Create(SessionClassGroups(), SessionTableDefaults(options.session_table));
+  absl::StatusOr<ReuseLifeTable> sessions = ReuseLifeTable::Create(
+      std::vector<int>(kNumStopReasons, 0), SessionTableDefaults(options.session_table));
   if (!sessions.ok()) return sessions.status();
-  return std::make_unique<ReuseIndexPolicy>(options, *std::move(table), *std::move(sessions));
+  absl::StatusOr<ReuseLifeTable> estimated = ReuseLifeTable::Create(
+      std::vector<int>(kNumStopReasons, 0), SessionTableDefaults(options.session_table));
+  if (!sessions.ok()) return sessions.status();
+  absl::StatusOr<internal::ScaledLifeTable> scaled =
+      internal::ScaledLifeTable::Create(kNumStopReasons);
+  if (!scaled.ok()) return scaled.status();
+  return std::make_unique<ReuseIndexPolicy>(options, *std::move(table), *std::move(sessions),
+                                            *std::move(estimated), *std::move(scaled));
 }
 
 }  // namespace kvtier

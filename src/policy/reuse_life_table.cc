@@ -8,6 +8,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
+#include "policy/life_table_math.h"
 #include "policy/seconds.h"
 
 namespace kvtier {
@@ -148,60 +150,15 @@ bool ReuseLifeTable::Advance(absl::Time now) {
 
 void ReuseLifeTable::Rebuild() {
   ++rebuilds_;
-  const int buckets = num_buckets();
-  const int classes = num_classes();
-  std::vector<double> pooled_events(buckets, 0), pooled_risk(buckets, 0);
-  std::vector<double> group_events(static_cast<size_t>(num_groups_) * buckets, 0);
-  std::vector<double> group_risk(group_events.size(), 0);
-  for (int c = 0; c < classes; ++c) {
-    for (int k = 0; k < buckets; ++k) {
-      const size_t g = static_cast<size_t>(group_[c]) * buckets + k;
-      pooled_events[k] += static_cast<double>(events_[Cell(c, k)]);
-      pooled_risk[k] += static_cast<double>(at_risk_[Cell(c, k)]);
-      group_events[g] += static_cast<double>(events_[Cell(c, k)]);
-      group_risk[g] += static_cast<double>(at_risk_[Cell(c, k)]);
-    }
-  }
-  const int max_steps = *std::max_element(horizon_steps_.begin(), horizon_steps_.end());
-  const int points = rows_ + max_steps + 1;
-  std::vector<double> s(points), integral(points);
-  for (int c = 0; c < classes; ++c) {
-    double* edge_s = &survival_[static_cast<size_t>(c) * edges_.size()];
-    edge_s[0] = 1.0;
-    for (int k = 0; k < buckets; ++k) {
-      double h = 0;
-      if (pooled_risk[k] > 0) {
-        const size_t g = static_cast<size_t>(group_[c]) * buckets + k;
-        const double pooled = pooled_events[k] / pooled_risk[k];
-        const double group = (group_events[g] + prior_ * pooled) / (group_risk[g] + prior_);
-        const double risk = static_cast<double>(at_risk_[Cell(c, k)]);
-        const double denom = risk + prior_;
-        h = denom > 0 ? (static_cast<double>(events_[Cell(c, k)]) + prior_ * group) / denom : 0;
-      }
-      edge_s[k + 1] = edge_s[k] * (1 - h);
-    }
-    int k = 0;
-    for (int i = 0; i < points; ++i) {
-      const double x = i * grid_;
-      while (k < buckets && x >= edges_[k + 1]) ++k;
-      if (k >= buckets) {
-        s[i] = edge_s[buckets];
-      } else {
-        const double f = (x - edges_[k]) / (edges_[k + 1] - edges_[k]);
-        s[i] = edge_s[k] + f * (edge_s[k + 1] - edge_s[k]);
-      }
-      integral[i] = i == 0 ? 0 : integral[i - 1] + 0.5 * (s[i - 1] + s[i]) * grid_;
-    }
-    double* row = &index_[static_cast<size_t>(c) * rows_];
-    for (int i = 0; i < rows_; ++i) {
-      double best = 0;
-      for (int steps : horizon_steps_) {
-        const double held = integral[i + steps] - integral[i];
-        if (held > 0) best = std::max(best, (s[i] - s[i + steps]) / held);
-      }
-      row[i] = best;
-    }
-  }
+  internal::RebuildLifeTable(
+      internal::LifeTableShape{.edges = edges_,
+                               .group_of_class = group_,
+                               .num_groups = num_groups_,
+                               .prior = prior_,
+                               .grid = grid_,
+                               .rows = rows_,
+                               .horizon_steps = horizon_steps_},
+      at_risk_, events_, absl::MakeSpan(survival_), absl::MakeSpan(index_));
 }
 
 double ReuseLifeTable::Index(int cls, absl::Duration age) const {
@@ -229,16 +186,10 @@ std::optional<double> ReuseLifeTable::ChanceOfReuse(int cls, double age_seconds,
 
 double ReuseLifeTable::Survival(int cls, double age_seconds) const {
   cls = std::clamp(cls, 0, num_classes() - 1);
-  const double* edge_s = &survival_[static_cast<size_t>(cls) * edges_.size()];
-  const int buckets = num_buckets();
-  if (!(age_seconds > 0)) return 1.0;
-  for (int k = 0; k < buckets; ++k) {
-    if (age_seconds < edges_[k + 1]) {
-      const double f = (age_seconds - edges_[k]) / (edges_[k + 1] - edges_[k]);
-      return edge_s[k] + f * (edge_s[k + 1] - edge_s[k]);
-    }
-  }
-  return edge_s[buckets];
+  return internal::SurvivalAt(
+      edges_, absl::MakeConstSpan(&survival_[static_cast<size_t>(cls) * edges_.size()],
+                                  edges_.size()),
+      age_seconds);
 }
 
 }  // namespace kvtier

@@ -1,6 +1,8 @@
 // The reuse_index policy (eviction_policy.h): classes learned from ObserveRequest, the
 // oldest-first cold start, the parent-follows rule and the interface's errors.
+#include <algorithm>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -112,6 +114,58 @@ TEST(ReuseIndexPolicyTest, ABlockItsSessionMovedOnFromGoesFirst) {
   // Session 11 comes back with another prompt, without block 3.
   Observe(*p, {Key(4)}, At(3), /*session=*/11);
   EXPECT_EQ(p->Victim(At(4)), Key(3));
+}
+
+// Pause's and Release's expected_idle is used in ranking, for what it has shown it is worth.
+// Trained on sessions whose estimates were exact (20 s or 400 s, each back on time), a block due
+// in 15 s (estimate 30 s) outranks a newer one due in 595 s (estimate 600 s): the newer goes.
+// With no data the older goes (oldest first). Trained on worthless estimates (20 s or 400 s,
+// every session back 30 s after its release whatever it said), the estimates are set aside and
+// the stop reason's table ranks: of a block estimated at 600 s and a newer one estimated at 20 s,
+// both due 30 s after release, the newer goes (it is due later); trusting the estimates would
+// have dropped the older.
+TEST(ReuseIndexPolicyTest, AnIdleEstimateRanksByWhenTheSessionIsDue) {
+  enum class Train { kNone, kExact, kWorthless };
+  for (Train train : {Train::kNone, Train::kExact, Train::kWorthless}) {
+    auto p = Make();
+    auto release = [&](BlockKey block, uint64_t session, double t, double idle) {
+      p->ObserveRelease({.blocks = std::vector<BlockKey>{block},
+                         .now = At(t),
+                         .session = session,
+                         .stop_reason = StopReason::kToolUse,
+                         .expected_idle = absl::Seconds(idle)});
+    };
+    if (train != Train::kNone) {
+      // Session 100 + i: a request at 10 i s, released at once; back `back` s later.
+      std::vector<std::pair<double, uint64_t>> returns;
+      for (uint64_t i = 0; i < 80; ++i) {
+        const double now = 10.0 * static_cast<double>(i);
+        std::sort(returns.begin(), returns.end());
+        while (!returns.empty() && returns.front().first <= now) {
+          Observe(*p, {Key(50000 + returns.front().second)}, At(returns.front().first),
+                  returns.front().second);
+          returns.erase(returns.begin());
+        }
+        const double idle = i % 2 == 0 ? 20 : 400;
+        const double back = train == Train::kExact ? idle : 30;
+        Observe(*p, {Key(1000 + i)}, At(now), 100 + i);
+        release(Key(1000 + i), 100 + i, now, idle);
+        returns.emplace_back(now + back, 100 + i);
+      }
+      std::sort(returns.begin(), returns.end());
+      for (const auto& [t, s] : returns) Observe(*p, {Key(50000 + s)}, At(t), s);
+    }
+    const double t0 = 20000;
+    const bool worthless = train == Train::kWorthless;
+    Observe(*p, {Key(1)}, At(t0), 1);
+    release(Key(1), 1, t0, worthless ? 600 : 30);
+    Observe(*p, {Key(2)}, At(t0 + 10), 2);
+    release(Key(2), 2, t0 + 10, worthless ? 20 : 600);
+    KVTIER_ASSERT_OK(p->Add(Key(1), {}, At(t0)));
+    KVTIER_ASSERT_OK(p->Add(Key(2), {}, At(t0 + 10)));
+    EXPECT_EQ(p->Victim(At(t0 + 15)), train == Train::kNone ? Key(1) : Key(2))
+        << static_cast<int>(train);
+  }
 }
 
 TEST(ReuseIndexPolicyTest, ABlockNoRequestNamedIsRankedToo) {

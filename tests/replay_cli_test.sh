@@ -76,8 +76,20 @@ grep -q -- "--max-requests -5" <<<"$err" || fail "message does not name the flag
 expect2 "negative active params" --active-params -1
 expect2 "zero tokens per block" --tokens-per-block 0
 expect2 "plot without sweep" --mode cache --plot "$dir/p.png"
-expect2 "cache flag in serve mode" --policy lru
-grep -q -- "--policy" <<<"$err" || fail "message does not name --policy: $err"
+expect2 "cache flag in serve mode" --prefill-instances 2
+grep -q -- "--prefill-instances" <<<"$err" || fail "message does not name the flag: $err"
+# Serve takes the kvtier profile's policy and hints, names a run off the defaults by them, and
+# labels an oracle; pause is the cache replay's alone.
+expect2 "pause in serve mode" --hints pause
+grep -q -- "pause" <<<"$err" || fail "message does not name pause: $err"
+expect2 "unknown serve policy" --policy bogus
+grep -q -- "--policy bogus" <<<"$err" || fail "message does not name the flag and value: $err"
+out=$("$bin_path" --quiet --max-requests 100 --profile kvtier --policy lru --hints none) ||
+  fail "serve --policy lru --hints none: rc $?"
+grep -q "^kvtier(lru, none) " <<<"$out" || fail "no kvtier(lru, none) row: $out"
+out=$("$bin_path" --quiet --max-requests 100 --profile kvtier --hints oracle-idle) ||
+  fail "serve --hints oracle-idle: rc $?"
+grep -q "^kvtier(learned, oracle-idle)+oracle " <<<"$out" || fail "oracle not labelled: $out"
 expect2 "unknown preemption" --preemption bogus
 grep -q -- "--preemption bogus" <<<"$err" || fail "message does not name the flag and value: $err"
 expect2 "serve flag in cache mode" --mode cache --preemption swap

@@ -273,7 +273,7 @@ absl::Status Simulation::BuildInstances() {
     co.links[kRemote] = {absl::Seconds(o_.links.network_latency_seconds),
                          o_.links.network_bytes_per_second};
     const bool kvtier = o_.profile == ServeProfile::kKvtier;
-    co.eviction_policy = kvtier ? "learned" : "lru";
+    co.eviction_policy = kvtier ? o_.kvtier_policy : "lru";
     co.write_policy = (o_.profile == ServeProfile::kDramLru || o_.profile == ServeProfile::kHicache)
                           ? WritePolicy::kWriteThrough
                           : WritePolicy::kWriteBack;
@@ -787,7 +787,8 @@ absl::Status Simulation::Finish(int i, int64_t r) {
   const TraceRequest& q = trace_.requests[static_cast<size_t>(r)];
   KvCache& cache = *in.cache;
   ReleaseHints hints;
-  if (o_.profile == ServeProfile::kKvtier && q.session != 0) {
+  if (o_.profile == ServeProfile::kKvtier && q.session != 0 &&
+      o_.kvtier_hints != ServeHints::kNone) {
     switch (q.stop) {
       case StopReason::kToolUse:
         hints.stop_reason = kvtier::StopReason::kToolUse;
@@ -797,6 +798,14 @@ absl::Status Simulation::Finish(int i, int64_t r) {
         break;
       case StopReason::kUnknown:
         break;
+    }
+    const int64_t next = next_in_session_[static_cast<size_t>(r)];
+    if (o_.kvtier_hints == ServeHints::kOracleIdle && next >= 0) {
+      // When the session's next request arrives: its think time after this finish (closed
+      // loop), or its trace arrival (open loop).
+      const TraceRequest& n = trace_.requests[static_cast<size_t>(next)];
+      const double idle = o_.closed_loop ? n.think_seconds : n.arrival_seconds - now_;
+      hints.expected_idle = absl::Seconds(std::max(0.0, idle));
     }
   }
   auto released = cache.Release(l.seq, hints);
@@ -1058,6 +1067,15 @@ absl::StatusOr<ServeReport> Simulation::Run() {
   }
 
   r_.profile = ServeProfileName(o_.profile);
+  if (o_.profile == ServeProfile::kKvtier &&
+      (o_.kvtier_policy != "learned" || o_.kvtier_hints != ServeHints::kStopReason)) {
+    static constexpr const char* kHintNames[] = {"none", "stop-reason", "oracle-idle"};
+    absl::StrAppend(&r_.profile, "(", o_.kvtier_policy, ", ",
+                    kHintNames[static_cast<int>(o_.kvtier_hints)], ")");
+  }
+  if (o_.profile == ServeProfile::kKvtier && o_.kvtier_hints == ServeHints::kOracleIdle) {
+    absl::StrAppend(&r_.profile, "+oracle");
+  }
   r_.trace = trace_.name;
   r_.model = o_.model_name;
   r_.gpu = std::string(o_.roofline.gpu.name);

@@ -105,6 +105,11 @@ struct SchedulerOptions {
   bool swap = false;  // preempt decoding requests by swapping their KV down (see above)
 };
 
+// What the kvtier profile tells its cache when a request of a session finishes (the cache-mode
+// replay's --hints, less pause): nothing, the stop reason, or the stop reason and the true time
+// to the session's next arrival as expected_idle (an ORACLE: from the trace, labelled so).
+enum class ServeHints : uint8_t { kNone = 0, kStopReason = 1, kOracleIdle = 2 };
+
 struct ServeOptions {
   explicit ServeOptions(const KvGeometry& model_geometry) : geometry(model_geometry) {}
 
@@ -115,6 +120,11 @@ struct ServeOptions {
   HostLinks links;           // per instance
   SchedulerOptions scheduler;
   ServeProfile profile = ServeProfile::kKvtier;
+  // The kvtier profile's eviction policy (MakeEvictionPolicy's names, or "learned") and hints;
+  // the other profiles run lru and give none. A run off these defaults is reported as
+  // "kvtier(policy, hints)"; an oracle's name ends in "+oracle".
+  std::string kvtier_policy = "learned";
+  ServeHints kvtier_hints = ServeHints::kStopReason;
   int instances = 1;  // in [1, 64]
   RouterKind router = RouterKind::kRoundRobin;
   // Blocks per instance, index TierIndex. HBM: 0 sizes it from the roofline's KV pool

@@ -322,7 +322,9 @@ int Main(int argc, char** argv) {
   app.add_option("--remote", f.remote,
                  "remote store: redis://[[user]:password@]host:port[/db] or "
                  "redis-cluster://h:p,... (payload scaled; default a directory)");
-  app.add_option("--policy", f.policy, "eviction policy: lru, cost_aware, reuse_index or learned");
+  app.add_option("--policy", f.policy,
+                 "eviction policy: lru, cost_aware, reuse_index or learned (serve: the kvtier "
+                 "profile's, default learned)");
   app.add_flag("--compare", f.compare,
                "run lru, cost_aware, reuse_index and learned, the unlimited and optimal bounds, "
                "and recompute_all");
@@ -340,7 +342,8 @@ int Main(int argc, char** argv) {
   app.add_option("--hints", f.hints,
                  "none, pause (Pause after tool_use, Resume on return), stop-reason (Release with "
                  "the stop reason), or oracle-idle (stop reason and the true time to the "
-                 "session's next request: an oracle)");
+                 "session's next request: an oracle); serve: the kvtier profile's, none, "
+                 "stop-reason (default) or oracle-idle");
   app.add_option("--prefill-flops", f.prefill_flops,
                  "sustained FLOP/s of one prefill instance (default 8 x H200 at 40% MFU)");
   app.add_option("--prefill-instances", f.prefill_instances, "prefill instances serving the queue");
@@ -415,8 +418,8 @@ int Main(int argc, char** argv) {
   const bool serve = f.mode == "serve";
   // A flag of the other mode is refused, not ignored.
   static constexpr const char* kCacheOnly[] = {
-      "--policy",          "--payload",          "--payload-bytes-per-token",
-      "--hints",           "--prefill-flops",    "--prefill-instances",
+      "--payload",         "--payload-bytes-per-token",
+      "--prefill-flops",   "--prefill-instances",
       "--keep-state",      "--remote",           "--nvme-path",
       "--dram-bandwidth",  "--remote-bandwidth", "--dram-latency-us",
       "--nvme-latency-us", "--remote-latency-us"};
@@ -506,6 +509,8 @@ int Main(int argc, char** argv) {
     sf.sweep = f.sweep;
     sf.plot = f.plot;
     sf.quiet = f.quiet;
+    if (app.count("--policy") > 0) sf.policy = f.policy;
+    if (app.count("--hints") > 0) sf.hints = f.hints;
     for (int t = 0; t < kNumTiers; ++t) {
       if (app.count(kSizeFlag[t]) > 0) sf.size[t] = f.size[t];
     }

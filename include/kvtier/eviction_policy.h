@@ -237,8 +237,8 @@ absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeReuseIndexPolicy(
 struct FollowBestOptions {
   int64_t capacity_blocks = 0;  // of the tier it ranks, > 0
   // Share of block keys sampled, in (0, 1]; 0: automatic, 512 / capacity_blocks clamped to
-  // [0.01, 0.25]: a shadow of about 512 blocks where the tier is large enough, and never more
-  // than a quarter of the accesses, so the shadows cost a few percent of the replay's time
+  // [0.01, 0.125]: a shadow of about 512 blocks where the tier is large enough, and never more
+  // than an eighth of the accesses, so the shadows cost a few percent of the replay's time
   // (docs/performance.md, "Eviction that learns"; FollowBestStatsOf measures it).
   double sample_rate = 0;
   int64_t half_life_accesses = 8192;  // > 0

@@ -183,7 +183,7 @@ absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeFollowBestPolicy(
   const double rate =
       options.sample_rate > 0
           ? options.sample_rate
-          : std::clamp(512.0 / static_cast<double>(options.capacity_blocks), 0.01, 0.25);
+          : std::clamp(512.0 / static_cast<double>(options.capacity_blocks), 0.01, 0.125);
   const int64_t shadow_capacity =
       std::max<int64_t>(1, std::llround(rate * static_cast<double>(options.capacity_blocks)));
   std::vector<std::unique_ptr<EvictionPolicy>> live;

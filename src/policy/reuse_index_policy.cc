@@ -51,6 +51,9 @@ std::vector<int> ClassGroups() {
   return g;
 }
 
+// The scaled table's clamp of an idle estimate, seconds: a zero estimate would divide by zero.
+constexpr double kMinScaleSeconds = 1, kMaxScaleSeconds = 86400;
+
 // Session-return classes: the stop reason. A release without an idle estimate is a birth in the
 // session table; one with an estimate in the estimated table (both in seconds) and in the scaled
 // table (ages in units of the estimate), where exact estimates order returns as their true times
@@ -289,8 +292,8 @@ class ReuseIndexPolicy final : public EvictionPolicy {
   };
   struct Session {
     absl::Time last_request = absl::InfinitePast();
-    // Its latest release, while `released`: births in session_table_ and, with an idle estimate
-    // (`scaled`), in scaled_table_.
+    // Its latest release, while `released`: a birth in session_table_, or with an idle estimate
+    // (`scaled`) in estimated_table_ and scaled_table_.
     uint64_t release_birth = 0;
     uint64_t scaled_birth = 0;
     bool released = false;  // released since its last request
@@ -353,14 +356,14 @@ class ReuseIndexPolicy final : public EvictionPolicy {
   }
 
   // The session's latest release has its outcome: it came back (or let go again) at `now`.
-  // The session's latest release has its outcome: it came back (or let go again) at `now`.
   void Returned(const Session& s, absl::Time now, bool came_back) {
     (s.scaled ? estimated_table_ : session_table_).Reuse(s.release_birth, now);
     if (!s.scaled) return;
     scaled_table_.Reuse(s.scaled_birth, now);
     if (!came_back) return;
     const double gap = std::max(1.0, internal::FastSeconds(now - s.released_at));
-    const double idle = std::max(1.0, internal::FastSeconds(s.idle));
+    const double idle = std::clamp(internal::FastSeconds(s.idle), kMinScaleSeconds,
+                                   kMaxScaleSeconds);  // as the scaled table takes it
     EstimateFit& f = estimate_fit_[s.release_cls];
     const double log_gap = std::log(gap), log_ratio = std::log(gap / idle);
     ++f.n;
@@ -379,12 +382,17 @@ class ReuseIndexPolicy final : public EvictionPolicy {
       ss_gap += c.sum_gap2 - c.sum_gap * c.sum_gap / k;
       ss_ratio += c.sum_ratio2 - c.sum_ratio * c.sum_ratio / k;
     }
-    estimate_helps_ = n >= kMinLives && ss_ratio < ss_gap;
+    // The estimate is one more input: it must pay for it as BIC charges one more parameter,
+    // n log(ss_ratio) + log(n) < n log(ss_gap). An estimate that is the same for every release
+    // of a stop reason leaves ss_ratio = ss_gap (up to rounding) and never passes.
+    const double k = static_cast<double>(n);
+    estimate_helps_ = n >= kMinLives && ss_ratio < ss_gap * std::exp(-std::log(k) / k);
   }
 
   // Whether the callers' idle estimates tell more about when a session returns than its stop
   // reason alone: over the returns seen after releases with an estimate, log(gap / estimate)
-  // deviates less from its mean per stop reason than log(gap) does. Until kMinLives returns, no.
+  // deviates less from its mean per stop reason than log(gap) does, by more than BIC's price of
+  // one parameter. Until kMinLives returns, no.
   bool EstimateHelps() const { return estimate_helps_; }
 
   // The table of returns in seconds that ranks block `r` when the scaled one does not: releases
@@ -566,9 +574,13 @@ absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeReuseIndexPolicy(
   if (!sessions.ok()) return sessions.status();
   absl::StatusOr<ReuseLifeTable> estimated = ReuseLifeTable::Create(
       std::vector<int>(kNumStopReasons, 0), SessionTableDefaults(options.session_table));
-  if (!sessions.ok()) return sessions.status();
-  absl::StatusOr<internal::ScaledLifeTable> scaled =
-      internal::ScaledLifeTable::Create(kNumStopReasons);
+  if (!estimated.ok()) return estimated.status();
+  // A session is forgotten `history` after it was last heard of, and its return with it: a
+  // scaled birth older than that can have no outcome any more.
+  absl::StatusOr<internal::ScaledLifeTable> scaled = internal::ScaledLifeTable::Create(
+      kNumStopReasons, {.min_scale = absl::Seconds(kMinScaleSeconds),
+                        .max_scale = absl::Seconds(kMaxScaleSeconds),
+                        .max_age = options.history});
   if (!scaled.ok()) return scaled.status();
   return std::make_unique<ReuseIndexPolicy>(options, *std::move(table), *std::move(sessions),
                                             *std::move(estimated), *std::move(scaled));

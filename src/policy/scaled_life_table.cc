@@ -49,6 +49,10 @@ absl::StatusOr<ScaledLifeTable> ScaledLifeTable::Create(int num_classes,
       o.max_scale == absl::InfiniteDuration()) {
     return bad("scales must satisfy 0 < min_scale <= max_scale < infinity");
   }
+  if (o.max_age <= absl::ZeroDuration() || o.max_age == absl::InfiniteDuration()) {
+    return bad("max_age must be positive and finite");
+  }
+  if (e.back() / o.grid >= double{1 << 24}) return bad("edges / grid: too many index rows");
   ScaledLifeTable t;
   t.classes_ = num_classes;
   t.group_.assign(static_cast<size_t>(num_classes), 0);
@@ -60,6 +64,7 @@ absl::StatusOr<ScaledLifeTable> ScaledLifeTable::Create(int num_classes,
   t.refresh_ = absl::ToDoubleSeconds(o.refresh);
   t.min_scale_ = absl::ToDoubleSeconds(o.min_scale);
   t.max_scale_ = absl::ToDoubleSeconds(o.max_scale);
+  t.max_age_ = absl::ToDoubleSeconds(o.max_age);
   const size_t cells = static_cast<size_t>(num_classes) * (e.size() - 1);
   t.at_risk_.assign(cells, 0);
   t.events_.assign(cells, 0);
@@ -117,9 +122,11 @@ bool ScaledLifeTable::Advance(absl::Time now) {
         if (life.outcome < hi) ++events_[Cell(c, k)];
       }
     }
-    // Done: every bucket counted, or the outcome came before the next one (it adds nothing more).
+    // Done: every bucket counted, the outcome came before the next one (it adds nothing more),
+    // or none can come any more (withdrawn).
     const bool done = life.next_bucket >= buckets ||
-                      life.outcome < life.scale * edges_[life.next_bucket];
+                      life.outcome < life.scale * edges_[life.next_bucket] ||
+                      (life.outcome == kUnknown && cut - life.time > max_age_);
     if (done) {
       pending_.erase(it++);
     } else {

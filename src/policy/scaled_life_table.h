@@ -11,8 +11,9 @@
 // index, in reuses per unit of x, divided by the scale, is reuses per second: comparable with a
 // ReuseLifeTable's index, so blocks ranked by either share one order.
 //
-// Memory: a birth is kept until its last bucket is counted (scale x the last edge) or its outcome
-// came before the bucket still to count; about 48 bytes each.
+// Memory: a birth is kept until its last bucket is counted (scale x the last edge), its outcome
+// came before the bucket still to count, or it is max_age old with no outcome; about 48 bytes
+// each, so at most (births per second) x max_age of them. Advance walks them all once a refresh.
 // Thread-safety: not thread-safe; the caller serializes. Times are the caller's clock.
 #ifndef KVTIER_SRC_POLICY_SCALED_LIFE_TABLE_H_
 #define KVTIER_SRC_POLICY_SCALED_LIFE_TABLE_H_
@@ -36,10 +37,13 @@ struct ScaledLifeTableOptions {
   std::vector<int> horizon_steps;   // horizons in grid steps, >= 1; empty: 4, 8, ..., 512
   double prior = 20;                // pseudo-count of the shrinkage, >= 0
   absl::Duration refresh = absl::Seconds(60);  // rebuild period, > 0
-  // Scales are clamped into [min_scale, max_scale]: a zero estimate would divide by zero, and a
-  // huge one would keep its birth for ever.
+  // Scales are clamped into [min_scale, max_scale]: a zero estimate would divide by zero.
   absl::Duration min_scale = absl::Seconds(1);
   absl::Duration max_scale = absl::Hours(24);
+  // A birth with no outcome this long after it is withdrawn (censored: its buckets not yet
+  // ended are never counted), so memory is bounded by the births of the last max_age, whatever
+  // the scales. The caller sets it to how long it can still report an outcome. > 0.
+  absl::Duration max_age = absl::Hours(2);
 };
 
 class ScaledLifeTable {
@@ -97,6 +101,7 @@ class ScaledLifeTable {
   double prior_ = 0;
   double refresh_ = 0;
   double min_scale_ = 1, max_scale_ = 86400;
+  double max_age_ = 7200;
 
   bool started_ = false;
   absl::Time origin_;

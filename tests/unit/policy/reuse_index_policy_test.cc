@@ -117,13 +117,13 @@ TEST(ReuseIndexPolicyTest, ABlockItsSessionMovedOnFromGoesFirst) {
 }
 
 // Pause's and Release's expected_idle is used in ranking, for what it has shown it is worth.
-// Trained on sessions whose estimates were exact (20 s or 400 s, each back on time), a block due
-// in 15 s (estimate 30 s) outranks a newer one due in 595 s (estimate 600 s): the newer goes.
-// With no data the older goes (oldest first). Trained on worthless estimates (20 s or 400 s,
-// every session back 30 s after its release whatever it said), the estimates are set aside and
-// the stop reason's table ranks: of a block estimated at 600 s and a newer one estimated at 20 s,
-// both due 30 s after release, the newer goes (it is due later); trusting the estimates would
-// have dropped the older.
+// Block 1 is released with an estimate of 600 s, block 2 ten seconds later with 20 s; the victim
+// is chosen 15 s after block 1's release. With no data the older goes (oldest first). Trained on
+// exact estimates (20 s or 400 s, each session back on time), block 1, due in 585 s, goes before
+// block 2, due in 15 s (the table in seconds alone would drop block 2: younger, of the same stop
+// reason). Trained on worthless estimates (20 s or 400 s, every session back 30 s after its
+// release whatever it said), the estimates are set aside: both are due 30 s after release, so
+// the newer, block 2, is due later and goes; trusting the estimates would drop block 1.
 TEST(ReuseIndexPolicyTest, AnIdleEstimateRanksByWhenTheSessionIsDue) {
   enum class Train { kNone, kExact, kWorthless };
   for (Train train : {Train::kNone, Train::kExact, Train::kWorthless}) {
@@ -156,14 +156,13 @@ TEST(ReuseIndexPolicyTest, AnIdleEstimateRanksByWhenTheSessionIsDue) {
       for (const auto& [t, s] : returns) Observe(*p, {Key(50000 + s)}, At(t), s);
     }
     const double t0 = 20000;
-    const bool worthless = train == Train::kWorthless;
     Observe(*p, {Key(1)}, At(t0), 1);
-    release(Key(1), 1, t0, worthless ? 600 : 30);
+    release(Key(1), 1, t0, 600);
     Observe(*p, {Key(2)}, At(t0 + 10), 2);
-    release(Key(2), 2, t0 + 10, worthless ? 20 : 600);
+    release(Key(2), 2, t0 + 10, 20);
     KVTIER_ASSERT_OK(p->Add(Key(1), {}, At(t0)));
     KVTIER_ASSERT_OK(p->Add(Key(2), {}, At(t0 + 10)));
-    EXPECT_EQ(p->Victim(At(t0 + 15)), train == Train::kNone ? Key(1) : Key(2))
+    EXPECT_EQ(p->Victim(At(t0 + 15)), train == Train::kWorthless ? Key(2) : Key(1))
         << static_cast<int>(train);
   }
 }

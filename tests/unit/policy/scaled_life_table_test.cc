@@ -100,6 +100,27 @@ TEST(ScaledLifeTableTest, ExactEstimatesOrderBirthsByTheirDueTime) {
             t->Index(0, absl::Seconds(10), absl::Seconds(40)));
 }
 
+// A birth whose outcome can no longer come (the caller forgets sessions after max_age) is
+// withdrawn at max_age: counted in the buckets that had ended, never in the later ones.
+TEST(ScaledLifeTableTest, ABirthWithNoOutcomeIsWithdrawnAtMaxAge) {
+  ScaledLifeTableOptions o = Small();
+  o.max_age = absl::Seconds(100);
+  auto t = ScaledLifeTable::Create(1, o);
+  KVTIER_ASSERT_OK(t.status());
+  t->Advance(At(0));
+  t->Birth(0, At(0), absl::Hours(10));  // bucket [0, .5) ends after 5 hours
+  const uint64_t back = t->Birth(0, At(0), absl::Seconds(40));
+  t->Reuse(back, At(90));  // x = 2.25: past the last edge, never an event
+  EXPECT_TRUE(t->Advance(At(90)));  // point 90: every bucket of `back` has ended (80 s)
+  EXPECT_EQ(t->births_kept(), 1);   // the 10-hour birth, 90 s old
+  EXPECT_EQ(t->at_risk(0, 0), 1);
+  EXPECT_TRUE(t->Advance(At(110)));  // point 110: it is withdrawn, never counted
+  EXPECT_EQ(t->births_kept(), 0);
+  EXPECT_EQ(t->at_risk(0, 0), 1);
+  EXPECT_EQ(t->at_risk(0, 2), 1);
+  EXPECT_EQ(t->events(0, 2), 0);
+}
+
 TEST(ScaledLifeTableTest, RejectsBadOptions) {
   EXPECT_THAT(ScaledLifeTable::Create(0).status(), IsError(StatusCode::kInvalidArgument, "classes"));
   EXPECT_THAT(ScaledLifeTable::Create(1, {.edges = {1, 2}}).status(),
@@ -116,6 +137,10 @@ TEST(ScaledLifeTableTest, RejectsBadOptions) {
               IsError(StatusCode::kInvalidArgument, "refresh"));
   EXPECT_THAT(ScaledLifeTable::Create(1, {.min_scale = absl::ZeroDuration()}).status(),
               IsError(StatusCode::kInvalidArgument, "scale"));
+  EXPECT_THAT(ScaledLifeTable::Create(1, {.max_age = absl::ZeroDuration()}).status(),
+              IsError(StatusCode::kInvalidArgument, "max_age"));
+  EXPECT_THAT(ScaledLifeTable::Create(1, {.grid = 1e-9}).status(),
+              IsError(StatusCode::kInvalidArgument, "rows"));
 }
 
 }  // namespace

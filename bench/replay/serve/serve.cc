@@ -1069,9 +1069,8 @@ absl::StatusOr<ServeReport> Simulation::Run() {
   r_.profile = ServeProfileName(o_.profile);
   if (o_.profile == ServeProfile::kKvtier &&
       (o_.kvtier_policy != "learned" || o_.kvtier_hints != ServeHints::kStopReason)) {
-    static constexpr const char* kHintNames[] = {"none", "stop-reason", "oracle-idle"};
-    absl::StrAppend(&r_.profile, "(", o_.kvtier_policy, ", ",
-                    kHintNames[static_cast<int>(o_.kvtier_hints)], ")");
+    absl::StrAppend(&r_.profile, "(", o_.kvtier_policy, ", ", ServeHintsName(o_.kvtier_hints),
+                    ")");
   }
   if (o_.profile == ServeProfile::kKvtier && o_.kvtier_hints == ServeHints::kOracleIdle) {
     absl::StrAppend(&r_.profile, "+oracle");
@@ -1182,6 +1181,27 @@ const char* ServeProfileName(ServeProfile p) {
       return "kvtier";
   }
   return "kvtier";
+}
+
+const char* ServeHintsName(ServeHints hints) {
+  switch (hints) {
+    case ServeHints::kNone:
+      return "none";
+    case ServeHints::kStopReason:
+      return "stop-reason";
+    case ServeHints::kOracleIdle:
+      return "oracle-idle";
+  }
+  return "stop-reason";
+}
+
+absl::StatusOr<ServeHints> ParseServeHints(std::string_view name) {
+  for (ServeHints h : {ServeHints::kNone, ServeHints::kStopReason, ServeHints::kOracleIdle}) {
+    if (name == ServeHintsName(h)) return h;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("hints ", std::string(name),
+                   ": serve takes none, stop-reason or oracle-idle (pause is cache mode's)"));
 }
 
 absl::StatusOr<ServeProfile> ParseServeProfile(std::string_view name) {

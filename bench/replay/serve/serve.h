@@ -109,6 +109,10 @@ struct SchedulerOptions {
 // replay's --hints, less pause): nothing, the stop reason, or the stop reason and the true time
 // to the session's next arrival as expected_idle (an ORACLE: from the trace, labelled so).
 enum class ServeHints : uint8_t { kNone = 0, kStopReason = 1, kOracleIdle = 2 };
+// "none", "stop-reason", "oracle-idle" (the --hints names), and back. Errors: kInvalidArgument
+// naming the choices (pause is the cache replay's alone).
+const char* ServeHintsName(ServeHints hints);
+absl::StatusOr<ServeHints> ParseServeHints(std::string_view name);
 
 struct ServeOptions {
   explicit ServeOptions(const KvGeometry& model_geometry) : geometry(model_geometry) {}

@@ -269,17 +269,10 @@ absl::Status RunServeCommand(
         "--policy ", f.policy, ": must be lru, cost_aware, reuse_index or learned"));
   }
   o.kvtier_policy = f.policy;
-  if (f.hints == "none") {
-    o.kvtier_hints = ServeHints::kNone;
-  } else if (f.hints == "stop-reason") {
-    o.kvtier_hints = ServeHints::kStopReason;
-  } else if (f.hints == "oracle-idle") {
-    o.kvtier_hints = ServeHints::kOracleIdle;
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--hints ", f.hints,
-                     ": serve takes none, stop-reason or oracle-idle (pause is cache mode's)"));
-  }
+  auto hints = ParseServeHints(f.hints);
+  if (!hints.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--", hints.status().message()));
+  o.kvtier_hints = *hints;
   o.scheduler = {.max_batched_tokens = f.max_batched_tokens,
                  .max_running = f.max_running,
                  .swap = f.preemption == "swap"};

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <limits>
 
 namespace kvtier::internal {
 
@@ -80,6 +81,22 @@ double SurvivalAt(absl::Span<const double> edges, absl::Span<const double> edge_
     }
   }
   return edge_survival[buckets];
+}
+
+std::optional<double> ChanceOfReuseAt(absl::Span<const double> edges,
+                                      absl::Span<const double> edge_survival,
+                                      absl::Span<const int64_t> at_risk, double x, double within,
+                                      int64_t min_lives) {
+  x = std::max(0.0, x);
+  int k = static_cast<int>(edges.size()) - 2;  // the last bucket
+  while (k > 0 && x < edges[static_cast<size_t>(k)]) --k;
+  if (at_risk[static_cast<size_t>(k)] < min_lives) return std::nullopt;
+  const double s_x = SurvivalAt(edges, edge_survival, x);
+  if (!(s_x > 0)) return std::nullopt;
+  const double end = within == std::numeric_limits<double>::infinity()
+                         ? edges.back()
+                         : x + std::max(0.0, within);
+  return std::clamp((s_x - SurvivalAt(edges, edge_survival, end)) / s_x, 0.0, 1.0);
 }
 
 }  // namespace kvtier::internal

@@ -6,6 +6,7 @@
 #define KVTIER_SRC_POLICY_LIFE_TABLE_MATH_H_
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/types/span.h"
@@ -31,6 +32,15 @@ void RebuildLifeTable(const LifeTableShape& shape, absl::Span<const int64_t> at_
 // S(x) of one class from its survival at the edges, linear between them, flat after the last.
 double SurvivalAt(absl::Span<const double> edges, absl::Span<const double> edge_survival,
                   double x);
+
+// One class's chance of a reuse within `within` after age x (both >= 0 are taken; within may be
+// +infinity: as far as the last edge), given no reuse by x: (S(x) - S(x + within)) / S(x) in
+// [0, 1]. nullopt when its bucket of x has fewer than `min_lives` at risk (`at_risk`: the class's
+// counts per bucket), or S(x) is 0.
+std::optional<double> ChanceOfReuseAt(absl::Span<const double> edges,
+                                      absl::Span<const double> edge_survival,
+                                      absl::Span<const int64_t> at_risk, double x, double within,
+                                      int64_t min_lives);
 
 }  // namespace kvtier::internal
 

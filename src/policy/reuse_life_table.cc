@@ -172,16 +172,11 @@ std::optional<double> ReuseLifeTable::ChanceOfReuse(int cls, double age_seconds,
                                                     double within_seconds,
                                                     int64_t min_lives) const {
   cls = std::clamp(cls, 0, num_classes() - 1);
-  const double a = std::max(0.0, age_seconds);
-  int k = num_buckets() - 1;
-  while (k > 0 && a < edges_[static_cast<size_t>(k)]) --k;
-  if (at_risk(cls, k) < min_lives) return std::nullopt;
-  const double s_a = Survival(cls, a);
-  if (!(s_a > 0)) return std::nullopt;
-  const double end = within_seconds == std::numeric_limits<double>::infinity()
-                         ? edges_.back()
-                         : a + std::max(0.0, within_seconds);
-  return std::clamp((s_a - Survival(cls, end)) / s_a, 0.0, 1.0);
+  return internal::ChanceOfReuseAt(
+      edges_,
+      absl::MakeConstSpan(&survival_[static_cast<size_t>(cls) * edges_.size()], edges_.size()),
+      absl::MakeConstSpan(&at_risk_[Cell(cls, 0)], static_cast<size_t>(num_buckets())),
+      age_seconds, within_seconds, min_lives);
 }
 
 double ReuseLifeTable::Survival(int cls, double age_seconds) const {

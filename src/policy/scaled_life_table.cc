@@ -162,18 +162,11 @@ std::optional<double> ScaledLifeTable::ChanceOfReuse(int cls, absl::Duration age
                                                      int64_t min_lives) const {
   cls = std::clamp(cls, 0, classes_ - 1);
   const double e = ClampScale(scale);
-  const double x = std::max(0.0, FastSeconds(age)) / e;
-  int k = num_buckets() - 1;
-  while (k > 0 && x < edges_[static_cast<size_t>(k)]) --k;
-  if (at_risk(cls, k) < min_lives) return std::nullopt;
-  const absl::Span<const double> edge_s(&survival_[static_cast<size_t>(cls) * edges_.size()],
-                                        edges_.size());
-  const double s_x = SurvivalAt(edges_, edge_s, x);
-  if (!(s_x > 0)) return std::nullopt;
-  const double w = FastSeconds(within);
-  const double end = w == std::numeric_limits<double>::infinity() ? edges_.back()
-                                                                  : x + std::max(0.0, w) / e;
-  return std::clamp((s_x - SurvivalAt(edges_, edge_s, end)) / s_x, 0.0, 1.0);
+  return ChanceOfReuseAt(
+      edges_,
+      absl::MakeConstSpan(&survival_[static_cast<size_t>(cls) * edges_.size()], edges_.size()),
+      absl::MakeConstSpan(&at_risk_[Cell(cls, 0)], static_cast<size_t>(num_buckets())),
+      std::max(0.0, FastSeconds(age)) / e, FastSeconds(within) / e, min_lives);
 }
 
 }  // namespace kvtier::internal

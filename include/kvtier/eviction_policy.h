@@ -212,6 +212,12 @@ struct ReuseIndexOptions {
   // 450, 600, 900, 1200, 1800, 2700, 3600, 5400, 7200, 10800, 14400 s; horizons 5, 10, 20, ...,
   // 5120 s). The scaled table's options are fixed (src/policy/scaled_life_table.h).
   ReuseLifeTableOptions session_table;
+  // Which of two equally ranked candidates goes first: the one accessed longest ago (false), or,
+  // when both are blocks a session let go, the one released longest ago (true: the order of
+  // hint-g in ../shared/policy/policy_lab_agentic.py, kept to check this policy against that
+  // script; in the script's own model the default closed more of the gap at most capacities,
+  // docs/performance.md "The policy against the reference scripts").
+  bool ties_by_release = false;
 };
 // Errors: kInvalidArgument for an option out of range (named), or those of ReuseLifeTable::Create.
 absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeReuseIndexPolicy(

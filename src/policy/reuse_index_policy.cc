@@ -319,7 +319,13 @@ class ReuseIndexPolicy final : public EvictionPolicy {
         absl::StrCat("reuse_index: block ", key.ToHex(), " is not a candidate"));
   }
 
-  static bool Older(const Record& a, const Record& b) { return a.last_access < b.last_access; }
+  // Which of two equally ranked candidates goes first (ReuseIndexOptions::ties_by_release).
+  bool Older(const Record& a, const Record& b) const {
+    if (options_.ties_by_release && a.session != 0 && b.session != 0) {
+      return a.released_at < b.released_at;
+    }
+    return a.last_access < b.last_access;
+  }
 
   // The session that let block `r` go sent a request since, without it: it moved on.
   bool MovedOn(const Record& r) const {

@@ -16,15 +16,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "bench/replay/offline/block_chains.h"
+#include "bench/replay/offline/sim_tier.h"
 #include "kvtier/block_key.h"
 #include "kvtier/cost_model.h"
-#include "kvtier/eviction_candidacy.h"
 #include "kvtier/kv_geometry.h"
 
 namespace kvtier::replay {
 namespace {
 
-constexpr uint32_t kNoParent = std::numeric_limits<uint32_t>::max();
 constexpr std::string_view kDefaultModel = "Llama-3.1-70B";
 
 const KnownModel& DefaultModel() {
@@ -34,62 +33,47 @@ const KnownModel& DefaultModel() {
   std::abort();  // the library's table lost its Llama-3.1-70B: a build of a broken table
 }
 
-// Per dense key: the state the model needs (its storage; the candidacy rule and the traits are
-// the shipped ones, eviction_candidacy.h). The parent is fixed by the trace.
-struct SimBlock {
-  uint32_t parent = kNoParent;
-  uint32_t cached_children = 0;
-  uint32_t uses = 0;
-  absl::Time last_use = absl::InfinitePast();
-  bool cached = false;
-  bool pinned = false;
-  bool registered = false;  // a candidate with the policy
-};
-
 class Simulator {
  public:
   Simulator(EvictionPolicy& policy, const PolicySimOptions& options, uint32_t num_keys)
-      : policy_(policy), options_(options), blocks_(num_keys) {}
+      : options_(options),
+        tier_(policy, options.bytes_per_token * options.tokens_per_block, num_keys) {}
 
   // Runs request r (its chain is chain[0, n)) at `now`; returns its hit blocks.
   absl::StatusOr<int64_t> Request(size_t r, const uint32_t* chain, int64_t n, absl::Time now) {
     for (int64_t j = 1; j < n; ++j) {
-      SimBlock& b = blocks_[chain[j]];
-      if (b.parent == kNoParent) b.parent = chain[j - 1];
+      SimBlock& b = tier_.block(chain[j]);
+      if (b.parent == kSimNoParent) b.parent = chain[j - 1];
     }
-    if (policy_.observes_requests()) {
+    EvictionPolicy& policy = tier_.policy();
+    if (policy.observes_requests()) {
       named_.clear();
       for (int64_t j = 0; j < n; ++j) named_.push_back(SimBlockKey(chain[j]));
-      policy_.ObserveRequest({.blocks = named_, .now = now});
+      policy.ObserveRequest({.blocks = named_, .now = now});
     }
     int64_t hits = 0;
-    while (hits < n && blocks_[chain[hits]].cached) ++hits;
+    while (hits < n && tier_.block(chain[hits]).cached) ++hits;
     for (int64_t j = 0; j < hits; ++j) {
-      SimBlock& b = blocks_[chain[j]];
+      SimBlock& b = tier_.block(chain[j]);
       ++b.uses;
       b.last_use = now;
       b.pinned = true;
-      if (absl::Status s = Update(chain[j]); !s.ok()) return Failed(r, s);
+      if (absl::Status s = tier_.Update(chain[j]); !s.ok()) return Failed(r, s);
     }
     const int64_t keep = std::min(n, options_.capacity_blocks);
     for (int64_t j = hits; j < keep; ++j) {
-      while (size_ >= options_.capacity_blocks) {
-        if (absl::Status s = EvictOne(now); !s.ok()) return Failed(r, s);
+      while (tier_.cached() >= options_.capacity_blocks) {
+        if (absl::StatusOr<uint32_t> s = tier_.EvictOne(now); !s.ok()) return Failed(r, s.status());
       }
-      SimBlock& b = blocks_[chain[j]];
-      b.cached = true;
+      SimBlock& b = tier_.block(chain[j]);
       b.pinned = true;
       b.uses = 1;
       b.last_use = now;
-      ++size_;
-      if (b.parent != kNoParent) {
-        ++blocks_[b.parent].cached_children;
-        if (absl::Status s = Update(b.parent); !s.ok()) return Failed(r, s);
-      }
+      if (absl::Status s = tier_.Cache(chain[j]); !s.ok()) return Failed(r, s);
     }
-    for (int64_t j = 0; j < keep; ++j) blocks_[chain[j]].pinned = false;
+    for (int64_t j = 0; j < keep; ++j) tier_.block(chain[j]).pinned = false;
     for (int64_t j = 0; j < keep; ++j) {
-      if (absl::Status s = Update(chain[j]); !s.ok()) return Failed(r, s);
+      if (absl::Status s = tier_.Update(chain[j]); !s.ok()) return Failed(r, s);
     }
     return hits;
   }
@@ -99,49 +83,8 @@ class Simulator {
     return absl::InternalError(absl::StrCat("policy sim: request ", r, ": ", s.message()));
   }
 
-  // What KvCache knows of a block, as the model has it: no retention priority.
-  static CandidateFacts FactsOf(const SimBlock& b) {
-    return CandidateFacts{.uses = b.uses,
-                          .parent = b.parent == kNoParent ? kRootBlockKey : SimBlockKey(b.parent),
-                          .last_use = b.last_use};
-  }
-
-  // A fact of `key` changed: its candidacy follows the shipped rule. The model's one tier has no
-  // demotions (nothing leaves) and a cached block is ready; a pinned one is held.
-  absl::Status Update(uint32_t key) {
-    SimBlock& b = blocks_[key];
-    const CopyFacts copy{.ready = b.cached, .child_copies = b.cached_children};
-    const bool candidate = IsEvictionCandidate(copy, [&b] { return b.pinned; });
-    return SyncCandidacy(
-        policy_, SimBlockKey(key), candidate, FactsOf(b),
-        options_.bytes_per_token * options_.tokens_per_block,
-        [this](const BlockKey& k) -> std::optional<CandidateFacts> {
-          return FactsOf(blocks_[static_cast<uint32_t>(k.hi)]);
-        },
-        &b.registered);
-  }
-
-  absl::Status EvictOne(absl::Time now) {
-    const std::optional<BlockKey> victim = policy_.Victim(now);
-    if (!victim.has_value()) return absl::InternalError("no victim in a full cache");
-    if (victim->hi >= blocks_.size() || *victim != SimBlockKey(static_cast<uint32_t>(victim->hi)) ||
-        !blocks_[victim->hi].registered) {
-      return absl::InternalError(absl::StrCat("victim ", victim->ToHex(), " is not a candidate"));
-    }
-    const uint32_t key = static_cast<uint32_t>(victim->hi);
-    SimBlock& b = blocks_[key];
-    b.cached = false;
-    --size_;
-    if (absl::Status s = Update(key); !s.ok()) return s;
-    if (b.parent == kNoParent) return absl::OkStatus();
-    --blocks_[b.parent].cached_children;
-    return Update(b.parent);
-  }
-
-  EvictionPolicy& policy_;
   const PolicySimOptions& options_;
-  std::vector<SimBlock> blocks_;
-  int64_t size_ = 0;
+  SimTier tier_;
   std::vector<BlockKey> named_;  // the request ObserveRequest is given, reused
 };
 
@@ -151,13 +94,6 @@ int64_t DefaultSimBytesPerToken() {
   absl::StatusOr<KvGeometry> g = KvGeometry::Create(DefaultModel().geometry);
   if (!g.ok()) std::abort();  // the table's geometries are checked by the cost model's test
   return g->bytes_per_token();
-}
-
-BlockKey SimBlockKey(uint32_t key) {
-  uint64_t z = key + 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return BlockKey{key, z ^ (z >> 31)};
 }
 
 absl::StatusOr<BoundResult> SimulatePolicy(const Trace& trace, EvictionPolicy& policy,

@@ -14,10 +14,8 @@
 //      while the cache holds capacity_blocks blocks, the policy's Victim(now) is Removed and
 //      evicted;
 //   3. release: the chain's blocks are unpinned at the same time now.
-// Candidates are what KvCache makes them, decided by the same code (kvtier/eviction_candidacy.h:
-// IsEvictionCandidate, SyncCandidacy): the leaf-first rule over the model's one tier, where a
-// cached block is ready, a pinned one is held and nothing is ever leaving, so a candidate is a
-// cached, unpinned block with no cached child. The rule is asked again for each block whose facts
+// Candidates are what KvCache makes them, decided by the same code (sim_tier.h, over
+// kvtier/eviction_candidacy.h): a cached, unpinned block with no cached child. The rule is asked again for each block whose facts
 // change (hit, inserted, a child inserted, released, evicted, a child evicted), so a block becomes
 // a candidate (Add, touched at its last use) when it is released without a cached child or when
 // its last cached child is evicted while it is not pinned, and stops being one (Remove) when it is
@@ -40,15 +38,12 @@
 
 #include "absl/status/statusor.h"
 #include "bench/replay/offline/bounds.h"
+#include "bench/replay/offline/sim_tier.h"
 #include "bench/replay/trace/trace.h"
 #include "kvtier/block_key.h"
 #include "kvtier/eviction_policy.h"
 
 namespace kvtier::replay {
-
-// The BlockKey the simulator gives the block of dense key `key`: hi = key, lo = a fixed mix of
-// it (splitmix64's), since hash tables of BlockKeys hash `lo` only.
-BlockKey SimBlockKey(uint32_t key);
 
 // The simulator's default block size: the KV bytes per token of Llama-3.1-70B from the library's
 // table (cost_model.h KnownModels) in bf16, 327,680.

@@ -789,16 +789,7 @@ absl::Status Simulation::Finish(int i, int64_t r) {
   ReleaseHints hints;
   if (o_.profile == ServeProfile::kKvtier && q.session != 0 &&
       o_.kvtier_hints != ServeHints::kNone) {
-    switch (q.stop) {
-      case StopReason::kToolUse:
-        hints.stop_reason = kvtier::StopReason::kToolUse;
-        break;
-      case StopReason::kEndTurn:
-        hints.stop_reason = kvtier::StopReason::kEndTurn;
-        break;
-      case StopReason::kUnknown:
-        break;
-    }
+    hints.stop_reason = ToCacheStopReason(q.stop);
     const int64_t next = next_in_session_[static_cast<size_t>(r)];
     if (o_.kvtier_hints == ServeHints::kOracleIdle && next >= 0) {
       // When the session's next request arrives: its think time after this finish (closed

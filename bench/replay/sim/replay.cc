@@ -299,18 +299,6 @@ auto WithRoom(KvCache& cache, std::deque<std::pair<uint64_t, SequenceId>>& pause
   }
 }
 
-kvtier::StopReason ToCache(StopReason stop) {
-  switch (stop) {
-    case StopReason::kToolUse:
-      return kvtier::StopReason::kToolUse;
-    case StopReason::kEndTurn:
-      return kvtier::StopReason::kEndTurn;
-    case StopReason::kUnknown:
-      break;
-  }
-  return kvtier::StopReason::kUnknown;
-}
-
 // Per request: the seconds to its session's next request, or nullopt (none, or no session).
 std::vector<std::optional<double>> TimeToSessionsNextRequest(const Trace& trace) {
   std::vector<std::optional<double>> next(trace.requests.size());
@@ -609,7 +597,7 @@ absl::StatusOr<ReplayReport> RunReplay(const Trace& trace, const ReplayOptions& 
                        q.stop == StopReason::kToolUse;
     ReleaseHints release;
     if (options.hints == HintMode::kStopReason || options.hints == HintMode::kOracleIdle) {
-      release.stop_reason = ToCache(q.stop);
+      release.stop_reason = ToCacheStopReason(q.stop);
     }
     if (options.hints == HintMode::kOracleIdle && next_in_session[static_cast<size_t>(i)]) {
       release.expected_idle = absl::Seconds(*next_in_session[static_cast<size_t>(i)]);

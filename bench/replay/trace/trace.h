@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "kvtier/session_hints.h"
+
 namespace kvtier::replay {
 
 // How the request before a pause ended (Claude Code `stop`): after kToolUse the agent comes
@@ -26,6 +28,19 @@ enum class StopReason : uint8_t {
   kToolUse = 1,
   kEndTurn = 2,
 };
+
+// The cache's name for `stop` (kvtier/session_hints.h), which a release hands the policy.
+inline kvtier::StopReason ToCacheStopReason(StopReason stop) {
+  switch (stop) {
+    case StopReason::kToolUse:
+      return kvtier::StopReason::kToolUse;
+    case StopReason::kEndTurn:
+      return kvtier::StopReason::kEndTurn;
+    case StopReason::kUnknown:
+      break;
+  }
+  return kvtier::StopReason::kUnknown;
+}
 
 // The largest token count a loader accepts (input or output of one request): 2^31 - 1, so a
 // count fits an int32 (as a token position does downstream) and ceil(count / block_tokens) or a

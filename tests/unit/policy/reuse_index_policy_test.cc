@@ -116,6 +116,24 @@ TEST(ReuseIndexPolicyTest, ABlockItsSessionMovedOnFromGoesFirst) {
   EXPECT_EQ(p->Victim(At(4)), Key(3));
 }
 
+// Equal ranks (no data yet: every index is 0): block 1 was accessed first (at 0) but released
+// last (at 5, a long request); block 2 accessed at 1 and released at 2. By default the block
+// accessed longest ago goes; with ties_by_release, the one released longest ago (hint-g's order).
+TEST(ReuseIndexPolicyTest, TiesGoByAccessOrByRelease) {
+  for (const bool by_release : {false, true}) {
+    auto made = MakeReuseIndexPolicy({.sample_size = 0, .ties_by_release = by_release});
+    KVTIER_ASSERT_OK(made.status());
+    EvictionPolicy& p = **made;
+    Observe(p, {Key(1)}, At(0), /*session=*/10);
+    Observe(p, {Key(2)}, At(1), /*session=*/11);
+    p.ObserveRelease({.blocks = std::vector<BlockKey>{Key(2)}, .now = At(2), .session = 11});
+    p.ObserveRelease({.blocks = std::vector<BlockKey>{Key(1)}, .now = At(5), .session = 10});
+    KVTIER_ASSERT_OK(p.Add(Key(1), {}, At(0)));
+    KVTIER_ASSERT_OK(p.Add(Key(2), {}, At(1)));
+    EXPECT_EQ(p.Victim(At(6)), by_release ? Key(2) : Key(1)) << "ties_by_release " << by_release;
+  }
+}
+
 // Pause's and Release's expected_idle is used in ranking, for what it has shown it is worth.
 // Block 1 is released with an estimate of 600 s, block 2 ten seconds later with 20 s; the victim
 // is chosen 15 s after block 1's release. With no data the older goes (oldest first). Trained on

@@ -67,8 +67,9 @@
 //               than the stop reasons do (log(gap / E) spreads less about its mean per stop
 //               reason than log(gap), by more than BIC's price of one parameter), the one in
 //               seconds before that or when they do not, so a worthless or constant estimate
-//               costs nothing. Births with no return after `history` are withdrawn. Source: the hint-g policy of
-//               ../shared/policy/policy_lab_agentic.py; the scaled table is kvtier's.
+//               costs nothing. Births with no return after `history` are withdrawn. Source: the
+//               hint-g policy of ../shared/policy/policy_lab_agentic.py; the scaled table is
+//               kvtier's.
 //
 // Times are absl::Time (the caller's clock, so a replay can run on trace time). Thread-safety:
 // not thread-safe; the caller serializes (KvCache holds its lock). Keys must be unique. A policy

@@ -264,12 +264,13 @@ class ReuseIndexPolicy final : public EvictionPolicy {
     return table_.ChanceOfReuse(r.cls, internal::FastSeconds(now - r.last_access), w, kMinLives);
   }
 
-  // `key`'s rank at `now` by what this policy has learned, and its last access: for a shared
-  // shadow. A block it no longer remembers (not accessed within `history`) ranks -1, oldest.
+  // `key`'s rank at `now` by what this policy has learned, and the time that orders it among
+  // equal ranks (TieTime): for a shared shadow. A block it no longer remembers (not accessed
+  // within `history`) ranks -1, oldest.
   std::pair<double, absl::Time> RankOf(const BlockKey& key, absl::Time now) const {
     auto it = records_.find(key);
     if (it == records_.end()) return {-1.0, absl::InfinitePast()};
-    return {Rank(it->second, now), it->second.last_access};
+    return {Rank(it->second, now), TieTime(it->second)};
   }
 
  private:
@@ -319,13 +320,13 @@ class ReuseIndexPolicy final : public EvictionPolicy {
         absl::StrCat("reuse_index: block ", key.ToHex(), " is not a candidate"));
   }
 
-  // Which of two equally ranked candidates goes first (ReuseIndexOptions::ties_by_release).
-  bool Older(const Record& a, const Record& b) const {
-    if (options_.ties_by_release && a.session != 0 && b.session != 0) {
-      return a.released_at < b.released_at;
-    }
-    return a.last_access < b.last_access;
+  // The time that orders equally ranked candidates, oldest first: the last access, or with
+  // ReuseIndexOptions::ties_by_release the release of a block a session let go. One key per
+  // block, so the order is a strict weak one (the shared shadow sorts by it).
+  absl::Time TieTime(const Record& r) const {
+    return options_.ties_by_release && r.session != 0 ? r.released_at : r.last_access;
   }
+  bool Older(const Record& a, const Record& b) const { return TieTime(a) < TieTime(b); }
 
   // The session that let block `r` go sent a request since, without it: it moved on.
   bool MovedOn(const Record& r) const {

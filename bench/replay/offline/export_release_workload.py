@@ -16,7 +16,8 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser()
     ap.add_argument('out')
-    ap.add_argument('--policy-dir', default=os.path.join(here, '..', '..', '..', '..', 'shared', 'policy'))
+    ap.add_argument('--policy-dir',
+                    default=os.path.join(here, '..', '..', '..', '..', 'shared', 'policy'))
     ap.add_argument('--seed', type=int, default=1)
     ap.add_argument('--spread', type=float, default=3600.0)
     a = ap.parse_args()

@@ -25,7 +25,8 @@ def main():
     ap.add_argument('--hold-running', action='store_true')
     ap.add_argument('--write-trace', default=None,
                     help='with --full-blocks: write the full-blocks trace here and stop')
-    ap.add_argument('--policy-dir', default=os.path.join(here, '..', '..', '..', '..', 'shared', 'policy'))
+    ap.add_argument('--policy-dir',
+                    default=os.path.join(here, '..', '..', '..', '..', 'shared', 'policy'))
     argv = sys.argv[1:]
     cut = argv.index('--') if '--' in argv else len(argv)
     a, rest = ap.parse_args(argv[:cut]), argv[cut + 1:]

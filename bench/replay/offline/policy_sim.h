@@ -15,13 +15,13 @@
 //      evicted;
 //   3. release: the chain's blocks are unpinned at the same time now.
 // Candidates are what KvCache makes them, decided by the same code (sim_tier.h, over
-// kvtier/eviction_candidacy.h): a cached, unpinned block with no cached child. The rule is asked again for each block whose facts
-// change (hit, inserted, a child inserted, released, evicted, a child evicted), so a block becomes
-// a candidate (Add, touched at its last use) when it is released without a cached child or when
-// its last cached child is evicted while it is not pinned, and stops being one (Remove) when it is
-// hit or evicted. A non-candidate is never evicted, and a full cache always has a candidate
-// outside the current chain (any unpinned cached block has an unpinned leaf below it), so the
-// policy only chooses among valid victims.
+// kvtier/eviction_candidacy.h): a cached, unpinned block with no cached child. The rule is asked
+// again for each block whose facts change (hit, inserted, a child inserted, released, evicted, a
+// child evicted), so a block becomes a candidate (Add, touched at its last use) when it is released
+// without a cached child or when its last cached child is evicted while it is not pinned, and stops
+// being one (Remove) when it is hit or evicted. A non-candidate is never evicted, and a full cache
+// always has a candidate outside the current chain (any unpinned cached block has an unpinned leaf
+// below it), so the policy only chooses among valid victims.
 //
 // Traits are KvCache's (CandidateTraits): expected_reuse = max(1, uses), bytes = bytes_per_token
 // x tokens_per_block, parent = the block before it, run_blocks = it and the parents before it with

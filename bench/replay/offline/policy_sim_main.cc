@@ -62,6 +62,10 @@ std::string GapClosed(double ratio, double lru_ratio, double optimal_ratio) {
 int RunRelease(const std::string& path, const std::vector<int64_t>& caps,
                const std::vector<std::string>& policies, const std::vector<std::string>& hints,
                const ReuseIndexOptions& reuse) {
+  if (hints.empty()) {
+    std::cerr << "--hints: give stop-reason, none or both\n";
+    return 2;
+  }
   for (const std::string& h : hints) {
     if (h != "stop-reason" && h != "none") {
       std::cerr << "--hints: expected stop-reason or none, got " << h << "\n";
@@ -122,16 +126,20 @@ int Run(int argc, char** argv) {
       "--release-workload", release_path,
       "policy_lab_agentic.py's workload (export_release_workload.py): its release model");
   trace_option->excludes(release_option);
-  app.add_option("--hints", hints, "release model: stop-reason and/or none")->delimiter(',');
-  app.add_option("--format", format, "auto, mooncake or claude-code");
-  app.add_option("--tokens-per-block", tokens_per_block, "cache block size in tokens");
+  app.add_option("--hints", hints, "release model: stop-reason and/or none")
+      ->delimiter(',')
+      ->needs(release_option);
+  app.add_option("--format", format, "auto, mooncake or claude-code")->excludes(release_option);
+  app.add_option("--tokens-per-block", tokens_per_block, "cache block size in tokens")
+      ->excludes(release_option);
   app.add_option("--caps", caps, "capacities in blocks")->delimiter(',');
   app.add_option("--policies", policies, "policies (eviction_policy.h names)")->delimiter(',');
   ReuseIndexOptions reuse;
   app.add_option("--reuse-sample", reuse.sample_size,
                  "reuse_index: candidates ranked per victim (0: all)");
   app.add_option("--reuse-session-grid", reuse.session_table.grid_seconds,
-                 "reuse_index: session-return index resolution, seconds (policy_lab_agentic.py: 1)");
+                 "reuse_index: session-return index resolution, seconds "
+                 "(policy_lab_agentic.py: 1)");
   std::string ties = "access";
   app.add_option("--reuse-ties", ties,
                  "reuse_index: equal ranks go by last access (access) or by release (release: "

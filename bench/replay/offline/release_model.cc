@@ -138,7 +138,7 @@ class NextArrivalPolicy final : public EvictionPolicy {
 
  private:
   using Entry = std::tuple<absl::Time, uint32_t, uint32_t>;  // next arrival, depth, key
-  std::vector<std::vector<absl::Time>> arrivals_;             // per key, ascending
+  std::vector<std::vector<absl::Time>> arrivals_;            // per key, ascending
   std::vector<uint32_t> depth_;
   std::vector<std::optional<Entry>> entry_;
   std::set<Entry> order_;
@@ -189,13 +189,13 @@ class ReleaseSimulator {
     EvictionPolicy& policy = tier_.policy();
     if (policy.observes_requests()) {
       Name(chain, n);
-      policy.ObserveRelease(
-          {.blocks = named_,
-           .now = now,
-           .session = request.session,
-           .stop_reason = options_.stop_reasons ? ToCacheStopReason(request.stop) : kvtier::StopReason::kUnknown,
-           .expected_idle = std::nullopt,
-           .superseded = latest_[request.session] != r});
+      policy.ObserveRelease({.blocks = named_,
+                             .now = now,
+                             .session = request.session,
+                             .stop_reason = options_.stop_reasons ? ToCacheStopReason(request.stop)
+                                                                  : kvtier::StopReason::kUnknown,
+                             .expected_idle = std::nullopt,
+                             .superseded = latest_[request.session] != r});
     }
     released_.clear();
     for (int64_t j = n - 1; j >= 0; --j) {  // leaf -> root, as the script releases
@@ -234,8 +234,8 @@ class ReleaseSimulator {
   const ReleaseModelOptions& options_;
   const BlockChains& chains_;
   SimTier tier_;
-  std::vector<uint32_t> held_;  // per key: running requests holding it
-  int64_t pinned_ = 0;          // cached blocks a running request holds
+  std::vector<uint32_t> held_;                    // per key: running requests holding it
+  int64_t pinned_ = 0;                            // cached blocks a running request holds
   absl::flat_hash_map<uint64_t, size_t> latest_;  // session -> its latest arrival
   std::vector<BlockKey> named_;
   std::vector<uint32_t> released_;
@@ -256,10 +256,19 @@ absl::Status Validate(const ReleaseModelWorkload& w, const ReleaseModelOptions& 
                                                    " requests"));
   }
   for (size_t r = 0; r < w.finish_seconds.size(); ++r) {
-    if (!(w.finish_seconds[r] >= w.trace.requests[r].arrival_seconds)) {
-      return absl::InvalidArgumentError(absl::StrCat("request ", r, ": finish ",
-                                                      w.finish_seconds[r], " s is before arrival ",
-                                                      w.trace.requests[r].arrival_seconds, " s"));
+    const double arrival = w.trace.requests[r].arrival_seconds;
+    if (r > 0 && !(arrival >= w.trace.requests[r - 1].arrival_seconds)) {
+      return absl::InvalidArgumentError(absl::StrCat("request ", r, ": arrival ", arrival,
+                                                     " s is before the request before's: requests "
+                                                     "must be in arrival order"));
+    }
+    // A request holds its blocks from its arrival to its finish: a finish at (or, in absl::Time,
+    // indistinguishable from) the arrival would come first in the event order.
+    if (!(At(arrival) >= absl::UnixEpoch()) || !(At(w.finish_seconds[r]) > At(arrival)) ||
+        At(w.finish_seconds[r]) == absl::InfiniteFuture()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("request ", r, ": finish ", w.finish_seconds[r], " s is not after arrival ",
+                       arrival, " s (or a time out of range)"));
     }
   }
   return absl::OkStatus();
@@ -288,6 +297,9 @@ absl::StatusOr<ReleaseModelWorkload> LoadReleaseModelWorkload(const std::string&
   if (!read.ok()) return read;
   if (w.trace.requests.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": no requests"));
+  }
+  if (absl::Status s = Validate(w, ReleaseModelOptions{}); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message()));
   }
   return w;
 }

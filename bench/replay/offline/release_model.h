@@ -12,8 +12,9 @@
 // finishes before arrivals at equal times, then by request index:
 //   - arrival of request r: its hit is the longest leading run of its blocks that are cached or
 //     held by a running request. A policy that observes_requests() is given the blocks and the
-//     session (ObserveRequest). Each block is then held once more; a cached block becomes pinned
-//     (it stops being a candidate and stops counting against the capacity), with uses + 1.
+//     session (ObserveRequest). Each block is then held once more; a cached block no running
+//     request held becomes pinned (it stops being a candidate and stops counting against the
+//     capacity), with uses + 1.
 //   - finish of r: each block is held once less. A policy that observes_requests() is given the
 //     release (ObserveRelease: the blocks, the session, the stop reason, or kUnknown for all when
 //     stop_reasons is false; no expected idle; superseded when a later request of the session
@@ -25,7 +26,7 @@
 //
 // File format (JSON Lines). The first line is {"block_tokens": B} (B in [1, 2^20]); each further
 // line one request, in arrival order:
-//   {"arrival": s, "finish": s >= arrival, "session": n >= 1, "stop": "tool_use" | "end_turn" |
+//   {"arrival": s, "finish": s > arrival, "session": n >= 1, "stop": "tool_use" | "end_turn" |
 //    "unknown", "in": input tokens >= 1, "ids": [...]}
 // with one id per *full* block (floor(in / B) of them), each naming its whole prefix (an id is
 // always at the same position after the same id), ids < 2^62. Blank lines are skipped.
@@ -54,13 +55,15 @@ inline constexpr uint64_t kReleaseTailIdBase = uint64_t{1} << 62;
 
 struct ReleaseModelWorkload {
   Trace trace;                         // arrival, input tokens, ids, session, stop per request
-  std::vector<double> finish_seconds;  // per request, >= its arrival
+  std::vector<double> finish_seconds;  // per request, after its arrival
 };
 
 // The workload at `path`. Errors: those of ForEachTraceLine (kNotFound, ...); kInvalidArgument
 // naming the line and field for a line that is not an object of the fields above, a value out of
-// range, an arrival before the line before's, a finish before the arrival, an unknown stop, an
-// ids count other than floor(in / B), an id >= 2^62, a missing or bad header, or no requests.
+// range, an arrival before the line before's, a finish not after the arrival (as absl::Time:
+// UnixEpoch + seconds), an unknown stop, an ids count other than floor(in / B), an id >= 2^62, a
+// missing or bad header, or no requests. Ids that do not name prefixes are found by
+// SimulateReleaseModel (BuildBlockChains).
 absl::StatusOr<ReleaseModelWorkload> LoadReleaseModelWorkload(const std::string& path);
 
 struct ReleaseModelOptions {
@@ -72,8 +75,9 @@ struct ReleaseModelOptions {
 // The hits of `policy` (which should start empty) under the release model, as a BoundResult
 // named after the policy (tokens_per_block = the workload's block_tokens).
 //
-// Errors: kInvalidArgument for capacity_blocks < 0, bytes_per_token <= 0, finish_seconds not one
-// per request or before its arrival, and those of BuildBlockChains; kInternal naming the request
+// Errors: kInvalidArgument for capacity_blocks < 0, bytes_per_token <= 0, requests out of arrival
+// order, finish_seconds not one per request or not after its arrival (as absl::Time), and those
+// of BuildBlockChains; kInternal naming the request
 // when the policy misbehaves (fails an Add or Remove, has no victim while over capacity, or
 // names a block that is not a candidate).
 absl::StatusOr<BoundResult> SimulateReleaseModel(const ReleaseModelWorkload& workload,

@@ -7,8 +7,9 @@
 // block with no cached child.
 //
 // Traits are KvCache's (CandidateTraits): expected_reuse = max(1, uses), bytes = block_bytes,
-// parent = the block before it, no retention priority, recompute_seconds 0. Block keys handed to
-// the policy are SimBlockKey(dense key).
+// parent = the block before it, run_blocks = it and the parents before it with its use count (at
+// most 32; only for a policy that reads_run_blocks()), no retention priority, recompute_seconds 0.
+// Block keys handed to the policy are SimBlockKey(dense key).
 //
 // Thread safety: none; one simulator owns it.
 #ifndef KVTIER_BENCH_REPLAY_OFFLINE_SIM_TIER_H_
@@ -63,7 +64,8 @@ class SimTier {
   absl::Status Update(uint32_t key);
 
   // Asks the policy for a victim at `now` and evicts it (its parent may become a candidate).
-  // Returns the evicted key. kInternal when the policy has no victim or names a non-candidate.
+  // Returns the evicted key. kInternal when the policy has no victim or names a non-candidate;
+  // the policy's own error when it fails the Remove or an Add this causes.
   absl::StatusOr<uint32_t> EvictOne(absl::Time now);
 
  private:

@@ -35,7 +35,9 @@ class SessionHintsTest : public ::testing::Test {
     cache_ = *std::move(cache);
   }
   void TearDown() override {
-    if (cache_ != nullptr) KVTIER_EXPECT_OK(cache_->CheckInvariants());
+    if (cache_ != nullptr) {
+      KVTIER_EXPECT_OK(cache_->CheckInvariants());
+    }
   }
 
   // A request of `session` with `tokens`, computed and written, not released.

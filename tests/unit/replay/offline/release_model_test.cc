@@ -96,9 +96,8 @@ class LoggingLru final : public EvictionPolicy {
 
 TEST(ReleaseModelTest, HandComputedLru) {
   LoggingLru policy;
-  KVTIER_ASSERT_OK_AND_ASSIGN(
-      const BoundResult result,
-      SimulateReleaseModel(HandWorkload(), policy, {.capacity_blocks = 2}));
+  KVTIER_ASSERT_OK_AND_ASSIGN(const BoundResult result,
+                              SimulateReleaseModel(HandWorkload(), policy, {.capacity_blocks = 2}));
   EXPECT_EQ(result.name, "logging_lru");
   EXPECT_EQ(result.tokens_per_block, 4);
   EXPECT_EQ(result.prompt_tokens, 36);
@@ -107,21 +106,20 @@ TEST(ReleaseModelTest, HandComputedLru) {
   EXPECT_THAT(result.hit_tokens_per_request, ElementsAre(0, 4, 8, 4));
   EXPECT_EQ(result.hit_blocks, 4);
   EXPECT_DOUBLE_EQ(result.hit_ratio, 16.0 / 36.0);
-  EXPECT_THAT(policy.log,
-              ElementsAre("request 1 blocks 2", "request 2 blocks 2",
-                          // R0 ends: 11 is released (10 is still R1's); a leaf.
-                          "release 1 stop 1", "add 1@1",
-                          // R2 pins 11.
-                          "request 1 blocks 3", "remove 1",
-                          // R1 ends: 12 is released (10 is R2's).
-                          "release 2 stop 1", "add 2@3",
-                          // R2 ends: 13 and 11, 10 released; 13 is the new leaf.
-                          "release 1 stop 2", "add 3@4", "victim 2", "remove 2", "victim 3",
-                          "remove 3", "add 1@4",
-                          // R3 pins 10 (12 is gone) and ends: 12 and 10 released, 3 cached,
-                          // so 11 (released at 4) goes.
-                          "request 2 blocks 2", "release 2 stop 1", "add 2@6", "victim 1",
-                          "remove 1"));
+  EXPECT_THAT(policy.log, ElementsAre("request 1 blocks 2", "request 2 blocks 2",
+                                      // R0 ends: 11 is released (10 is still R1's); a leaf.
+                                      "release 1 stop 1", "add 1@1",
+                                      // R2 pins 11.
+                                      "request 1 blocks 3", "remove 1",
+                                      // R1 ends: 12 is released (10 is R2's).
+                                      "release 2 stop 1", "add 2@3",
+                                      // R2 ends: 13 and 11, 10 released; 13 is the new leaf.
+                                      "release 1 stop 2", "add 3@4", "victim 2", "remove 2",
+                                      "victim 3", "remove 3", "add 1@4",
+                                      // R3 pins 10 (12 is gone) and ends: 12 and 10 released, 3
+                                      // cached, so 11 (released at 4) goes.
+                                      "request 2 blocks 2", "release 2 stop 1", "add 2@6",
+                                      "victim 1", "remove 1"));
 }
 
 TEST(ReleaseModelTest, OptimumKeepsWhatIsReadNext) {
@@ -161,21 +159,58 @@ TEST(ReleaseModelTest, AReleaseAfterTheSessionsNextArrivalIsSuperseded) {
   KVTIER_ASSERT_OK_AND_ASSIGN(const BoundResult result,
                               SimulateReleaseModel(w, policy, {.capacity_blocks = 4}));
   EXPECT_THAT(result.hit_tokens_per_request, ElementsAre(0, 4));
-  EXPECT_THAT(policy.log, ElementsAre("request 7 blocks 1", "request 7 blocks 2",
-                                      "release 7 stop 1 superseded", "release 7 stop 1",
-                                      "add 1@3"));
+  EXPECT_THAT(policy.log,
+              ElementsAre("request 7 blocks 1", "request 7 blocks 2", "release 7 stop 1 superseded",
+                          "release 7 stop 1", "add 1@3"));
 }
 
 TEST(ReleaseModelTest, ShippedPoliciesRunTheModel) {
-  for (const char* name : {"lru", "cost_aware", "reuse_index"}) {
+  KVTIER_ASSERT_OK_AND_ASSIGN(const BoundResult optimal, ReleaseModelOptimum(HandWorkload(), 2));
+  for (const char* name : {"lru", "cost_aware", "reuse_index", "learned"}) {
+    const std::string n = name;
     absl::StatusOr<std::unique_ptr<EvictionPolicy>> policy =
-        std::string(name) == "reuse_index" ? MakeReuseIndexPolicy() : MakeEvictionPolicy(name);
+        n == "reuse_index" ? MakeReuseIndexPolicy()
+        : n == "learned"   ? MakeLearnedPolicy(2)
+                           : MakeEvictionPolicy(n);
     KVTIER_ASSERT_OK(policy.status());
-    KVTIER_ASSERT_OK_AND_ASSIGN(const BoundResult r,
-                                SimulateReleaseModel(HandWorkload(), **policy, {.capacity_blocks = 1}));
+    KVTIER_ASSERT_OK_AND_ASSIGN(const BoundResult r, SimulateReleaseModel(HandWorkload(), **policy,
+                                                                          {.capacity_blocks = 2}));
     EXPECT_EQ(r.hit_tokens_per_request[1], 4) << name << ": a held block always hits";
-    EXPECT_LE(r.hit_tokens, ReleaseModelOptimum(HandWorkload(), 1)->hit_tokens) << name;
+    EXPECT_EQ(r.hit_tokens_per_request[2], 8) << name << ": nothing was evicted before R2";
+    EXPECT_LE(r.hit_tokens, optimal.hit_tokens) << name;
   }
+}
+
+// At equal times a finish comes before an arrival: R1 arrives as R0 finishes, so R0's block is
+// released (and, with no room, evicted) before R1 looks it up.
+TEST(ReleaseModelTest, AFinishComesBeforeAnArrivalAtTheSameTime) {
+  ReleaseModelWorkload w;
+  w.trace.block_tokens = 4;
+  w.trace.requests = {Request(0, 1, {1}, 4), Request(1, 2, {1}, 4)};
+  w.finish_seconds = {1, 2};
+  LoggingLru none, one;
+  KVTIER_ASSERT_OK_AND_ASSIGN(const BoundResult r0,
+                              SimulateReleaseModel(w, none, {.capacity_blocks = 0}));
+  EXPECT_THAT(r0.hit_tokens_per_request, ElementsAre(0, 0));
+  KVTIER_ASSERT_OK_AND_ASSIGN(const BoundResult r1,
+                              SimulateReleaseModel(w, one, {.capacity_blocks = 1}));
+  EXPECT_THAT(r1.hit_tokens_per_request, ElementsAre(0, 4));
+}
+
+// Ids 1 -> 3 -> 4 and 1 -> 2. At 2 the cache holds 1, 3, 4 and 2 and must drop two: the optimum
+// drops 4 (read again at 9.5; its sibling branch's leaf 2 is read at 9), then 3 (a leaf now, also
+// 9.5), keeping 1 and 2: R2 hits both, R3 only 1, held by R2.
+TEST(ReleaseModelTest, OptimumDropsTheBlockReadLast) {
+  ReleaseModelWorkload w;
+  w.trace.block_tokens = 4;
+  w.trace.requests = {Request(0, 1, {1, 3, 4}, 12), Request(0.5, 2, {1, 2}, 8),
+                      Request(9, 3, {1, 2}, 8), Request(9.5, 4, {1, 3, 4}, 12)};
+  w.finish_seconds = {1, 2, 10, 11};
+  KVTIER_ASSERT_OK_AND_ASSIGN(const BoundResult optimal, ReleaseModelOptimum(w, 2));
+  EXPECT_THAT(optimal.hit_tokens_per_request, ElementsAre(0, 4, 8, 4));
+  // With room for three, only 4 goes (read last): R3 hits 1 and 3.
+  KVTIER_ASSERT_OK_AND_ASSIGN(const BoundResult three, ReleaseModelOptimum(w, 3));
+  EXPECT_THAT(three.hit_tokens_per_request, ElementsAre(0, 4, 8, 8));
 }
 
 TEST(ReleaseModelTest, RejectsBadArguments) {
@@ -187,8 +222,18 @@ TEST(ReleaseModelTest, RejectsBadArguments) {
       IsError(StatusCode::kInvalidArgument, "bytes_per_token"));
   ReleaseModelWorkload early = HandWorkload();
   early.finish_seconds[2] = 1.5;
-  EXPECT_THAT(SimulateReleaseModel(early, policy, {.capacity_blocks = 1}),
-              IsError(StatusCode::kInvalidArgument, "request 2: finish 1.5 s is before arrival"));
+  EXPECT_THAT(
+      SimulateReleaseModel(early, policy, {.capacity_blocks = 1}),
+      IsError(StatusCode::kInvalidArgument, "request 2: finish 1.5 s is not after arrival"));
+  ReleaseModelWorkload instant = HandWorkload();
+  instant.finish_seconds[1] = 0.5;  // finishes as it arrives: it would release before it holds
+  EXPECT_THAT(SimulateReleaseModel(instant, policy, {.capacity_blocks = 1}),
+              IsError(StatusCode::kInvalidArgument, "request 1: finish 0.5 s is not after"));
+  ReleaseModelWorkload unordered = HandWorkload();
+  std::swap(unordered.trace.requests[1], unordered.trace.requests[2]);
+  std::swap(unordered.finish_seconds[1], unordered.finish_seconds[2]);
+  EXPECT_THAT(ReleaseModelOptimum(unordered, 1),
+              IsError(StatusCode::kInvalidArgument, "arrival order"));
   ReleaseModelWorkload short_finish = HandWorkload();
   short_finish.finish_seconds.pop_back();
   EXPECT_THAT(ReleaseModelOptimum(short_finish, 1),
@@ -208,12 +253,12 @@ TEST(ReleaseModelTest, LoadsTheExportedFormat) {
       "{\"arrival\": 0, \"finish\": 1.5, \"session\": 3, \"stop\": \"tool_use\", \"in\": 9, "
       "\"ids\": [5, 6]}\n"
       "\n"
-      "{\"arrival\": 2, \"finish\": 2, \"session\": 4, \"stop\": \"unknown\", \"in\": 4, "
+      "{\"arrival\": 2, \"finish\": 2.25, \"session\": 4, \"stop\": \"unknown\", \"in\": 4, "
       "\"ids\": [5]}\n");
   KVTIER_ASSERT_OK_AND_ASSIGN(const ReleaseModelWorkload w, LoadReleaseModelWorkload(path));
   EXPECT_EQ(w.trace.block_tokens, 4);
   ASSERT_EQ(w.trace.requests.size(), 2u);
-  EXPECT_THAT(w.finish_seconds, ElementsAre(1.5, 2));
+  EXPECT_THAT(w.finish_seconds, ElementsAre(1.5, 2.25));
   const TraceRequest& first = w.trace.requests[0];
   EXPECT_EQ(first.session, 3u);
   EXPECT_EQ(first.stop, StopReason::kToolUse);
@@ -241,6 +286,10 @@ TEST(ReleaseModelTest, RejectsBadFiles) {
       {header + "{\"arrival\": 1, \"finish\": 0.5, \"session\": 1, \"stop\": \"end_turn\", "
                 "\"in\": 8, \"ids\": [1, 2]}\n",
        "finish"},
+      {header + "{\"arrival\": 1, \"finish\": 1, \"session\": 1, \"stop\": \"end_turn\", "
+                "\"in\": 8, \"ids\": [1, 2]}\n",
+       "finish 1 s is not after arrival 1 s"},
+      {ok_line, "\"block_tokens\" is missing"},
       {header + "{\"arrival\": 1, \"finish\": 2, \"session\": 0, \"stop\": \"end_turn\", "
                 "\"in\": 8, \"ids\": [1, 2]}\n",
        "session"},
@@ -253,8 +302,9 @@ TEST(ReleaseModelTest, RejectsBadFiles) {
       {header + "{\"arrival\": 1, \"finish\": 2, \"session\": 1, \"stop\": \"end_turn\", "
                 "\"in\": 4, \"ids\": [4611686018427387904]}\n",
        "not below 2^62"},
-      {header + ok_line + "{\"arrival\": 0.5, \"finish\": 2, \"session\": 1, "
-                          "\"stop\": \"end_turn\", \"in\": 4, \"ids\": [1]}\n",
+      {header + ok_line +
+           "{\"arrival\": 0.5, \"finish\": 2, \"session\": 1, "
+           "\"stop\": \"end_turn\", \"in\": 4, \"ids\": [1]}\n",
        "arrival order"},
       {header + "{\"arrival\": 1, \"finish\": 2, \"session\": 1, \"stop\": \"end_turn\", "
                 "\"in\": 8}\n",

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -65,7 +66,8 @@ bool KvCache::Impl::WantCandidate(const BlockEntry& m, Tier t,
   const uint32_t* pins = ticket_refs.data();  // read under mu (held here)
   // Held: read by a transfer, pinned by a ticket, or held by a sequence (the slot's state, read
   // under the engine's lock unless the caller just did; asked only when all else allows).
-  return IsEvictionCandidate(copy, [&] {
+  // Called within this call, under mu; the analysis does not follow the lock into a lambda.
+  return IsEvictionCandidate(copy, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
     return Readers(m, ti) != 0 || (t == Tier::kHbm && pins[slot.value()] != 0) ||
            (slot_state.has_value() ? *slot_state : StateOf(t, slot)) != SlotState::kCached;
   });
@@ -249,7 +251,8 @@ KvCache::Impl::EvictResult KvCache::Impl::EvictOne(Tier t, Deferred& d, int64_t 
   // it does not stand in for this worker's faster tiers, so the block is still demoted to DRAM
   // or NVMe; only the remote tier itself, which has it, is no target.
   const bool published = publish_to_remote && rec->state(Tier::kRemote) != CopyState::kAbsent;
-  auto target_below = [&](Tier from) -> std::optional<Tier> {
+  // Called only here, under mu (the analysis does not follow the lock into a lambda).
+  auto target_below = [&](Tier from) ABSL_NO_THREAD_SAFETY_ANALYSIS -> std::optional<Tier> {
     std::optional<Tier> next = DemotionTarget(uses, from);
     if (published && next == Tier::kRemote) return std::nullopt;
     return next;

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -269,7 +270,8 @@ void KvCache::Impl::OnMoveDone(const std::shared_ptr<Move>& move, const absl::St
         // A ticket whose block is committed to this move's slot (a layer landed there, or a
         // stream waits on its copy) cannot switch to another slot: that block fails for it.
         if (move->layers != nullptr) {
-          std::erase_if(move->waiters, [&](const Move::Waiter& w) {
+          // Called within erase_if, under mu (the analysis does not follow it into a lambda).
+          std::erase_if(move->waiters, [&](const Move::Waiter& w) ABSL_NO_THREAD_SAFETY_ANALYSIS {
             if (w.batch == nullptr || w.batch->ticket == nullptr) return false;
             bool partly = false;
             {

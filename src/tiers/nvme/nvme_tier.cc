@@ -217,7 +217,11 @@ absl::StatusOr<std::unique_ptr<NvmeTier>> NvmeTier::Create(const KvGeometry& geo
   auto impl = std::make_unique<Impl>(geometry, std::move(staging));
   impl->slot_bytes = slot_bytes;
   impl->staging_count = options.queue_depth;
-  for (int i = options.queue_depth - 1; i >= 0; --i) impl->free_staging.push_back(i);
+  {
+    // Not shared yet; the lock is for the thread-safety analysis.
+    internal::MutexLock lock(&impl->staging_mu);
+    for (int i = options.queue_depth - 1; i >= 0; --i) impl->free_staging.push_back(i);
+  }
 
   const int64_t file_bytes = blocks * slot_bytes;
   impl->fd = open(options.path.c_str(), O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0644);

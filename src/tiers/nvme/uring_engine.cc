@@ -25,13 +25,14 @@ constexpr uint64_t kWakeTag = ~uint64_t{0} - 1;
 
 class UringEngine final : public IoEngine {
  public:
-  UringEngine(int queue_depth) : ops_(static_cast<size_t>(queue_depth)) {
+  UringEngine(int queue_depth)
+      : queue_depth_(static_cast<size_t>(queue_depth)), ops_(queue_depth_) {
     for (size_t i = 0; i < ops_.size(); ++i) free_ops_.push_back(ops_.size() - 1 - i);
   }
 
   absl::Status Init(int fd, absl::Span<const struct iovec> buffers) {
     // Room for every request plus a cancel for each, so get_sqe never runs dry.
-    const unsigned entries = static_cast<unsigned>(2 * ops_.size() + 2);
+    const unsigned entries = static_cast<unsigned>(2 * queue_depth_ + 2);
     if (int r = io_uring_queue_init(entries, &ring_, 0); r < 0) {
       return absl::UnavailableError(absl::StrCat("io_uring_queue_init: ", std::strerror(-r)));
     }
@@ -212,6 +213,7 @@ class UringEngine final : public IoEngine {
   bool ring_ready_ = false;
   Mutex mu_;  // the submission queue, the op table and the free list
   CondVar space_cv_;
+  const size_t queue_depth_;  // ops_.size(), fixed: readable without mu_
   std::vector<Op> ops_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> free_ops_ ABSL_GUARDED_BY(mu_);
   int inject_errno_ ABSL_GUARDED_BY(mu_) = 0;

@@ -40,7 +40,9 @@ TEST(StableHashMapTest, InsertFindEraseAgreeWithAReferenceMap) {
         auto it = map.find(k);
         auto rit = ref.find(k);
         ASSERT_EQ(it == map.end(), rit == ref.end());
-        if (rit != ref.end()) ASSERT_EQ(it->second, rit->second);
+        if (rit != ref.end()) {
+          ASSERT_EQ(it->second, rit->second);
+        }
       }
     }
     ASSERT_EQ(map.size(), ref.size());

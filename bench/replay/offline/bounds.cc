@@ -16,29 +16,6 @@
 namespace kvtier::replay {
 namespace {
 
-BoundResult NewResult(std::string name, const Trace& trace, int tokens_per_block) {
-  BoundResult result;
-  result.name = std::move(name);
-  result.tokens_per_block = tokens_per_block;
-  result.requests = static_cast<int64_t>(trace.requests.size());
-  result.hit_tokens_per_request.assign(trace.requests.size(), 0);
-  for (const TraceRequest& request : trace.requests) result.prompt_tokens += request.input_tokens;
-  return result;
-}
-
-void RecordHit(BoundResult& result, size_t request, int64_t chain_blocks, int64_t hit_blocks) {
-  result.queried_blocks += chain_blocks;
-  result.hit_blocks += hit_blocks;
-  result.hit_tokens_per_request[request] = hit_blocks * result.tokens_per_block;
-}
-
-void Finish(BoundResult& result) {
-  result.hit_tokens = result.hit_blocks * result.tokens_per_block;
-  result.hit_ratio = result.prompt_tokens > 0 ? static_cast<double>(result.hit_tokens) /
-                                                    static_cast<double>(result.prompt_tokens)
-                                              : 0.0;
-}
-
 // Request index meaning "not used again"; larger than every real one, so evicted first.
 constexpr int32_t kNever = std::numeric_limits<int32_t>::max();
 // next_use of a block that is not cached.
@@ -147,10 +124,34 @@ class BeladyCache {
 
 }  // namespace
 
+BoundResult NewBoundResult(std::string name, const Trace& trace, int tokens_per_block) {
+  BoundResult result;
+  result.name = std::move(name);
+  result.tokens_per_block = tokens_per_block;
+  result.requests = static_cast<int64_t>(trace.requests.size());
+  result.hit_tokens_per_request.assign(trace.requests.size(), 0);
+  for (const TraceRequest& request : trace.requests) result.prompt_tokens += request.input_tokens;
+  return result;
+}
+
+void RecordRequestHits(BoundResult& result, size_t request, int64_t chain_blocks,
+                       int64_t hit_blocks) {
+  result.queried_blocks += chain_blocks;
+  result.hit_blocks += hit_blocks;
+  result.hit_tokens_per_request[request] = hit_blocks * result.tokens_per_block;
+}
+
+void FinishBoundResult(BoundResult& result) {
+  result.hit_tokens = result.hit_blocks * result.tokens_per_block;
+  result.hit_ratio = result.prompt_tokens > 0 ? static_cast<double>(result.hit_tokens) /
+                                                    static_cast<double>(result.prompt_tokens)
+                                              : 0.0;
+}
+
 absl::StatusOr<BoundResult> UnlimitedBound(const Trace& trace, int tokens_per_block) {
   absl::StatusOr<BlockChains> chains = BuildBlockChains(trace, tokens_per_block);
   if (!chains.ok()) return std::move(chains).status();
-  BoundResult result = NewResult("unlimited", trace, tokens_per_block);
+  BoundResult result = NewBoundResult("unlimited", trace, tokens_per_block);
   std::vector<uint8_t> seen(chains->num_keys, 0);
   for (size_t r = 0; r < trace.requests.size(); ++r) {
     const uint32_t* chain = chains->keys.data() + chains->offset[r];
@@ -158,9 +159,9 @@ absl::StatusOr<BoundResult> UnlimitedBound(const Trace& trace, int tokens_per_bl
     int64_t hits = 0;
     while (hits < n && seen[chain[hits]] != 0) ++hits;
     for (int64_t j = hits; j < n; ++j) seen[chain[j]] = 1;
-    RecordHit(result, r, n, hits);
+    RecordRequestHits(result, r, n, hits);
   }
-  Finish(result);
+  FinishBoundResult(result);
   return result;
 }
 
@@ -172,7 +173,7 @@ absl::StatusOr<BoundResult> OptimalBound(const Trace& trace, int tokens_per_bloc
   }
   absl::StatusOr<BlockChains> chains = BuildBlockChains(trace, tokens_per_block);
   if (!chains.ok()) return std::move(chains).status();
-  BoundResult result = NewResult("optimal", trace, tokens_per_block);
+  BoundResult result = NewBoundResult("optimal", trace, tokens_per_block);
   result.capacity_blocks = capacity_blocks;
   const std::vector<uint32_t>& keys = chains->keys;
   const std::vector<int64_t>& offset = chains->offset;
@@ -201,7 +202,7 @@ absl::StatusOr<BoundResult> OptimalBound(const Trace& trace, int tokens_per_bloc
     const int64_t n = offset[r + 1] - first;
     int64_t hits = 0;
     while (hits < n && cache.cached(keys[first + hits])) ++hits;
-    RecordHit(result, static_cast<size_t>(r), n, hits);
+    RecordRequestHits(result, static_cast<size_t>(r), n, hits);
 
     // The chain's first min(n, capacity) blocks go in; past the hits none is cached (prefix
     // closure). Fewer than `keep` chain blocks are cached before each insertion, so a full cache
@@ -223,7 +224,7 @@ absl::StatusOr<BoundResult> OptimalBound(const Trace& trace, int tokens_per_bloc
     }
     cache.Compact();
   }
-  Finish(result);
+  FinishBoundResult(result);
   return result;
 }
 

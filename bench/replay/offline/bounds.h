@@ -17,6 +17,7 @@
 #ifndef KVTIER_BENCH_REPLAY_OFFLINE_BOUNDS_H_
 #define KVTIER_BENCH_REPLAY_OFFLINE_BOUNDS_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -41,6 +42,19 @@ struct BoundResult {
   // hit tokens of each request, indexed like Trace::requests (for modeled TTFT).
   std::vector<int64_t> hit_tokens_per_request;
 };
+
+// The bookkeeping every simulator over a Trace shares (the bounds here, policy_sim.h,
+// release_model.h), so hit ratios are counted one way.
+//
+// A result named `name` for `trace` at `tokens_per_block`: requests and prompt_tokens summed over
+// the whole trace, hit_tokens_per_request sized to it and zero, no hits yet.
+BoundResult NewBoundResult(std::string name, const Trace& trace, int tokens_per_block);
+// Request `request` (an index into the trace, < result.requests) looked up `chain_blocks` full
+// cache blocks and hit the first `hit_blocks` of them.
+void RecordRequestHits(BoundResult& result, size_t request, int64_t chain_blocks,
+                       int64_t hit_blocks);
+// Sets hit_tokens and hit_ratio from the recorded hits; call once, after the last request.
+void FinishBoundResult(BoundResult& result);
 
 // The hits of an infinite cache: a request hits the longest leading run of its chain made of
 // cache blocks that any earlier request had in its chain. Time O(Q) and memory O(Q + B), where

@@ -109,29 +109,18 @@ absl::StatusOr<BoundResult> SimulatePolicy(const Trace& trace, EvictionPolicy& p
   absl::StatusOr<BlockChains> chains = BuildBlockChains(trace, options.tokens_per_block);
   if (!chains.ok()) return std::move(chains).status();
 
-  BoundResult result;
-  result.name = std::string(policy.name());
-  result.tokens_per_block = options.tokens_per_block;
+  BoundResult result = NewBoundResult(std::string(policy.name()), trace, options.tokens_per_block);
   result.capacity_blocks = options.capacity_blocks;
-  result.requests = static_cast<int64_t>(trace.requests.size());
-  result.hit_tokens_per_request.assign(trace.requests.size(), 0);
-
   Simulator sim(policy, options, chains->num_keys);
   for (size_t r = 0; r < trace.requests.size(); ++r) {
-    result.prompt_tokens += trace.requests[r].input_tokens;
     const int64_t first = chains->offset[r];
     const int64_t n = chains->offset[r + 1] - first;
     const absl::Time now = absl::UnixEpoch() + absl::Seconds(trace.requests[r].arrival_seconds);
     absl::StatusOr<int64_t> hits = sim.Request(r, chains->keys.data() + first, n, now);
     if (!hits.ok()) return std::move(hits).status();
-    result.queried_blocks += n;
-    result.hit_blocks += *hits;
-    result.hit_tokens_per_request[r] = *hits * options.tokens_per_block;
+    RecordRequestHits(result, r, n, *hits);
   }
-  result.hit_tokens = result.hit_blocks * options.tokens_per_block;
-  result.hit_ratio = result.prompt_tokens > 0 ? static_cast<double>(result.hit_tokens) /
-                                                    static_cast<double>(result.prompt_tokens)
-                                              : 0.0;
+  FinishBoundResult(result);
   return result;
 }
 

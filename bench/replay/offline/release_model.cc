@@ -274,6 +274,36 @@ absl::Status Validate(const ReleaseModelWorkload& w, const ReleaseModelOptions& 
   return absl::OkStatus();
 }
 
+// The model over a validated workload and its chains (built once by the caller).
+absl::StatusOr<BoundResult> Run(const ReleaseModelWorkload& workload, const BlockChains& chains,
+                                EvictionPolicy& policy, const ReleaseModelOptions& options) {
+  const Trace& trace = workload.trace;
+  // (time, 0 = finish / 1 = arrival, request): the script's order.
+  std::vector<std::tuple<absl::Time, int, size_t>> events;
+  events.reserve(2 * trace.requests.size());
+  for (size_t r = 0; r < trace.requests.size(); ++r) {
+    events.emplace_back(At(workload.finish_seconds[r]), 0, r);
+    events.emplace_back(At(trace.requests[r].arrival_seconds), 1, r);
+  }
+  std::sort(events.begin(), events.end());
+
+  BoundResult result = NewBoundResult(std::string(policy.name()), trace, trace.block_tokens);
+  result.capacity_blocks = options.capacity_blocks;
+  ReleaseSimulator sim(policy, options, chains, trace.block_tokens);
+  for (const auto& [now, kind, r] : events) {
+    const TraceRequest& request = trace.requests[r];
+    if (kind == 0) {
+      if (absl::Status s = sim.Finish(r, request, now); !s.ok()) return s;
+      continue;
+    }
+    absl::StatusOr<int64_t> hits = sim.Arrive(r, request, now);
+    if (!hits.ok()) return std::move(hits).status();
+    RecordRequestHits(result, r, chains.offset[r + 1] - chains.offset[r], *hits);
+  }
+  FinishBoundResult(result);
+  return result;
+}
+
 }  // namespace
 
 absl::StatusOr<ReleaseModelWorkload> LoadReleaseModelWorkload(const std::string& path) {
@@ -308,44 +338,10 @@ absl::StatusOr<BoundResult> SimulateReleaseModel(const ReleaseModelWorkload& wor
                                                  EvictionPolicy& policy,
                                                  const ReleaseModelOptions& options) {
   if (absl::Status s = Validate(workload, options); !s.ok()) return s;
-  const Trace& trace = workload.trace;
-  absl::StatusOr<BlockChains> chains = BuildBlockChains(trace, trace.block_tokens);
+  absl::StatusOr<BlockChains> chains =
+      BuildBlockChains(workload.trace, workload.trace.block_tokens);
   if (!chains.ok()) return std::move(chains).status();
-
-  // (time, 0 = finish / 1 = arrival, request): the script's order.
-  std::vector<std::tuple<absl::Time, int, size_t>> events;
-  events.reserve(2 * trace.requests.size());
-  for (size_t r = 0; r < trace.requests.size(); ++r) {
-    events.emplace_back(At(workload.finish_seconds[r]), 0, r);
-    events.emplace_back(At(trace.requests[r].arrival_seconds), 1, r);
-  }
-  std::sort(events.begin(), events.end());
-
-  BoundResult result;
-  result.name = std::string(policy.name());
-  result.tokens_per_block = trace.block_tokens;
-  result.capacity_blocks = options.capacity_blocks;
-  result.requests = static_cast<int64_t>(trace.requests.size());
-  result.hit_tokens_per_request.assign(trace.requests.size(), 0);
-  ReleaseSimulator sim(policy, options, *chains, trace.block_tokens);
-  for (const auto& [now, kind, r] : events) {
-    const TraceRequest& request = trace.requests[r];
-    if (kind == 0) {
-      if (absl::Status s = sim.Finish(r, request, now); !s.ok()) return s;
-      continue;
-    }
-    absl::StatusOr<int64_t> hits = sim.Arrive(r, request, now);
-    if (!hits.ok()) return std::move(hits).status();
-    result.prompt_tokens += request.input_tokens;
-    result.queried_blocks += chains->offset[r + 1] - chains->offset[r];
-    result.hit_blocks += *hits;
-    result.hit_tokens_per_request[r] = *hits * trace.block_tokens;
-  }
-  result.hit_tokens = result.hit_blocks * trace.block_tokens;
-  result.hit_ratio = result.prompt_tokens > 0 ? static_cast<double>(result.hit_tokens) /
-                                                    static_cast<double>(result.prompt_tokens)
-                                              : 0.0;
-  return result;
+  return Run(workload, *chains, policy, options);
 }
 
 absl::StatusOr<BoundResult> ReleaseModelOptimum(const ReleaseModelWorkload& workload,
@@ -365,7 +361,7 @@ absl::StatusOr<BoundResult> ReleaseModelOptimum(const ReleaseModelWorkload& work
     }
   }
   NextArrivalPolicy optimal(std::move(arrivals), std::move(depth));
-  return SimulateReleaseModel(workload, optimal, options);
+  return Run(workload, *chains, optimal, options);
 }
 
 }  // namespace kvtier::replay

@@ -27,6 +27,7 @@
 #include "kvtier/cost_model.h"
 #include "kvtier/eviction_policy.h"
 #include "kvtier/kv_geometry.h"
+#include "tests/testing/logging_lru.h"
 #include "tests/testing/shared_dir.h"
 #include "tests/testing/status_matchers.h"
 
@@ -35,6 +36,7 @@ namespace {
 
 using ::absl::StatusCode;
 using ::kvtier::testing::IsError;
+using ::kvtier::testing::LoggingLru;
 using ::testing::ElementsAre;
 
 TraceRequest Request(double at, std::vector<uint64_t> ids, int64_t input_tokens) {
@@ -56,38 +58,6 @@ Trace MakeTrace(int block_tokens, std::vector<TraceRequest> requests) {
 PolicySimOptions Capacity(int64_t blocks, int tokens_per_block = 4) {
   return PolicySimOptions{.tokens_per_block = tokens_per_block, .capacity_blocks = blocks};
 }
-
-// LRU, logging every call the simulator makes as "add K@T", "remove K", "victim K" (K the dense
-// key, T seconds since the epoch).
-class LoggingLru final : public EvictionPolicy {
- public:
-  std::string_view name() const override { return "logging_lru"; }
-  absl::Status Add(const BlockKey& key, const BlockTraits& traits, absl::Time now) override {
-    log.push_back(absl::StrCat("add ", key.hi, "@", absl::ToUnixSeconds(now)));
-    traits_of_last_add = traits;
-    return lru_->Add(key, traits, now);
-  }
-  absl::Status Touch(const BlockKey& key, const BlockTraits& traits, absl::Time now) override {
-    log.push_back(absl::StrCat("touch ", key.hi));
-    return lru_->Touch(key, traits, now);
-  }
-  absl::Status Remove(const BlockKey& key) override {
-    log.push_back(absl::StrCat("remove ", key.hi));
-    return lru_->Remove(key);
-  }
-  std::optional<BlockKey> Victim(absl::Time now) override {
-    std::optional<BlockKey> victim = lru_->Victim(now);
-    if (victim.has_value()) log.push_back(absl::StrCat("victim ", victim->hi));
-    return victim;
-  }
-  int64_t size() const override { return lru_->size(); }
-
-  std::vector<std::string> log;
-  BlockTraits traits_of_last_add;
-
- private:
-  std::unique_ptr<EvictionPolicy> lru_ = MakeLruPolicy();
-};
 
 // Trace blocks of 4 tokens, ids naming prefixes 1 -> 2 -> 5 -> 6 and 3; dense keys in order of
 // first sight: id 1 -> 0, 2 -> 1, 3 -> 2, 5 -> 3, 6 -> 4.

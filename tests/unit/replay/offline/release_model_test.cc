@@ -18,6 +18,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kvtier/eviction_policy.h"
+#include "tests/testing/logging_lru.h"
 #include "tests/testing/status_matchers.h"
 
 namespace kvtier::replay {
@@ -25,6 +26,7 @@ namespace {
 
 using ::absl::StatusCode;
 using ::kvtier::testing::IsError;
+using ::kvtier::testing::LoggingLru;
 using ::testing::ElementsAre;
 
 TraceRequest Request(double at, uint64_t session, std::vector<uint64_t> ids, int64_t input_tokens,
@@ -55,47 +57,8 @@ ReleaseModelWorkload HandWorkload() {
   return w;
 }
 
-// LRU that logs the calls the simulator makes: "add K@T", "remove K", "victim K", and the
-// observations "request S", "release S stop R" (+ " superseded").
-class LoggingLru final : public EvictionPolicy {
- public:
-  std::string_view name() const override { return "logging_lru"; }
-  bool observes_requests() const override { return true; }
-  void ObserveRequest(const RequestObservation& request) override {
-    log.push_back(absl::StrCat("request ", request.session, " blocks ", request.blocks.size()));
-  }
-  void ObserveRelease(const ReleaseObservation& release) override {
-    log.push_back(absl::StrCat("release ", release.session, " stop ",
-                               static_cast<int>(release.stop_reason),
-                               release.superseded ? " superseded" : ""));
-  }
-  absl::Status Add(const BlockKey& key, const BlockTraits& traits, absl::Time now) override {
-    log.push_back(absl::StrCat("add ", key.hi, "@", absl::ToUnixSeconds(now)));
-    return lru_->Add(key, traits, now);
-  }
-  absl::Status Touch(const BlockKey& key, const BlockTraits& traits, absl::Time now) override {
-    log.push_back(absl::StrCat("touch ", key.hi));
-    return lru_->Touch(key, traits, now);
-  }
-  absl::Status Remove(const BlockKey& key) override {
-    log.push_back(absl::StrCat("remove ", key.hi));
-    return lru_->Remove(key);
-  }
-  std::optional<BlockKey> Victim(absl::Time now) override {
-    std::optional<BlockKey> victim = lru_->Victim(now);
-    if (victim.has_value()) log.push_back(absl::StrCat("victim ", victim->hi));
-    return victim;
-  }
-  int64_t size() const override { return lru_->size(); }
-
-  std::vector<std::string> log;
-
- private:
-  std::unique_ptr<EvictionPolicy> lru_ = MakeLruPolicy();
-};
-
 TEST(ReleaseModelTest, HandComputedLru) {
-  LoggingLru policy;
+  LoggingLru policy(/*observes=*/true);
   KVTIER_ASSERT_OK_AND_ASSIGN(const BoundResult result,
                               SimulateReleaseModel(HandWorkload(), policy, {.capacity_blocks = 2}));
   EXPECT_EQ(result.name, "logging_lru");
@@ -137,7 +100,7 @@ TEST(ReleaseModelTest, OptimumKeepsWhatIsReadNext) {
 }
 
 TEST(ReleaseModelTest, StopReasonsCanBeWithheld) {
-  LoggingLru policy;
+  LoggingLru policy(/*observes=*/true);
   KVTIER_ASSERT_OK(
       SimulateReleaseModel(HandWorkload(), policy, {.capacity_blocks = 2, .stop_reasons = false})
           .status());
@@ -155,7 +118,7 @@ TEST(ReleaseModelTest, AReleaseAfterTheSessionsNextArrivalIsSuperseded) {
   w.trace.block_tokens = 4;
   w.trace.requests = {Request(0, 7, {1}, 4), Request(1, 7, {1, 2}, 8)};
   w.finish_seconds = {2, 3};  // R0 ends after R1 of its session arrived
-  LoggingLru policy;
+  LoggingLru policy(/*observes=*/true);
   KVTIER_ASSERT_OK_AND_ASSIGN(const BoundResult result,
                               SimulateReleaseModel(w, policy, {.capacity_blocks = 4}));
   EXPECT_THAT(result.hit_tokens_per_request, ElementsAre(0, 4));
@@ -188,7 +151,7 @@ TEST(ReleaseModelTest, AFinishComesBeforeAnArrivalAtTheSameTime) {
   w.trace.block_tokens = 4;
   w.trace.requests = {Request(0, 1, {1}, 4), Request(1, 2, {1}, 4)};
   w.finish_seconds = {1, 2};
-  LoggingLru none, one;
+  LoggingLru none(/*observes=*/true), one(/*observes=*/true);
   KVTIER_ASSERT_OK_AND_ASSIGN(const BoundResult r0,
                               SimulateReleaseModel(w, none, {.capacity_blocks = 0}));
   EXPECT_THAT(r0.hit_tokens_per_request, ElementsAre(0, 0));
@@ -214,7 +177,7 @@ TEST(ReleaseModelTest, OptimumDropsTheBlockReadLast) {
 }
 
 TEST(ReleaseModelTest, RejectsBadArguments) {
-  LoggingLru policy;
+  LoggingLru policy(/*observes=*/true);
   EXPECT_THAT(SimulateReleaseModel(HandWorkload(), policy, {.capacity_blocks = -1}),
               IsError(StatusCode::kInvalidArgument, "negative"));
   EXPECT_THAT(

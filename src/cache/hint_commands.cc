@@ -96,9 +96,12 @@ HintOutcome KvCache::Impl::InvalidateKeys(absl::Span<const BlockKey> keys, int64
       auto m = blocks.find(key);
       if (m == blocks.end()) break;
       if (m->second.copies.state(static_cast<Tier>(t)) == CopyState::kAbsent) continue;
-      // A registered candidate is a droppable leaf: nobody holds or reads it, it is not leaving,
-      // and no child copy of it stays in that tier.
-      if (((m->second.candidate >> t) & 1) != 0) {
+      // A registered candidate is a droppable leaf in its tier: nobody holds or reads it, it is
+      // not leaving, and no child copy of it stays in that tier. A child may have a copy in
+      // another tier (demoted below, or onboarded alone under exclusive tiers): then the block's
+      // last copy stays, the lowest (tiers are walked top down), or the child could never match.
+      const bool leaf = ((m->second.candidate >> t) & 1) != 0;
+      if (leaf && !(IsLastCopy(m->second, t) && HasChildCopy(m->second))) {
         DropCopy(key, static_cast<Tier>(t));
         any = true;
       } else {

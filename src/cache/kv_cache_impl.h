@@ -556,6 +556,20 @@ struct KvCache::Impl {
     const uint32_t n = m.small_child(t);
     return n != BlockEntry::kChildCopiesInCold ? n : ColdOf(m)->child_copies[t];
   }
+  // Whether a child of the block has a copy in any tier (leaving ones included).
+  bool HasChildCopy(const BlockEntry& m) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    for (int t = 0; t < kNumTiers; ++t) {
+      if (ChildCopies(m, t) != 0) return true;
+    }
+    return false;
+  }
+  // Whether the block's copy in t is its only one.
+  static bool IsLastCopy(const BlockEntry& m, int t) {
+    for (int u = 0; u < kNumTiers; ++u) {
+      if (u != t && m.copies.state(static_cast<Tier>(u)) != CopyState::kAbsent) return false;
+    }
+    return true;
+  }
   // delta is +1 or -1 (never below zero).
   void AddChildCopy(BlockEntry& m, int t, int delta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     m.set_small_child(t,

@@ -626,15 +626,17 @@ kvtier_status_code kvtier_retain_prefix(kvtier_cache* cache, const int32_t* toke
                                         const kvtier_sequence_options* identity,
                                         kvtier_hint_outcome* outcome, kvtier_error* error);
 /* Drops the blocks of tokens from block from_token / tokens_per_block on, from every tier, where
- * nobody holds them. from_token < 0 is REJECTED in `outcome`. Errors: INVALID_ARGUMENT for bad
+ * nobody holds them and no cached child outside them needs them (KvCache::InvalidatePrefix: a
+ * child with a copy in any tier keeps its parent's lowest copy). from_token < 0 is REJECTED in `outcome`. Errors: INVALID_ARGUMENT for bad
  * extras. */
 kvtier_status_code kvtier_invalidate_prefix(kvtier_cache* cache, const int32_t* tokens,
                                             size_t num_tokens, int64_t from_token,
                                             const kvtier_sequence_options* identity,
                                             kvtier_hint_outcome* outcome, kvtier_error* error);
 /* The same two hints for a session (kvtier_sequence_options.session) instead of tokens: they act
- * on the blocks of the session's latest released or paused request (KvCache::RetainSession and
- * InvalidateSession; the cache remembers a bounded number of sessions). Session 0, a session
+ * on the blocks of the session's latest released or paused request, a release while a later
+ * request of the session was live excepted (KvCache::RetainSession and InvalidateSession; the
+ * cache remembers a bounded number of sessions). Session 0, a session
  * with no remembered request, and (retain) a priority < 0 or ttl_ns <= 0 are REJECTED in
  * `outcome` (may be NULL). Errors: INVALID_ARGUMENT for a NULL cache. */
 kvtier_status_code kvtier_retain_session(kvtier_cache* cache, uint64_t session, double priority,

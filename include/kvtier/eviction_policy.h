@@ -46,8 +46,9 @@
 //               decode block, say) is of its own class from its Add, and learns from Touch as
 //               an access (for a named block a Touch is not one). Its rank is the index of its
 //               class at its age (time since its last access); while a retention priority p
-//               lasts, index x (1 + p) + p, above every block without one; Victim ranks sample_size
-//               random candidates (all when fewer, or when 0) and returns the lowest, the oldest on
+//               lasts, index x (1 + p) + p: above every block without one whose index is
+//               below p, and above itself without it. Victim ranks sample_size random
+//               candidates (all when fewer, or when 0) and returns the lowest, the oldest on
 //               ties; with no data yet it is oldest-first. Parent follows: when the victim's parent
 //               becomes a candidate (the caller Added it after Removing the victim) and ranks no
 //               higher than the victim did, the next Victim at the same time returns it, so a dead
@@ -71,7 +72,9 @@
 //               hint-g policy of ../shared/policy/policy_lab_agentic.py; the scaled table is
 //               kvtier's.
 //
-// Times are absl::Time (the caller's clock, so a replay can run on trace time). Thread-safety:
+// Times are absl::Time (the caller's clock, so a replay can run on trace time). They must not go
+// backwards from call to call: an earlier `now` than one seen is not an error, but may be ranked
+// as if at the latest (a retention priority seen ended stays ended). Thread-safety:
 // not thread-safe; the caller serializes (KvCache holds its lock). Keys must be unique. A policy
 // owns only copies of the keys and traits it is given.
 #ifndef KVTIER_EVICTION_POLICY_H_
@@ -103,8 +106,9 @@ struct BlockTraits {
   double retention_priority = 0;  // >= 0: value x (1 + priority) ...
   absl::Time priority_until = absl::InfinitePast();  // ... until then
   BlockKey parent = kRootBlockKey;  // the block before it in its sequence (kRootBlockKey: none)
-  // Blocks in the run ending at this one whose use counts equal its own (it and its parents), at
-  // most 32, >= 1: about how many blocks the request that wrote it added.
+  // Blocks in the run ending at this one whose use counts equal its own (it and its parents), in
+  // [1, 32] (32 = kMaxRunBlocks, eviction_candidacy.h): about how many blocks the request that
+  // wrote it added. Checked by every policy, read or not.
   int run_blocks = 1;
 };
 
@@ -150,7 +154,8 @@ class EvictionPolicy {
   // `key` became a candidate, last touched (used) at `now`. kAlreadyExists if it is one;
   // kInvalidArgument for traits out of range.
   virtual absl::Status Add(const BlockKey& key, const BlockTraits& traits, absl::Time now) = 0;
-  // `key` was used at `now` (a hit); its traits may have changed. kNotFound if not a candidate.
+  // `key` was used at `now` (a hit); its traits may have changed. kNotFound if not a candidate;
+  // kInvalidArgument for traits out of range.
   virtual absl::Status Touch(const BlockKey& key, const BlockTraits& traits, absl::Time now) = 0;
   // `key` stopped being a candidate. kNotFound if it was not one.
   virtual absl::Status Remove(const BlockKey& key) = 0;

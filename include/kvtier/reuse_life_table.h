@@ -55,12 +55,15 @@ class ReuseLifeTable {
  public:
   // `group_of_class[c]` is class c's group (the parent its hazard shrinks towards), in
   // [0, number of groups); classes are [0, group_of_class.size()).
-  // Errors: kInvalidArgument for no classes, a negative group, or options out of range (named).
+  // Errors: kInvalidArgument for no classes, a group < 0 or >= 65536, or options out of range
+  // (named), which includes tables too large to build: more than 2^24 index rows (last edge /
+  // grid_seconds), more than 2^26 index cells (classes x rows), or a horizon of more than 2^24
+  // grid steps.
   static absl::StatusOr<ReuseLifeTable> Create(std::vector<int> group_of_class,
                                                ReuseLifeTableOptions options = {});
 
   // An access of a block of class `cls` (in range: checked by the caller; out of range is
-  // clamped to the last class) at `now`; returns the birth's id, for Reuse. Times passed to Birth,
+  // clamped: below 0 to class 0, above to the last class) at `now`; returns the birth's id, for Reuse. Times passed to Birth,
   // Reuse and Advance must not go backwards (a smaller time is taken as the latest seen).
   uint64_t Birth(int cls, absl::Time now);
   // The block born as `birth` was accessed again at `now`: its outcome is now - its time. Only

@@ -5,6 +5,7 @@
 #include <array>
 #include <cmath>
 #include <deque>
+#include <limits>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -131,7 +132,11 @@ class LruPolicy final : public KeyedPolicy {
   double Key(double retention_priority, absl::Time touched, bool boosted) const override {
     // A retention priority keeps the block as if touched `priority` half-hours later: LRU has no
     // value to scale, so the boost is a shift in time while it lasts.
-    return SinceEpoch(touched) + (boosted ? retention_priority * 1800.0 : 0.0);
+    // An infinite time stays as it is (-inf + inf would be NaN and break the order), and a shift
+    // past the largest double is that.
+    const double t = SinceEpoch(touched);
+    if (!boosted || !std::isfinite(t)) return t;
+    return t + std::min(retention_priority * 1800.0, std::numeric_limits<double>::max());
   }
 };
 
@@ -154,10 +159,6 @@ class HitDensityPolicy final : public EvictionPolicy {
 
   absl::Status Add(const BlockKey& key, const BlockTraits& traits, absl::Time now) override {
     if (absl::Status s = CheckTraits(traits); !s.ok()) return s;
-    if (traits.run_blocks < 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "eviction policy: traits out of range (run_blocks ", traits.run_blocks, " >= 1)"));
-    }
     if (entries_.contains(key)) {
       return absl::AlreadyExistsError(
           absl::StrCat("eviction policy: block ", key.ToHex(), " is a candidate already"));
@@ -185,10 +186,6 @@ class HitDensityPolicy final : public EvictionPolicy {
 
   absl::Status Touch(const BlockKey& key, const BlockTraits& traits, absl::Time now) override {
     if (absl::Status s = CheckTraits(traits); !s.ok()) return s;
-    if (traits.run_blocks < 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "eviction policy: traits out of range (run_blocks ", traits.run_blocks, " >= 1)"));
-    }
     auto it = entries_.find(key);
     if (it == entries_.end()) return NotACandidate(key);
     clock_ = std::max(clock_, now);

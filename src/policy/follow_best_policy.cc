@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "kvtier/eviction_policy.h"
 #include "policy/splitmix.h"
+#include "policy/traits_check.h"
 
 namespace kvtier {
 namespace {
@@ -128,7 +129,16 @@ class FollowBest final : public EvictionPolicy {
   }
 
   absl::Status Add(const BlockKey& key, const BlockTraits& traits, absl::Time now) override {
-    return ForEach([&](EvictionPolicy& p) { return p.Add(key, traits, now); });
+    // All or none: a block some candidates took and one refused would be a victim of the
+    // leader although the caller was told it is no candidate.
+    if (absl::Status s = internal::CheckTraits(traits); !s.ok()) return s;
+    for (size_t i = 0; i < live_.size(); ++i) {
+      if (absl::Status s = live_[i]->Add(key, traits, now); !s.ok()) {
+        for (size_t j = 0; j < i; ++j) (void)live_[j]->Remove(key);
+        return s;
+      }
+    }
+    return absl::OkStatus();
   }
   absl::Status Touch(const BlockKey& key, const BlockTraits& traits, absl::Time now) override {
     return ForEach([&](EvictionPolicy& p) { return p.Touch(key, traits, now); });

@@ -15,6 +15,12 @@
 namespace kvtier {
 namespace {
 
+// Bounds on Create's options that keep the tables' sizes in int and in memory (the index table
+// alone is classes x rows doubles; an Advance also walks rows + the longest horizon's steps).
+constexpr int kMaxGroups = 1 << 16;
+constexpr double kMaxRows = double{1 << 24};
+constexpr double kMaxIndexCells = double{1 << 26};
+
 constexpr float kUnknown = std::numeric_limits<float>::infinity();
 
 std::vector<double> DefaultEdges() {
@@ -46,6 +52,7 @@ absl::StatusOr<ReuseLifeTable> ReuseLifeTable::Create(std::vector<int> group_of_
   int groups = 0;
   for (int g : group_of_class) {
     if (g < 0) return bad("a negative class group");
+    if (g >= kMaxGroups) return bad("a class group of 65536 or more");
     groups = std::max(groups, g + 1);
   }
   const std::vector<double>& e = options.edges_seconds;
@@ -61,12 +68,18 @@ absl::StatusOr<ReuseLifeTable> ReuseLifeTable::Create(std::vector<int> group_of_
   }
   const double grid = options.grid_seconds;
   if (!(grid > 0) || !std::isfinite(grid)) return bad("grid_seconds must be > 0");
+  // The index table has a row per grid step to the last edge, per class.
+  const double rows = std::floor(e.back() / grid) + 1;
+  if (rows > kMaxRows || rows * static_cast<double>(group_of_class.size()) > kMaxIndexCells) {
+    return bad("edges_seconds / grid_seconds: too many index rows (classes x rows > 2^26)");
+  }
   ReuseLifeTable t;
   for (double h : options.horizons_seconds) {
     const double steps = h / grid;
     if (!(h > 0) || !std::isfinite(h) || steps != std::floor(steps)) {
       return bad("every horizon must be > 0 and a multiple of grid_seconds");
     }
+    if (steps > kMaxRows) return bad("a horizon of more than 2^24 grid steps");
     t.horizon_steps_.push_back(static_cast<int>(steps));
   }
   if (t.horizon_steps_.empty()) return bad("no horizons");

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kvtier/eviction_candidacy.h"
 #include "tests/testing/policy_testing.h"
 #include "tests/testing/status_matchers.h"
 
@@ -175,7 +176,8 @@ TEST(CostAwarePolicyTest, SamplesDeterministically) {
     std::map<uint64_t, bool> live;
     for (int step = 0; step < 2000; ++step) {
       const double now = step;
-      KVTIER_EXPECT_OK(p->Add(Key(next), OfRun(1 + static_cast<int>(rng() % 40)), At(now)));
+      KVTIER_EXPECT_OK(
+          p->Add(Key(next), OfRun(1 + static_cast<int>(rng() % kMaxRunBlocks)), At(now)));
       live[next++] = true;
       if (rng() % 3 == 0) {
         auto it = live.begin();

@@ -47,7 +47,8 @@
 //               an access (for a named block a Touch is not one). Its rank is the index of its
 //               class at its age (time since its last access); while a retention priority p
 //               lasts, index x (1 + p) + p: above every block without one whose index is
-//               below p, and above itself without it. Victim ranks sample_size random
+//               below p, and above itself without it (a block of a session that moved on, below,
+//               ranks -1 whatever its priority). Victim ranks sample_size random
 //               candidates (all when fewer, or when 0) and returns the lowest, the oldest on
 //               ties; with no data yet it is oldest-first. Parent follows: when the victim's parent
 //               becomes a candidate (the caller Added it after Removing the victim) and ranks no

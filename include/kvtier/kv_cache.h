@@ -586,7 +586,7 @@ class KvCache {
   // Invalidate (a context compaction: these blocks will not be read again): the blocks of
   // `tokens` from block floor(from_token / B) on are dropped from every tier now, deepest first,
   // where nobody holds or reads them and no cached child outside them needs them (a child with a
-  // copy in any tier keeps its parent's lowest copy); the blocks before stay (a shared system
+  // copy in any tier keeps its parent's last copy); the blocks before stay (a shared system
   // prompt, the kept part of the context). A copy in a shared remote store is deleted too.
   // Outcome: kAccepted, blocks = the blocks dropped from every tier;
   // kClipped when some kept a copy (reason: how many, and why); kRejected for from_token < 0.
@@ -596,11 +596,11 @@ class KvCache {
   // The same two hints for a session (SequenceOptions::session) instead of a token range: they
   // act on the blocks its latest released or paused request had written (the cache remembers
   // them at Release and Pause, for up to kRememberedSessions sessions and
-  // kRememberedSessionBlocks blocks over all, forgetting the oldest first). A release made while
-  // a later request of the session is live (superseded: that request holds the session's
-  // context now) changes nothing remembered; the later one is remembered when it lets go.
-  // RetainSession: as
-  // RetainPrefix over those blocks (kClipped when only the first `blocks` are cached).
+  // kRememberedSessionBlocks blocks over all, forgetting the oldest first). A release (or Pause)
+  // made while a later request of the session is live (superseded: that request holds the
+  // session's context now) changes nothing remembered; the later one is remembered when it lets
+  // go. RetainSession: as RetainPrefix over those blocks (kClipped when only the first `blocks`
+  // are cached).
   // InvalidateSession: as InvalidatePrefix from the first block (a block shared with another
   // cached prompt, or held, stays: kClipped), then forgets the session. Outcome kRejected,
   // nothing changed, for session 0, a session with no remembered request, or (RetainSession)

@@ -99,7 +99,8 @@ HintOutcome KvCache::Impl::InvalidateKeys(absl::Span<const BlockKey> keys, int64
       // A registered candidate is a droppable leaf in its tier: nobody holds or reads it, it is
       // not leaving, and no child copy of it stays in that tier. A child may have a copy in
       // another tier (demoted below, or onboarded alone under exclusive tiers): then the block's
-      // last copy stays, the lowest (tiers are walked top down), or the child could never match.
+      // last copy stays (tiers are walked top down: the lowest droppable one), or the child could
+      // never match.
       const bool leaf = ((m->second.candidate >> t) & 1) != 0;
       if (leaf && !(IsLastCopy(m->second, t) && HasChildCopy(m->second))) {
         DropCopy(key, static_cast<Tier>(t));

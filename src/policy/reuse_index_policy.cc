@@ -345,7 +345,8 @@ class ReuseIndexPolicy final : public EvictionPolicy {
       index = table_.Index(r.cls, now - r.last_access);
     }
     const bool boosted = r.retention_priority > 0 && now < r.priority_until;
-    // Retention lifts a block above every block without it, learned data or not.
+    // Retention lifts a block above itself without it, and above every block without it whose
+    // index is below the priority (eviction_policy.h); a session that moved on still goes first.
     return boosted ? index * (1 + r.retention_priority) + r.retention_priority : index;
   }
 

@@ -70,8 +70,9 @@ absl::StatusOr<ReuseLifeTable> ReuseLifeTable::Create(std::vector<int> group_of_
   if (!(grid > 0) || !std::isfinite(grid)) return bad("grid_seconds must be > 0");
   // The index table has a row per grid step to the last edge, per class.
   const double rows = std::floor(e.back() / grid) + 1;
-  if (rows > kMaxRows || rows * static_cast<double>(group_of_class.size()) > kMaxIndexCells) {
-    return bad("edges_seconds / grid_seconds: too many index rows (classes x rows > 2^26)");
+  if (rows > kMaxRows) return bad("edges_seconds / grid_seconds: more than 2^24 index rows");
+  if (rows * static_cast<double>(group_of_class.size()) > kMaxIndexCells) {
+    return bad("edges_seconds / grid_seconds: classes x index rows above 2^26");
   }
   ReuseLifeTable t;
   for (double h : options.horizons_seconds) {

@@ -627,7 +627,7 @@ kvtier_status_code kvtier_retain_prefix(kvtier_cache* cache, const int32_t* toke
                                         kvtier_hint_outcome* outcome, kvtier_error* error);
 /* Drops the blocks of tokens from block from_token / tokens_per_block on, from every tier, where
  * nobody holds them and no cached child outside them needs them (KvCache::InvalidatePrefix: a
- * child with a copy in any tier keeps its parent's lowest copy). from_token < 0 is REJECTED in `outcome`. Errors: INVALID_ARGUMENT for bad
+ * child with a copy in any tier keeps its parent's last copy). from_token < 0 is REJECTED in `outcome`. Errors: INVALID_ARGUMENT for bad
  * extras. */
 kvtier_status_code kvtier_invalidate_prefix(kvtier_cache* cache, const int32_t* tokens,
                                             size_t num_tokens, int64_t from_token,

@@ -14,6 +14,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -472,6 +473,7 @@ TEST(PolicyApiEdgeTest, RunBlocksOutOfRangeIsInvalidArgument) {
 
 // follow_best answers Add with the first error among its candidates; whatever it answers, a
 // block whose Add failed (the caller does not Remove it: SyncCandidacy) must not be a victim.
+// Traits every policy refuses are refused before any candidate sees them.
 TEST(PolicyApiEdgeTest, FollowBestFailedAddLeavesNoCandidate) {
   std::vector<EvictionPolicyFactory> two;
   two.push_back(
@@ -479,13 +481,54 @@ TEST(PolicyApiEdgeTest, FollowBestFailedAddLeavesNoCandidate) {
   two.push_back([]() { return MakeCostAwarePolicy(); });
   auto p = Unwrap(MakeFollowBestPolicy(two, {.capacity_blocks = 100}));
   ASSERT_NE(p, nullptr);
-  const absl::Status s = p->Add(Key(1), {.run_blocks = 0}, At(0));
-  if (!s.ok()) {
-    EXPECT_EQ(p->size(), 0);
-    EXPECT_EQ(p->Victim(At(1)), std::nullopt);
-    // The caller may try again with good traits.
-    KVTIER_EXPECT_OK(p->Add(Key(1), {}, At(0)));
+  EXPECT_THAT(p->Add(Key(1), {.run_blocks = 0}, At(0)),
+              IsError(StatusCode::kInvalidArgument, "run_blocks"));
+  EXPECT_EQ(p->size(), 0);
+  EXPECT_EQ(p->Victim(At(1)), std::nullopt);
+  // The caller may try again with good traits.
+  KVTIER_EXPECT_OK(p->Add(Key(1), {}, At(0)));
+  EXPECT_EQ(p->size(), 1);
+}
+
+// LRU that refuses to Add one key (kInternal), as a caller's own candidate policy might.
+class RefusingLru final : public EvictionPolicy {
+ public:
+  explicit RefusingLru(BlockKey refused) : refused_(refused) {}
+  std::string_view name() const override { return "refusing_lru"; }
+  bool reads_run_blocks() const override { return false; }
+  absl::Status Add(const BlockKey& key, const BlockTraits& traits, absl::Time now) override {
+    if (key == refused_) return absl::InternalError("refused");
+    return lru_->Add(key, traits, now);
   }
+  absl::Status Touch(const BlockKey& key, const BlockTraits& traits, absl::Time now) override {
+    return lru_->Touch(key, traits, now);
+  }
+  absl::Status Remove(const BlockKey& key) override { return lru_->Remove(key); }
+  std::optional<BlockKey> Victim(absl::Time now) override { return lru_->Victim(now); }
+  int64_t size() const override { return lru_->size(); }
+
+ private:
+  BlockKey refused_;
+  std::unique_ptr<EvictionPolicy> lru_ = MakeLruPolicy();
+};
+
+// A candidate after the first refuses the Add: the ones before it give the block back, so the
+// leader (the first) never names it.
+TEST(PolicyApiEdgeTest, FollowBestRollsBackAnAddALaterCandidateRefused) {
+  std::vector<EvictionPolicyFactory> two;
+  two.push_back(
+      []() -> absl::StatusOr<std::unique_ptr<EvictionPolicy>> { return MakeLruPolicy(); });
+  two.push_back([]() -> absl::StatusOr<std::unique_ptr<EvictionPolicy>> {
+    return std::unique_ptr<EvictionPolicy>(new RefusingLru(Key(1)));
+  });
+  auto p = Unwrap(MakeFollowBestPolicy(two, {.capacity_blocks = 100}));
+  ASSERT_NE(p, nullptr);
+  KVTIER_ASSERT_OK(p->Add(Key(2), {}, At(5)));
+  EXPECT_THAT(p->Add(Key(1), {}, At(0)), IsError(StatusCode::kInternal, "refused"));
+  EXPECT_EQ(p->size(), 1);
+  EXPECT_EQ(p->Victim(At(10)), Key(2)) << "key 1, older, is no candidate";
+  KVTIER_EXPECT_OK(p->Remove(Key(2)));
+  EXPECT_EQ(p->Victim(At(10)), std::nullopt);
 }
 
 TEST(PolicyApiEdgeTest, DuplicatesUnknownKeysAndEmpty) {

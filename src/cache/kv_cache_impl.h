@@ -565,10 +565,8 @@ struct KvCache::Impl {
   }
   // Whether the block's copy in t is its only one.
   static bool IsLastCopy(const BlockEntry& m, int t) {
-    for (int u = 0; u < kNumTiers; ++u) {
-      if (u != t && m.copies.state(static_cast<Tier>(u)) != CopyState::kAbsent) return false;
-    }
-    return true;
+    const unsigned others = (m.copies.pending_tiers | m.copies.ready_tiers) & ~(1u << t);
+    return others == 0;
   }
   // delta is +1 or -1 (never below zero).
   void AddChildCopy(BlockEntry& m, int t, int delta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {

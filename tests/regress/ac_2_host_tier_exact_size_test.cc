@@ -12,6 +12,7 @@
 #include "kvtier/dram_tier.h"
 #include "kvtier/emulated_hbm.h"
 #include "tests/testing/fixtures.h"
+#include "tests/testing/sanitizers.h"
 #include "tests/testing/status_matchers.h"
 
 namespace kvtier {
@@ -19,17 +20,7 @@ namespace {
 
 // Sanitizers map shadow memory for the bytes a program touches (ThreadSanitizer several times
 // them, AddressSanitizer an eighth), so resident memory says nothing exact about the tier there.
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-constexpr bool kResidentMemoryIsMeaningful = false;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
-constexpr bool kResidentMemoryIsMeaningful = false;
-#else
-constexpr bool kResidentMemoryIsMeaningful = true;
-#endif
-#else
-constexpr bool kResidentMemoryIsMeaningful = true;
-#endif
+constexpr bool kResidentMemoryIsMeaningful = !testing::kUnderSanitizer;
 
 int64_t ResidentBytes() {
   std::ifstream statm("/proc/self/statm");

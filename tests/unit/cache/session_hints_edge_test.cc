@@ -86,6 +86,13 @@ class SessionHintsEdgeTest : public testing::KvCacheFixture {
     KVTIER_ASSERT_OK(cache_->ReportWritten(SequenceId(id), n));
   }
 
+  // RunWritten, then a plain Release: the blocks are cached and evictable.
+  void WriteAndRelease(uint64_t id, uint64_t session, const std::vector<int32_t>& tokens,
+                       uint32_t seed = 0) {
+    RunWritten(id, session, tokens, seed);
+    KVTIER_ASSERT_OK(cache_->Release(SequenceId(id)));
+  }
+
   // Bytes of the first `blocks` blocks of sequence `id` that differ from seed + i (made resident
   // first); -1 if a block could not be made resident.
   int64_t Mismatches(uint64_t id, int64_t blocks, uint32_t seed) {
@@ -381,8 +388,7 @@ TEST_F(SessionHintsEdgeTest, PauseWithoutDramKeepsBlocksHeld) {
 TEST_F(SessionHintsEdgeTest, RetainPrefixRejectsBadPriorityAndTtl) {
   Make();
   const std::vector<int32_t> p = Iota(2 * kB, 10);
-  RunWritten(1, 0, p);
-  KVTIER_ASSERT_OK(cache_->Release(SequenceId(1)));
+  WriteAndRelease(1, 0, p);
   const std::vector<std::pair<double, absl::Duration>> bad = {
       {kNaN, absl::Minutes(1)},    {-kNaN, absl::Minutes(1)},  {-1, absl::Minutes(1)},
       {-1e-300, absl::Minutes(1)}, {kInf, absl::Minutes(1)},   {-kInf, absl::Minutes(1)},
@@ -415,8 +421,7 @@ TEST_F(SessionHintsEdgeTest, RetainPrefixRejectsBadPriorityAndTtl) {
 TEST_F(SessionHintsEdgeTest, RetainPrefixClipsToWhatIsCached) {
   Make();
   const std::vector<int32_t> p = Iota(2 * kB, 10);
-  RunWritten(1, 0, p);
-  KVTIER_ASSERT_OK(cache_->Release(SequenceId(1)));
+  WriteAndRelease(1, 0, p);
   // Partial last block: not a full block of the prompt, so not part of the hint.
   HintOutcome o = Retain(Concat(p, {1, 2}), 1, absl::Minutes(1));
   EXPECT_EQ(o.result, Result::kAccepted) << o.reason;
@@ -458,11 +463,9 @@ TEST_F(SessionHintsEdgeTest, RejectedRetainKeepsTheEarlierRetention) {
     SCOPED_TRACE(policy);
     Make(policy, 8);
     const std::vector<int32_t> kept = Iota(2 * kB, 100), other = Iota(2 * kB, 200);
-    RunWritten(1, 1, kept);
-    KVTIER_ASSERT_OK(cache_->Release(SequenceId(1)));
+    WriteAndRelease(1, 1, kept);
     env_->clock().Advance(absl::Seconds(1));
-    RunWritten(2, 2, other);
-    KVTIER_ASSERT_OK(cache_->Release(SequenceId(2)));
+    WriteAndRelease(2, 2, other);
     EXPECT_EQ(Retain(kept, 2.0, absl::Minutes(10)).result, Result::kAccepted);
     EXPECT_EQ(Retain(kept, kNaN, absl::Minutes(10)).result, Result::kRejected);
     EXPECT_EQ(Retain(kept, -1, absl::Minutes(10)).result, Result::kRejected);
@@ -480,11 +483,9 @@ TEST_F(SessionHintsEdgeTest, RejectedRetainKeepsTheEarlierRetention) {
 TEST_F(SessionHintsEdgeTest, RetentionExpiresAfterTtl) {
   Make("lru", 8);
   const std::vector<int32_t> kept = Iota(2 * kB, 100), other = Iota(2 * kB, 200);
-  RunWritten(1, 1, kept);
-  KVTIER_ASSERT_OK(cache_->Release(SequenceId(1)));
+  WriteAndRelease(1, 1, kept);
   env_->clock().Advance(absl::Seconds(1));
-  RunWritten(2, 2, other);
-  KVTIER_ASSERT_OK(cache_->Release(SequenceId(2)));
+  WriteAndRelease(2, 2, other);
   EXPECT_EQ(Retain(kept, 2.0, absl::Seconds(5)).result, Result::kAccepted);
   env_->clock().Advance(absl::Seconds(6));
   RunWritten(3, 3, Iota(6 * kB, 400));
@@ -499,8 +500,7 @@ TEST_F(SessionHintsEdgeTest, RetentionExpiresAfterTtl) {
 TEST_F(SessionHintsEdgeTest, InvalidatePrefixFromTokenEdges) {
   Make();
   const std::vector<int32_t> p = Iota(4 * kB, 10);
-  RunWritten(1, 0, p);
-  KVTIER_ASSERT_OK(cache_->Release(SequenceId(1)));
+  WriteAndRelease(1, 0, p);
   for (int64_t from : {int64_t{-1}, std::numeric_limits<int64_t>::min()}) {
     HintOutcome o = Invalidate(p, from);
     EXPECT_EQ(o.result, Result::kRejected) << from;
@@ -598,16 +598,14 @@ TEST_F(SessionHintsEdgeTest, InvalidateHeldPrefixKeepsHolderCorrect) {
 TEST_F(SessionHintsEdgeTest, InvalidateThenReattachReadsTheNewKv) {
   Make("reuse_index", 16, 32);
   const std::vector<int32_t> p = Iota(3 * kB, 100);
-  RunWritten(1, 1, p, 1000);
-  KVTIER_ASSERT_OK(cache_->Release(SequenceId(1)));
+  WriteAndRelease(1, 1, p, 1000);
   HintOutcome o = Invalidate(p, kB);
   EXPECT_EQ(o.result, Result::kAccepted) << o.reason;
   EXPECT_EQ(o.blocks, 2);
   ASSERT_EQ(AttachNew(2, p), kB);
   EXPECT_EQ(Mismatches(2, 1, 1000), 0);
   KVTIER_ASSERT_OK(cache_->Release(SequenceId(2)));
-  RunWritten(3, 1, p, 2000);  // recomputed: other bytes (a new seed) for every block
-  KVTIER_ASSERT_OK(cache_->Release(SequenceId(3)));
+  WriteAndRelease(3, 1, p, 2000);  // recomputed: other bytes (a new seed) for every block
   ASSERT_EQ(AttachNew(4, p), 3 * kB);
   // Block 0 stayed cached (sequence 3 appended without attaching: its block 0 is a twin of the
   // same KV); blocks 1-2 are sequence 3's, the recomputed bytes.
@@ -628,8 +626,7 @@ TEST_F(SessionHintsEdgeTest, RetainThenInvalidateDrops) {
     SCOPED_TRACE(policy);
     Make(policy, 16, 32);
     const std::vector<int32_t> p = Iota(3 * kB, 100);
-    RunWritten(1, 1, p);
-    KVTIER_ASSERT_OK(cache_->Release(SequenceId(1)));
+    WriteAndRelease(1, 1, p);
     EXPECT_EQ(Retain(p, 5, absl::InfiniteDuration()).result, Result::kAccepted);
     HintOutcome o = Invalidate(p, 0);
     EXPECT_EQ(o.result, Result::kAccepted) << o.reason;
@@ -647,11 +644,9 @@ TEST_F(SessionHintsEdgeTest, RetainThenInvalidateDrops) {
 TEST_F(SessionHintsEdgeTest, InvalidateDropsEveryTier) {
   Make("lru", 8, 32);
   const std::vector<int32_t> p = Iota(2 * kB, 100);
-  RunWritten(1, 1, p, 3);
-  KVTIER_ASSERT_OK(cache_->Release(SequenceId(1)));
+  WriteAndRelease(1, 1, p, 3);
   env_->clock().Advance(absl::Seconds(1));
-  RunWritten(2, 2, Iota(8 * kB, 5000));  // pushes p to DRAM
-  KVTIER_ASSERT_OK(cache_->Release(SequenceId(2)));
+  WriteAndRelease(2, 2, Iota(8 * kB, 5000));  // pushes p to DRAM
   Idle();
   ASSERT_EQ(CachedIn(p, kDram), 2);
   ASSERT_EQ(AttachNew(3, p), 2 * kB);
@@ -723,8 +718,7 @@ TEST_F(SessionHintsEdgeTest, InvalidatePausedSequenceThenResume) {
 TEST_F(SessionHintsEdgeTest, InvalidateKeepsParentOfChildCachedInLowerTier) {
   Make("lru", 8, 32);
   const std::vector<int32_t> a = Iota(4 * kB, 100);
-  RunWritten(1, 1, a, 10);
-  KVTIER_ASSERT_OK(cache_->Release(SequenceId(1)));
+  WriteAndRelease(1, 1, a, 10);
   env_->clock().Advance(absl::Seconds(1));
   // 6 new slots held, 4 free: two of a's blocks go, leaf first (3, then 2), down to DRAM.
   RunWritten(2, 2, Iota(6 * kB, 5000));
@@ -749,11 +743,9 @@ TEST_F(SessionHintsEdgeTest, InvalidateKeepsDramParentOfHbmChild) {
   Build(KvCacheTestConfig{.hbm_blocks = 8, .dram_blocks = 32},
         [](KvCacheOptions& o) { o.inclusion = TierInclusion::kExclusive; });
   const std::vector<int32_t> a = Iota(2 * kB, 100);
-  RunWritten(1, 1, a, 10);
-  KVTIER_ASSERT_OK(cache_->Release(SequenceId(1)));
+  WriteAndRelease(1, 1, a, 10);
   env_->clock().Advance(absl::Seconds(1));
-  RunWritten(2, 2, Iota(8 * kB, 5000));  // a goes down to DRAM
-  KVTIER_ASSERT_OK(cache_->Release(SequenceId(2)));
+  WriteAndRelease(2, 2, Iota(8 * kB, 5000));  // a goes down to DRAM
   Idle();
   ASSERT_EQ(CachedIn(a, kDram), 2);
   // A request attaches a's two blocks and onboards only the second.
@@ -782,8 +774,7 @@ TEST_F(SessionHintsEdgeTest, InvalidateSessionKeepsBlockSharedWithPromptInLowerT
   Make("lru", 8, 32);
   const std::vector<int32_t> a = Iota(2 * kB, 100);
   const std::vector<int32_t> b = Concat(a, Iota(kB, 900));
-  RunWritten(1, /*session=*/1, a, 10);
-  KVTIER_ASSERT_OK(cache_->Release(SequenceId(1)));
+  WriteAndRelease(1, /*session=*/1, a, 10);
   // Session 2 extends a by one block, written and released.
   ASSERT_EQ(AttachNew(2, a, /*session=*/2), 2 * kB);
   KVTIER_ASSERT_OK(cache_->Append(SequenceId(2), Iota(kB, 900)).status());
@@ -808,8 +799,7 @@ TEST_F(SessionHintsEdgeTest, InvalidateWithWriteThrough) {
   Build(KvCacheTestConfig{.hbm_blocks = 16, .dram_blocks = 32},
         [](KvCacheOptions& o) { o.write_policy = WritePolicy::kWriteThrough; });
   const std::vector<int32_t> p = Iota(3 * kB, 100);
-  RunWritten(1, 1, p, 10);
-  KVTIER_ASSERT_OK(cache_->Release(SequenceId(1)));
+  WriteAndRelease(1, 1, p, 10);
   Idle();
   ASSERT_EQ(cache_->stats().tiers[kDram].droppable_blocks, 3);
   HintOutcome o = Invalidate(p, kB);
@@ -826,8 +816,7 @@ TEST_F(SessionHintsEdgeTest, InvalidateDeletesRemoteCopy) {
   Build(KvCacheTestConfig{.hbm_blocks = 16, .dram_blocks = 0, .remote_blocks = 32},
         [](KvCacheOptions& o) { o.publish_to_remote = true; });
   const std::vector<int32_t> p = Iota(2 * kB, 100);
-  RunWritten(1, 1, p, 10);
-  KVTIER_ASSERT_OK(cache_->Release(SequenceId(1)));
+  WriteAndRelease(1, 1, p, 10);
   Idle();
   ASSERT_EQ(cache_->stats().tiers[3].droppable_blocks, 2);
   HintOutcome o = Invalidate(p, 0);
@@ -851,8 +840,7 @@ TEST_F(SessionHintsEdgeTest, RetainWhileHeldSurvivesPlainRelease) {
   EXPECT_EQ(o.blocks, 2);
   KVTIER_ASSERT_OK(cache_->Release(SequenceId(1)));
   env_->clock().Advance(absl::Seconds(1));
-  RunWritten(2, 2, other);
-  KVTIER_ASSERT_OK(cache_->Release(SequenceId(2)));
+  WriteAndRelease(2, 2, other);
   env_->clock().Advance(absl::Seconds(1));
   RunWritten(3, 3, Iota(6 * kB, 400));
   EXPECT_EQ(Cached(kept), 2 * kB);
@@ -946,8 +934,7 @@ TEST_F(SessionHintsEdgeTest, PauseEdgeStates) {
 TEST_F(SessionHintsEdgeTest, PrefetchWithHbmFullStartsNothing) {
   Make("lru", 8, 32);
   const std::vector<int32_t> p = Iota(2 * kB, 100);
-  RunWritten(1, 1, p, 10);
-  KVTIER_ASSERT_OK(cache_->Release(SequenceId(1)));
+  WriteAndRelease(1, 1, p, 10);
   env_->clock().Advance(absl::Seconds(1));
   RunWritten(2, 2, Iota(8 * kB, 5000));  // holds every slot; p goes down
   Idle();
@@ -1040,8 +1027,7 @@ TEST_F(SessionHintsEdgeTest, ConcurrentHintsWhileRequestsRun) {
 
 TEST_F(SessionHintsEdgeTest, SessionHintsRejectBadInput) {
   Make();
-  RunWritten(1, 5, Iota(2 * kB, 10));
-  KVTIER_ASSERT_OK(cache_->Release(SequenceId(1)));
+  WriteAndRelease(1, 5, Iota(2 * kB, 10));
   struct Case {
     uint64_t session;
     double priority;
@@ -1078,8 +1064,7 @@ TEST_F(SessionHintsEdgeTest, SessionHintsRejectBadInput) {
 // InvalidateSession (a second one, and a RetainSession after it, are rejected).
 TEST_F(SessionHintsEdgeTest, SessionRememberedAtEveryReleaseForm) {
   Make("reuse_index", 16, 32);
-  RunWritten(1, 11, Iota(2 * kB, 100));
-  KVTIER_ASSERT_OK(cache_->Release(SequenceId(1)));
+  WriteAndRelease(1, 11, Iota(2 * kB, 100));
   RunWritten(2, 12, Iota(3 * kB + 1, 200));
   EXPECT_EQ(Released(2, {.stop_reason = StopReason::kToolUse}).blocks, 3);
   RunWritten(3, 13, Iota(kB, 300));
@@ -1113,10 +1098,8 @@ TEST_F(SessionHintsEdgeTest, SessionRememberedAtEveryReleaseForm) {
 TEST_F(SessionHintsEdgeTest, SessionRemembersOnlyItsLatestRequest) {
   Make("lru");
   const std::vector<int32_t> first = Iota(3 * kB, 100), second = Iota(kB, 900);
-  RunWritten(1, 21, first);
-  KVTIER_ASSERT_OK(cache_->Release(SequenceId(1)));
-  RunWritten(2, 21, second);
-  KVTIER_ASSERT_OK(cache_->Release(SequenceId(2)));
+  WriteAndRelease(1, 21, first);
+  WriteAndRelease(2, 21, second);
   HintOutcome o = InvalidateS(21);
   EXPECT_EQ(o.result, Result::kAccepted) << o.reason;
   EXPECT_EQ(o.blocks, 1);
@@ -1132,8 +1115,7 @@ TEST_F(SessionHintsEdgeTest, HintsAfterResetPrefixCache) {
     SCOPED_TRACE(dram);
     Make("reuse_index", 16, dram);
     const std::vector<int32_t> p = Iota(2 * kB, 100);
-    RunWritten(1, 31, p);
-    KVTIER_ASSERT_OK(cache_->Release(SequenceId(1)));
+    WriteAndRelease(1, 31, p);
     KVTIER_ASSERT_OK_AND_ASSIGN(int64_t dropped, cache_->ResetPrefixCache());
     EXPECT_EQ(dropped, 2);
     Check("reset");
@@ -1209,13 +1191,11 @@ TEST_F(SessionHintsEdgeTest, PrefetchEdges) {
   EXPECT_THAT(cache_->Prefetch(Iota(kB, 1), bad_extras).status(),
               IsError(StatusCode::kInvalidArgument, ""));
   const std::vector<int32_t> p = Iota(2 * kB, 100);
-  RunWritten(1, 1, p, 70);
-  KVTIER_ASSERT_OK(cache_->Release(SequenceId(1)));
+  WriteAndRelease(1, 1, p, 70);
   KVTIER_ASSERT_OK_AND_ASSIGN(n, cache_->Prefetch(p));
   EXPECT_EQ(n, 0) << "already in HBM";
   env_->clock().Advance(absl::Seconds(1));
-  RunWritten(2, 2, Iota(8 * kB, 5000));
-  KVTIER_ASSERT_OK(cache_->Release(SequenceId(2)));
+  WriteAndRelease(2, 2, Iota(8 * kB, 5000));
   Idle();
   ASSERT_EQ(CachedIn(p, kDram), 2);
   KVTIER_ASSERT_OK(cache_->ResetPrefixCache(Tier::kHbm).status());  // HBM free for the prefetch

@@ -25,6 +25,7 @@
 #include "kvtier/eviction_policy.h"
 #include "kvtier/reuse_life_table.h"
 #include "tests/testing/policy_testing.h"
+#include "tests/testing/sanitizers.h"
 #include "tests/testing/status_matchers.h"
 
 namespace kvtier {
@@ -352,17 +353,7 @@ TEST(PolicyApiEdgeTest, ReuseLifeTableInfiniteTimes) {
 
 // Sanitizers reserve terabytes of address space for their shadow memory: an address-space limit
 // would fail every allocation there.
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-constexpr bool kLimitAddressSpace = false;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
-constexpr bool kLimitAddressSpace = false;
-#else
-constexpr bool kLimitAddressSpace = true;
-#endif
-#else
-constexpr bool kLimitAddressSpace = true;
-#endif
+constexpr bool kLimitAddressSpace = !testing::kUnderSanitizer;
 
 // Options that are in the documented range but huge: Create must answer an error or a table
 // that works, not crash. Run in a child with a 2 GiB address-space limit (but under a

@@ -28,6 +28,7 @@
 #include "kvtier/eviction_policy.h"
 #include "kvtier/kv_geometry.h"
 #include "tests/testing/logging_lru.h"
+#include "tests/testing/sanitizers.h"
 #include "tests/testing/shared_dir.h"
 #include "tests/testing/status_matchers.h"
 
@@ -252,12 +253,12 @@ std::vector<Row> Compare(const Trace& trace, int tokens_per_block,
 }
 
 TEST(PolicySimMooncakeTest, CostAwareBeatsLruAtEveryCapacity) {
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
   // Eighteen simulations of the whole trace: ~12 s in the default build, past the 120 s test
   // timeout under a sanitizer, which adds nothing to a measurement. The default build runs it.
-  GTEST_SKIP() << "the full-trace policy comparison runs in the default build, not under a "
-                  "sanitizer (too slow for the test timeout)";
-#endif
+  if (kvtier::testing::kUnderSanitizer) {
+    GTEST_SKIP() << "the full-trace policy comparison runs in the default build, not under a "
+                    "sanitizer (too slow for the test timeout)";
+  }
   const std::filesystem::path path =
       kvtier::testing::SharedFile("traces/mooncake/conversation_trace.jsonl");
   if (path.empty()) GTEST_SKIP() << "shared/traces/mooncake/conversation_trace.jsonl not found";

@@ -232,6 +232,14 @@ struct ReleaseHints {
   // The scheduler preempted the request (it will come back as a readmission): counted in
   // KvCacheStats::preemptions, whatever the HintOutcome.
   bool preempted = false;
+  // The session sends no further request: an agent framework knows this when a sub-agent's
+  // turn ends (kEndTurn: its result goes back to the parent agent) or a conversation is closed.
+  // reuse_index ranks the released blocks first to go, as those of a session that moved on, and
+  // gives them no reuse chance (so demote_by_value drops them rather than demote them); blocks
+  // another sequence holds or reads stay, a block another session released before (a shared
+  // prefix) keeps that session's rank, and a later request of the session is served as any.
+  // lru and cost_aware ignore it. With an expected_idle too, the estimate is not used.
+  bool last_turn = false;
 };
 
 // A prompt with the keys of its full blocks, hashed once (KvCache::HashPrompt) for the calls that
@@ -545,7 +553,8 @@ class KvCache {
   // idle estimate is worth; lru and cost_aware ignore both). The release itself happens whatever
   // the hints are. Outcome: kAccepted; kRejected for a sequence without a session (nothing to
   // tie the hint to) or an expected_idle that is negative or infinite (the stop reason is then
-  // still taken); blocks = the written full blocks released. Errors: as Release.
+  // still taken); kClipped for an expected_idle given with last_turn (the estimate is not used;
+  // last_turn is); blocks = the written full blocks released. Errors: as Release.
   absl::StatusOr<HintOutcome> Release(SequenceId id, const ReleaseHints& hints);
 
   // ---- Hints

@@ -359,8 +359,10 @@ void BindKvCache(py::module_& m) {
       .def(
           "release",
           [](const PyKvCache& c, uint64_t id, std::optional<StopReason> stop_reason,
-             std::optional<double> expected_idle_s, bool preempted) -> py::object {
-            if (!stop_reason.has_value() && !expected_idle_s.has_value() && !preempted) {
+             std::optional<double> expected_idle_s, bool preempted,
+             bool last_turn) -> py::object {
+            if (!stop_reason.has_value() && !expected_idle_s.has_value() && !preempted &&
+                !last_turn) {
               ThrowIfError(Unlocked([&] { return Cache(c).Release(SequenceId(id)); }));
               return py::none();
             }
@@ -368,14 +370,17 @@ void BindKvCache(py::module_& m) {
             hints.stop_reason = stop_reason.value_or(StopReason::kUnknown);
             hints.expected_idle = OptionalSeconds(expected_idle_s);
             hints.preempted = preempted;
+            hints.last_turn = last_turn;
             return py::cast(
                 Unwrap(Unlocked([&] { return Cache(c).Release(SequenceId(id), hints); })));
           },
           py::arg("id"), py::kw_only(), py::arg("stop_reason") = py::none(),
           py::arg("expected_idle_s") = py::none(), py::arg("preempted") = false,
+          py::arg("last_turn") = false,
           "Drops the sequence (its written full blocks stay cached). With hints (stop_reason, "
-          "expected_idle_s or preempted=True: the scheduler preempted the request, counted in "
-          "stats().preemptions), returns the HintOutcome; without, None.")
+          "expected_idle_s, preempted=True: the scheduler preempted the request, counted in "
+          "stats().preemptions, or last_turn=True: the session sends no further request, its "
+          "blocks go first), returns the HintOutcome; without, None.")
       .def(
           "get_sequence",
           [](const PyKvCache& c, uint64_t id) {

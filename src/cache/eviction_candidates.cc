@@ -125,7 +125,7 @@ void KvCache::Impl::SetLeaving(const BlockKey& key, Tier t, bool leaving) {
 
 void KvCache::Impl::ObserveRelease(const Sequence& seq, StopReason stop,
                                    const std::optional<absl::Duration>& expected_idle,
-                                   absl::Time now) {
+                                   absl::Time now, bool last_turn) {
   if (seq.options.session == 0) return;
   const size_t written_full =
       std::min(seq.keys.size(), static_cast<size_t>(seq.written / block_tokens));
@@ -134,7 +134,8 @@ void KvCache::Impl::ObserveRelease(const Sequence& seq, StopReason stop,
                              .session = seq.options.session,
                              .stop_reason = stop,
                              .expected_idle = expected_idle,
-                             .superseded = false};
+                             .superseded = false,
+                             .last_turn = last_turn};
   for (const auto& [other_id, other] : seqs) {  // a later request of the session is live
     if (other->options.session == seq.options.session && other->generation > seq.generation) {
       release.superseded = true;

@@ -272,6 +272,10 @@ absl::StatusOr<HintOutcome> KvCache::Release(SequenceId id, const ReleaseHints& 
     outcome.result = HintOutcome::Result::kRejected;
     outcome.reason = absl::StrCat("expected_idle = ", absl::FormatDuration(*hints.expected_idle),
                                   " must be >= 0 and finite (the stop reason is taken)");
+  } else if (hints.expected_idle.has_value() && hints.last_turn) {
+    taken.expected_idle.reset();
+    outcome.result = HintOutcome::Result::kClipped;
+    outcome.reason = "expected_idle is not used with last_turn (no next request to wait for)";
   }
   Impl::CacheLock lock(I);
   KVTIER_ASSIGN_OR_RETURN(Impl::Sequence * seq, I.FindSeq(id));

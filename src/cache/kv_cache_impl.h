@@ -634,10 +634,11 @@ struct KvCache::Impl {
   // ---- eviction_candidates.cc: candidacy with each tier's policy, and making room.
 
   // Tells the policies that observe requests that `seq` (of a session) lets its written full
-  // blocks go at `now`, with what is known of its session's return. Before they are Added.
+  // blocks go at `now`, with what is known of its session's return (last_turn: none follows).
+  // Before they are Added.
   void ObserveRelease(const Sequence& seq, StopReason stop,
-                      const std::optional<absl::Duration>& expected_idle, absl::Time now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+                      const std::optional<absl::Duration>& expected_idle, absl::Time now,
+                      bool last_turn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // The blocks of each session's latest release or pause, for the session hints
   // (RetainSession, InvalidateSession). Bounded: the oldest sessions are forgotten first past
   // KvCache::kRememberedSessions sessions or kRememberedSessionBlocks keys in all.

@@ -195,6 +195,7 @@ kvtier_status_code kvtier_release_with_hints(kvtier_cache* cache, uint64_t id,
     h.stop_reason = static_cast<StopReason>(stop_reason);
     if (hints->has_expected_idle) h.expected_idle = absl::Nanoseconds(hints->expected_idle_ns);
     h.preempted = hints->preempted;
+    h.last_turn = hints->last_turn;
     absl::StatusOr<HintOutcome> r = cache->cache->Release(SequenceId(id), h);
     if (!r.ok()) return r.status();
     capi::ToHintOutcome(*r, outcome);

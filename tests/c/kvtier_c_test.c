@@ -686,6 +686,33 @@ static void CachingOff(const kvtier_namespace* ns) {
   kvtier_cache_destroy(cache);
 }
 
+/* last_turn reaches the cache: with an idle estimate beside it the estimate is not used
+ * (CLIPPED, the reason names last_turn); alone it is accepted. */
+static void LastTurn(const kvtier_namespace* ns) {
+  kvtier_error err;
+  kvtier_cache* cache = SmallCache(ns, 16, 0, 10 * 1000 * 1000 * 1000LL);
+  kvtier_sequence_options so;
+  kvtier_sequence_options_init(&so);
+  so.session = 7;
+  int32_t t[8];
+  Tokens(t, 8, 300);
+  Add(cache, 1, t, 8, 8, &so);
+  kvtier_release_hints hints = {KVTIER_STOP_END_TURN, true, 30 * 1000 * 1000 * 1000LL, false,
+                                true};
+  kvtier_hint_outcome outcome;
+  MUST(kvtier_release_with_hints(cache, 1, &hints, &outcome, &err));
+  CHECK_EQ(outcome.result, KVTIER_HINT_CLIPPED);
+  CHECK(strstr(outcome.reason, "last_turn") != NULL);
+  CHECK_EQ(outcome.blocks, 2);
+  Tokens(t, 8, 400);
+  Add(cache, 2, t, 8, 8, &so);
+  hints.has_expected_idle = false;
+  MUST(kvtier_release_with_hints(cache, 2, &hints, &outcome, &err));
+  CHECK_EQ(outcome.result, KVTIER_HINT_ACCEPTED);
+  MUST(kvtier_check_invariants(cache, &err));
+  kvtier_cache_destroy(cache);
+}
+
 /* A preempted release counts a preemption; the readmission's attach counts readmitted blocks,
  * not hits; another request's attach of the same blocks is a hit. */
 static void Preemption(const kvtier_namespace* ns) {
@@ -694,7 +721,7 @@ static void Preemption(const kvtier_namespace* ns) {
   int32_t t[13];
   Tokens(t, 13, 100);
   Add(cache, 1, t, 12, 12, NULL);
-  kvtier_release_hints hints = {KVTIER_STOP_UNKNOWN, false, 0, true};
+  kvtier_release_hints hints = {KVTIER_STOP_UNKNOWN, false, 0, true, false};
   kvtier_hint_outcome outcome;
   MUST(kvtier_release_with_hints(cache, 1, &hints, &outcome, &err));
   CHECK_EQ(Stats(cache).preemptions, 1);
@@ -832,7 +859,7 @@ int main(void) {
   CHECK_EQ(si.num_blocks, 4);
   CHECK_EQ(si.blocks_by_tier[KVTIER_TIER_HBM], 4);
   CHECK(!si.paused);
-  kvtier_release_hints hints = {KVTIER_STOP_TOOL_USE, true, 5 * 1000 * 1000 * 1000LL, false};
+  kvtier_release_hints hints = {KVTIER_STOP_TOOL_USE, true, 5 * 1000 * 1000 * 1000LL, false, false};
   kvtier_hint_outcome outcome;
   MUST(kvtier_release_with_hints(cache, 1, &hints, &outcome, &err));
   CHECK_EQ(outcome.result, KVTIER_HINT_ACCEPTED);
@@ -1158,6 +1185,7 @@ int main(void) {
   CachingOff(ns);
   AdapterEvents(ns);
   Preemption(ns);
+  LastTurn(ns);
   kvtier_namespace_destroy(ns);
   kvtier_namespace_destroy(NULL);
   kvtier_cache_destroy(NULL);

@@ -206,6 +206,14 @@ def test_release_hints_are_answered():
     assert out.result == kvtier.HintResult.REJECTED and out.reason
     with pytest.raises(kvtier.NotFoundError):
         cache.release(3, stop_reason=kvtier.StopReason.LENGTH)
+    # last_turn: the session sends nothing more; an idle estimate beside it is not used.
+    cache.create_sequence(4, session=43)
+    cache.append(4, tokens(40, seed=4))
+    cache.report_written(4, 40)
+    out = cache.release(4, stop_reason=kvtier.StopReason.END_TURN, expected_idle_s=30.0,
+                        last_turn=True)
+    assert out.result == kvtier.HintResult.CLIPPED and "last_turn" in out.reason
+    assert out.blocks == 2
 
 
 @pytest.mark.parametrize("by_value", [True, False])

@@ -790,6 +790,7 @@ absl::Status Simulation::Finish(int i, int64_t r) {
   if (o_.profile == ServeProfile::kKvtier && q.session != 0 &&
       o_.kvtier_hints != ServeHints::kNone) {
     hints.stop_reason = ToCacheStopReason(q.stop);
+    hints.last_turn = q.last_turn;
     const int64_t next = next_in_session_[static_cast<size_t>(r)];
     if (o_.kvtier_hints == ServeHints::kOracleIdle && next >= 0) {
       // When the session's next request arrives: its think time after this finish (closed

@@ -106,8 +106,9 @@ struct SchedulerOptions {
 };
 
 // What the kvtier profile tells its cache when a request of a session finishes (the cache-mode
-// replay's --hints, less pause): nothing, the stop reason, or the stop reason and the true time
-// to the session's next arrival as expected_idle (an ORACLE: from the trace, labelled so).
+// replay's --hints, less pause): nothing, the stop reason (with last_turn where the trace says
+// the client knows it), or those and the true time to the session's next arrival as
+// expected_idle (an ORACLE: from the trace, labelled so).
 enum class ServeHints : uint8_t { kNone = 0, kStopReason = 1, kOracleIdle = 2 };
 // "none", "stop-reason", "oracle-idle" (the --hints names), and back. Errors: kInvalidArgument
 // naming the choices (pause is the cache replay's alone).

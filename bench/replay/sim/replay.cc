@@ -598,6 +598,7 @@ absl::StatusOr<ReplayReport> RunReplay(const Trace& trace, const ReplayOptions& 
     ReleaseHints release;
     if (options.hints == HintMode::kStopReason || options.hints == HintMode::kOracleIdle) {
       release.stop_reason = ToCacheStopReason(q.stop);
+      release.last_turn = q.last_turn;
     }
     if (options.hints == HintMode::kOracleIdle && next_in_session[static_cast<size_t>(i)]) {
       release.expected_idle = absl::Seconds(*next_in_session[static_cast<size_t>(i)]);

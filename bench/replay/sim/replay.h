@@ -62,8 +62,9 @@ enum class HintMode : uint8_t {
   kNone = 0,        // Release, no signal
   kPause = 1,       // Pause after a kToolUse stop (expected idle 9 s, the traces' median after
                     // tool_use), Resume at the session's next request; else Release
-  kStopReason = 2,  // Release with the request's stop reason (ReleaseHints::stop_reason)
-  kOracleIdle = 3,  // Release with the stop reason and, as expected_idle, the true time to the
+  kStopReason = 2,  // Release with the request's stop reason (ReleaseHints::stop_reason), and
+                    // last_turn where the client knows no request follows (TraceRequest)
+  kOracleIdle = 3,  // Release as kStopReason and, as expected_idle, the true time to the
                     // session's next request: an ORACLE (no engine knows it), labelled so
 };
 // "none", "pause", "stop-reason", "oracle-idle".

@@ -46,6 +46,7 @@ struct RawSession {
   uint64_t session = 0;
   uint64_t id_space = 0;  // the file's index: sub-agents share their file's ids
   int64_t tool_tokens = 0;
+  bool subagent = false;
   std::vector<RawRequest> requests;
 };
 
@@ -156,6 +157,7 @@ absl::Status ParseSessionRequests(const json& requests, const std::string& path,
     if (!nested.ok()) return nested.status();
     RawSession subagent;
     subagent.session = loader.next_subagent_session++;
+    subagent.subagent = true;
     subagent.id_space = loader.sessions[session_index].id_space;
     subagent.tool_tokens = *tool_tokens;
     loader.sessions.push_back(std::move(subagent));
@@ -260,6 +262,9 @@ void EmitSession(const RawSession& session, int block_tokens, const ClaudeCodeOp
     request.output_tokens = raw.output_tokens;
     request.session = session.session;
     request.stop = raw.stop;
+    // A sub-agent's loop ends when its model stops without a tool call: its framework hands the
+    // result to the parent, so the client knows at release that no request follows.
+    request.last_turn = session.subagent && raw.stop == StopReason::kEndTurn;
     request.think_seconds = raw.think_seconds;
     request.block_ids.reserve(raw.local_ids.size() + 1);
     size_t shared = 0;

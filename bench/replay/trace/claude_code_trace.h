@@ -28,6 +28,8 @@
 //   numbered after the last file's, in load order (a file's sub-agents in entry order).
 //   arrival_seconds = the request's "t" plus the start of every enclosing sub-agent.
 // - stop: "tool_use" -> kToolUse, "end_turn" -> kEndTurn, anything else or absent -> kUnknown.
+//   last_turn: a sub-agent's kEndTurn (its loop ends there; no released file has a sub-agent
+//   request after one).
 //   think_seconds = "think_time" (0 when absent, as for a session's first request).
 // - requests of all sessions merged by arrival (a stable sort: ties keep load order).
 //

@@ -60,6 +60,9 @@ struct TraceRequest {
   uint64_t session = 0;
   // How this request ended (kUnknown where the trace does not say).
   StopReason stop = StopReason::kUnknown;
+  // The client knows at release that its session sends no further request (Claude Code: a
+  // sub-agent's end_turn). False where the trace does not say.
+  bool last_turn = false;
   // The client's pause before this request, seconds (Claude Code `think_time`; 0 if none). It
   // follows the previous request of the same session, whose `stop` says what kind it was.
   double think_seconds = 0;

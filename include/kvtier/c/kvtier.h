@@ -569,6 +569,9 @@ typedef struct kvtier_release_hints {
   /* The scheduler preempted the request (it comes back as a sequence created with
    * `readmission`): counted in kvtier_cache_stats.preemptions, whatever the outcome. */
   bool preempted;
+  /* The session sends no further request (a sub-agent's end_turn): its blocks go first
+   * (ReleaseHints::last_turn in kvtier/kv_cache.h). */
+  bool last_turn;
 } kvtier_release_hints;
 
 /* Bytes of kvtier_hint_outcome::reason, NUL included. */

@@ -168,6 +168,54 @@ TEST_F(SessionHintsTest, AVictimNotWorthRestoringIsDroppedNotDemoted) {
   }
 }
 
+// last_turn: the session sends nothing more. Its block goes first though younger (no data yet:
+// otherwise the oldest goes) and, not worth restoring, is dropped rather than demoted; without
+// the hint the older block of the other session is the victim, demoted to DRAM.
+TEST_F(SessionHintsTest, ALastTurnReleaseGoesFirstAndIsDropped) {
+  for (const bool last_turn : {true, false}) {
+    SCOPED_TRACE(last_turn ? "last_turn" : "no last_turn");
+    Make("reuse_index", /*hbm_blocks=*/16, /*dram_blocks=*/32);
+    const std::vector<int32_t> a = Iota(kB, 1000), b = Iota(kB, 2000);
+    RunWritten(1, /*session=*/7, a);
+    ReleaseWith(1, {.stop_reason = StopReason::kToolUse});
+    env_->clock().Advance(absl::Seconds(1));
+    RunWritten(2, /*session=*/8, b);
+    HintOutcome o = ReleaseWith(2, {.stop_reason = StopReason::kEndTurn, .last_turn = last_turn});
+    EXPECT_EQ(o.result, HintOutcome::Result::kAccepted);
+    env_->clock().Advance(absl::Seconds(1));
+    RunWritten(3, /*session=*/9, Iota(15 * kB, 5000));  // one slot short: one victim
+    const KvCacheStats stats = cache_->stats();
+    auto in_hbm = [&](const std::vector<int32_t>& p) {
+      auto l = cache_->Lookup(p);
+      EXPECT_TRUE(l.ok()) << l.status();
+      return l.ok() ? l->blocks_by_tier[0] : -1;
+    };
+    if (last_turn) {
+      EXPECT_EQ(Cached(b), 0) << "dropped";
+      EXPECT_EQ(in_hbm(a), 1);
+      EXPECT_EQ(stats.tiers[0].value_drops, 1);
+    } else {
+      EXPECT_EQ(in_hbm(b), 1);
+      EXPECT_EQ(in_hbm(a), 0);
+      EXPECT_EQ(Cached(a), kB) << "demoted to DRAM";
+      EXPECT_EQ(stats.tiers[0].value_drops, 0);
+    }
+    KVTIER_ASSERT_OK(cache_->Release(SequenceId(3)));
+  }
+}
+
+// An idle estimate given with last_turn is not used (no next request to wait for): kClipped.
+TEST_F(SessionHintsTest, AnIdleEstimateWithLastTurnIsClipped) {
+  Make("reuse_index");
+  RunWritten(1, /*session=*/7, Iota(2 * kB, 100));
+  HintOutcome o = ReleaseWith(1, {.stop_reason = StopReason::kEndTurn,
+                                  .expected_idle = absl::Seconds(30),
+                                  .last_turn = true});
+  EXPECT_EQ(o.result, HintOutcome::Result::kClipped);
+  EXPECT_NE(o.reason.find("last_turn"), std::string::npos) << o.reason;
+  EXPECT_EQ(o.blocks, 2);
+}
+
 TEST_F(SessionHintsTest, RetainKeepsAPrefixOverNewerBlocks) {
   for (const std::string policy : {"lru", "reuse_index"}) {
     Make(policy, /*hbm_blocks=*/8);

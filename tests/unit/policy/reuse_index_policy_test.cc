@@ -116,6 +116,53 @@ TEST(ReuseIndexPolicyTest, ABlockItsSessionMovedOnFromGoesFirst) {
   EXPECT_EQ(p->Victim(At(4)), Key(3));
 }
 
+// A release on the session's last turn (ReleaseHints::last_turn): its block goes first, before
+// an older one, with no chance of reuse; if the session comes back after all and releases
+// again without the hint, its blocks rank as any.
+TEST(ReuseIndexPolicyTest, ABlockReleasedOnTheLastTurnGoesFirst) {
+  auto p = Make();
+  Observe(*p, {Key(1)}, At(0), /*session=*/10);
+  p->ObserveRelease(
+      {.blocks = {Key(1)}, .now = At(0), .session = 10, .stop_reason = StopReason::kToolUse});
+  Observe(*p, {Key(3)}, At(1), /*session=*/11);
+  const std::vector<BlockKey> three = {Key(3)};
+  p->ObserveRelease({.blocks = three,
+                     .now = At(1),
+                     .session = 11,
+                     .stop_reason = StopReason::kEndTurn,
+                     .last_turn = true});
+  KVTIER_ASSERT_OK(p->Add(Key(1), {}, At(0)));
+  KVTIER_ASSERT_OK(p->Add(Key(3), {}, At(1)));
+  EXPECT_EQ(p->Victim(At(2)), Key(3));  // oldest-first would take block 1
+  EXPECT_EQ(p->ReuseChance(Key(3), absl::InfiniteDuration(), At(2)), 0.0);
+  EXPECT_NE(p->ReuseChance(Key(1), absl::InfiniteDuration(), At(2)), 0.0);
+  // Session 11 comes back with block 3 and lets it go again, without the hint.
+  KVTIER_ASSERT_OK(p->Remove(Key(3)));
+  Observe(*p, {Key(3)}, At(5), /*session=*/11);
+  p->ObserveRelease(
+      {.blocks = three, .now = At(6), .session = 11, .stop_reason = StopReason::kToolUse});
+  KVTIER_ASSERT_OK(p->Add(Key(3), {}, At(5)));
+  EXPECT_EQ(p->Victim(At(7)), Key(1));  // no data: oldest first again
+}
+
+// A block another session let go before (a shared prefix) keeps that session's rank when a
+// sub-agent releases it on its last turn: block 1 stays ranked by session 10's return.
+TEST(ReuseIndexPolicyTest, ALastTurnLeavesASharedBlockToTheOtherSession) {
+  auto p = Make();
+  const std::vector<BlockKey> shared = {Key(1)}, both = {Key(1), Key(2)};
+  Observe(*p, shared, At(0), /*session=*/10);
+  p->ObserveRelease(
+      {.blocks = shared, .now = At(0), .session = 10, .stop_reason = StopReason::kToolUse});
+  Observe(*p, both, At(1), /*session=*/11);
+  p->ObserveRelease({.blocks = both,
+                     .now = At(2),
+                     .session = 11,
+                     .stop_reason = StopReason::kEndTurn,
+                     .last_turn = true});
+  EXPECT_NE(p->ReuseChance(Key(1), absl::InfiniteDuration(), At(3)), 0.0);
+  EXPECT_EQ(p->ReuseChance(Key(2), absl::InfiniteDuration(), At(3)), 0.0);
+}
+
 // Equal ranks (no data yet: every index is 0): block 1 was accessed first (at 0) but released
 // last (at 5, a long request); block 2 accessed at 1 and released at 2. By default the block
 // accessed longest ago goes; with ties_by_release, the one released longest ago (hint-g's order).

@@ -57,14 +57,14 @@
 //               Sessions (ObserveRelease): a block a session let go is ranked by when the session
 //               comes back instead: -1 (first to go) once the session has sent a request that did
 //               not name it (it moved on: a compaction, a rewrite) or let it go with last_turn
-//               (no request follows; ReuseChance 0, and no birth in the tables below, so the
-//               stop reasons' return times are learned from sessions that go on; a block another
-//               session let go before keeps that one's rank: a shared prefix); otherwise the
-//               index of the release's class at the time since the release, from a life table
-//               whose births are releases and whose outcome is the time to the session's next
-//               request. Class:
-//               the stop reason; releases without an expected idle time learn apart from those
-//               with one (giving none may itself say something: an agent's last turn). A release
+//               and no request read it since (no request follows; ReuseChance 0, and no birth
+//               in the tables below, so the stop reasons' return times are learned from
+//               sessions that go on; a block another session let go before keeps that one's
+//               rank: a shared prefix); otherwise the index of the release's class at the time
+//               since the release, from a life table whose births are releases and whose
+//               outcome is the time to the session's next request. Class: the stop reason;
+//               releases without an expected idle time learn apart from those with one (giving
+//               none may itself say something: an agent's last turn). A release
 //               with an expected idle time E is also a birth in a table whose ages are in units
 //               of E (src/policy/scaled_life_table.h): an exact E puts every return at age E, and
 //               the index there is about 1 / (time left to E), the order of the true next use; a
@@ -136,7 +136,8 @@ struct ReleaseObservation {
   // A later request of the session started before this one let go (an agent's resumed turn
   // released once its successor attached): no return of its own to wait for.
   bool superseded = false;
-  // The caller says the session sends no further request (ReleaseHints::last_turn).
+  // The caller says the session sends no further request (ReleaseHints::last_turn); not taken
+  // with `superseded`.
   bool last_turn = false;
 };
 

@@ -236,8 +236,10 @@ struct ReleaseHints {
   // turn ends (kEndTurn: its result goes back to the parent agent) or a conversation is closed.
   // reuse_index ranks the released blocks first to go, as those of a session that moved on, and
   // gives them no reuse chance (so demote_by_value drops them rather than demote them); blocks
-  // another sequence holds or reads stay, a block another session released before (a shared
-  // prefix) keeps that session's rank, and a later request of the session is served as any.
+  // another sequence holds or reads stay, as does one a request reads after (any session's), a
+  // block another session released before (a shared prefix) keeps that session's rank, and a
+  // later request of the session is served as any. Not used for a preempted request, nor while
+  // a later request of the session is live (a superseded release).
   // lru and cost_aware ignore it. With an expected_idle too, the estimate is not used.
   bool last_turn = false;
 };
@@ -552,9 +554,10 @@ class KvCache {
   // blocks by when the session is expected back (reuse_index learns what each stop reason and
   // idle estimate is worth; lru and cost_aware ignore both). The release itself happens whatever
   // the hints are. Outcome: kAccepted; kRejected for a sequence without a session (nothing to
-  // tie the hint to) or an expected_idle that is negative or infinite (the stop reason is then
+  // tie the hint to) or an expected_idle that is negative or infinite (the other hints are then
   // still taken); kClipped for an expected_idle given with last_turn (the estimate is not used;
-  // last_turn is); blocks = the written full blocks released. Errors: as Release.
+  // last_turn is) and for last_turn given with preempted (last_turn is not used: the request
+  // comes back); blocks = the written full blocks released. Errors: as Release.
   absl::StatusOr<HintOutcome> Release(SequenceId id, const ReleaseHints& hints);
 
   // ---- Hints

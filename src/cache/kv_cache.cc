@@ -271,11 +271,18 @@ absl::StatusOr<HintOutcome> KvCache::Release(SequenceId id, const ReleaseHints& 
     taken.expected_idle.reset();
     outcome.result = HintOutcome::Result::kRejected;
     outcome.reason = absl::StrCat("expected_idle = ", absl::FormatDuration(*hints.expected_idle),
-                                  " must be >= 0 and finite (the stop reason is taken)");
-  } else if (hints.expected_idle.has_value() && hints.last_turn) {
+                                  " must be >= 0 and finite (the other hints are taken)");
+  } else if (hints.expected_idle.has_value() && hints.last_turn && !hints.preempted) {
     taken.expected_idle.reset();
     outcome.result = HintOutcome::Result::kClipped;
     outcome.reason = "expected_idle is not used with last_turn (no next request to wait for)";
+  }
+  if (hints.last_turn && hints.preempted) {  // it comes back as a readmission
+    taken.last_turn = false;
+    if (outcome.result == HintOutcome::Result::kAccepted) {
+      outcome.result = HintOutcome::Result::kClipped;
+      outcome.reason = "last_turn is not used for a preempted request (it comes back)";
+    }
   }
   Impl::CacheLock lock(I);
   KVTIER_ASSIGN_OR_RETURN(Impl::Sequence * seq, I.FindSeq(id));

@@ -125,18 +125,20 @@ class ReuseIndexPolicy final : public EvictionPolicy {
     Session& s = Touch(release.session, now);
     const int cls = SessionClassOf(release.stop_reason);
     const std::optional<absl::Duration>& idle = release.expected_idle;
-    const bool scaled = !release.last_turn && idle.has_value() && *idle >= absl::ZeroDuration() &&
+    // A later request of the session is live: the session is not ending, whatever it says.
+    const bool ends = release.last_turn && !release.superseded;
+    const bool scaled = !ends && idle.has_value() && *idle >= absl::ZeroDuration() &&
                         *idle < absl::InfiniteDuration();
     // One return per request: a release of an earlier request, after a later one started,
     // waits for no return of its own.
-    if (!release.superseded && release.last_turn) {
-      // No return to wait for, and none to learn: its blocks go first (MovedOn).
+    if (ends) {
+      // No return to wait for, and none to learn: its blocks go first (MovedOn). An earlier
+      // release still open did see the session back (this request came after it).
       if (s.released) Returned(s, now, /*came_back=*/false);
       s.released = false;
       s.ended_at = now;
     } else if (!release.superseded) {
       if (s.released) Returned(s, now, /*came_back=*/false);  // released again, no request
-      s.ended_at = absl::InfinitePast();  // it went on after all
       // A release with an estimate is a birth in the estimated and the scaled tables, so either
       // can rank it (EstimateHelps decides which); one without, in the session table.
       s.release_birth = (scaled ? estimated_table_ : session_table_).Birth(cls, now);
@@ -156,7 +158,7 @@ class ReuseIndexPolicy final : public EvictionPolicy {
         Access(key, r, now);
       }
       // A block another session let go too (a shared prefix) waits for that one's return.
-      if (release.last_turn && r.session != 0 && r.session != release.session) continue;
+      if (ends && r.session != 0 && r.session != release.session) continue;
       r.session = release.session;
       r.session_cls = static_cast<uint8_t>(cls);
       r.idle_scale = scaled ? *idle : absl::ZeroDuration();
@@ -339,11 +341,13 @@ class ReuseIndexPolicy final : public EvictionPolicy {
   bool Older(const Record& a, const Record& b) const { return TieTime(a) < TieTime(b); }
 
   // The session that let block `r` go sent a request since, without it: it moved on.
-  // The block's session sent a request without it since, or let it go on its last turn.
+  // The block's session sent a request without it since, or let it go on its last turn and no
+  // request (of any session) read it after.
   bool MovedOn(const Record& r) const {
     auto s = sessions_.find(r.session);
     return s != sessions_.end() &&
-           (s->second.last_request > r.last_access || s->second.ended_at >= r.released_at);
+           (s->second.last_request > r.last_access ||
+            s->second.ended_at >= std::max(r.released_at, r.last_access));
   }
 
   double Rank(const Record& r, absl::Time now) const {

@@ -63,7 +63,7 @@ extern "C" {
 #endif
 
 /* Bumped on any incompatible change of a struct or a function of this header. */
-#define KVTIER_C_ABI_VERSION 2
+#define KVTIER_C_ABI_VERSION 3
 /* KVTIER_C_ABI_VERSION of the library linked in (compare with the header's). Never fails. */
 uint32_t kvtier_c_abi_version(void);
 
@@ -585,7 +585,8 @@ typedef struct kvtier_hint_outcome {
 
 /* Release with hints; the release happens whatever the hints are. A hint the cache cannot use
  * (a sequence without a session, a negative idle) is answered REJECTED in `outcome` (may be
- * NULL), not as an error. Errors: as kvtier_release, and INVALID_ARGUMENT for a null hints. */
+ * NULL), not as an error; one taken in part (an idle estimate beside last_turn, last_turn on a
+ * preempted request) CLIPPED. Errors: as kvtier_release, and INVALID_ARGUMENT for a null hints. */
 kvtier_status_code kvtier_release_with_hints(kvtier_cache* cache, uint64_t id,
                                              const kvtier_release_hints* hints,
                                              kvtier_hint_outcome* outcome, kvtier_error* error);
@@ -630,8 +631,8 @@ kvtier_status_code kvtier_retain_prefix(kvtier_cache* cache, const int32_t* toke
                                         kvtier_hint_outcome* outcome, kvtier_error* error);
 /* Drops the blocks of tokens from block from_token / tokens_per_block on, from every tier, where
  * nobody holds them and no cached child outside them needs them (KvCache::InvalidatePrefix: a
- * child with a copy in any tier keeps its parent's last copy). from_token < 0 is REJECTED in `outcome`. Errors: INVALID_ARGUMENT for bad
- * extras. */
+ * child with a copy in any tier keeps its parent's last copy). from_token < 0 is REJECTED in
+ * `outcome`. Errors: INVALID_ARGUMENT for bad extras. */
 kvtier_status_code kvtier_invalidate_prefix(kvtier_cache* cache, const int32_t* tokens,
                                             size_t num_tokens, int64_t from_token,
                                             const kvtier_sequence_options* identity,

@@ -170,18 +170,26 @@ TEST_F(SessionHintsTest, AVictimNotWorthRestoringIsDroppedNotDemoted) {
 
 // last_turn: the session sends nothing more. Its block goes first though younger (no data yet:
 // otherwise the oldest goes) and, not worth restoring, is dropped rather than demoted; without
-// the hint the older block of the other session is the victim, demoted to DRAM.
+// the hint, or with it on a preempted request (which comes back: kClipped), the older block of
+// the other session is the victim, demoted to DRAM.
 TEST_F(SessionHintsTest, ALastTurnReleaseGoesFirstAndIsDropped) {
-  for (const bool last_turn : {true, false}) {
-    SCOPED_TRACE(last_turn ? "last_turn" : "no last_turn");
+  for (const int mode : {0, 1, 2}) {
+    const bool last_turn = mode == 0;
+    SCOPED_TRACE(mode == 0 ? "last_turn" : mode == 1 ? "no hint" : "last_turn, preempted");
     Make("reuse_index", /*hbm_blocks=*/16, /*dram_blocks=*/32);
     const std::vector<int32_t> a = Iota(kB, 1000), b = Iota(kB, 2000);
     RunWritten(1, /*session=*/7, a);
     ReleaseWith(1, {.stop_reason = StopReason::kToolUse});
     env_->clock().Advance(absl::Seconds(1));
     RunWritten(2, /*session=*/8, b);
-    HintOutcome o = ReleaseWith(2, {.stop_reason = StopReason::kEndTurn, .last_turn = last_turn});
-    EXPECT_EQ(o.result, HintOutcome::Result::kAccepted);
+    HintOutcome o = ReleaseWith(2, {.stop_reason = StopReason::kEndTurn,
+                                    .preempted = mode == 2,
+                                    .last_turn = mode != 1});
+    EXPECT_EQ(o.result,
+              mode == 2 ? HintOutcome::Result::kClipped : HintOutcome::Result::kAccepted);
+    if (mode == 2) {
+      EXPECT_NE(o.reason.find("preempted"), std::string::npos) << o.reason;
+    }
     env_->clock().Advance(absl::Seconds(1));
     RunWritten(3, /*session=*/9, Iota(15 * kB, 5000));  // one slot short: one victim
     const KvCacheStats stats = cache_->stats();

@@ -2,6 +2,7 @@
 // oldest-first cold start, the parent-follows rule and the interface's errors.
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -146,21 +147,72 @@ TEST(ReuseIndexPolicyTest, ABlockReleasedOnTheLastTurnGoesFirst) {
 }
 
 // A block another session let go before (a shared prefix) keeps that session's rank when a
-// sub-agent releases it on its last turn: block 1 stays ranked by session 10's return.
+// sub-agent releases it on its last turn. Blocks 5 (session 12, accessed at 0) and 1 (session 10,
+// then read by 11 at 1) are candidates; with no data both rank 0 and the older, 5, goes first.
+// Were 1 ranked as session 11's last turn (-1), it would go first.
 TEST(ReuseIndexPolicyTest, ALastTurnLeavesASharedBlockToTheOtherSession) {
   auto p = Make();
-  const std::vector<BlockKey> shared = {Key(1)}, both = {Key(1), Key(2)};
-  Observe(*p, shared, At(0), /*session=*/10);
+  const std::vector<BlockKey> five = {Key(5)}, shared = {Key(1)}, both = {Key(1), Key(2)};
+  Observe(*p, five, At(0), /*session=*/12);
   p->ObserveRelease(
-      {.blocks = shared, .now = At(0), .session = 10, .stop_reason = StopReason::kToolUse});
+      {.blocks = five, .now = At(0), .session = 12, .stop_reason = StopReason::kToolUse});
+  Observe(*p, shared, At(0.5), /*session=*/10);
+  p->ObserveRelease(
+      {.blocks = shared, .now = At(0.5), .session = 10, .stop_reason = StopReason::kToolUse});
   Observe(*p, both, At(1), /*session=*/11);
   p->ObserveRelease({.blocks = both,
                      .now = At(2),
                      .session = 11,
                      .stop_reason = StopReason::kEndTurn,
                      .last_turn = true});
-  EXPECT_NE(p->ReuseChance(Key(1), absl::InfiniteDuration(), At(3)), 0.0);
+  KVTIER_ASSERT_OK(p->Add(Key(5), {}, At(0)));
+  KVTIER_ASSERT_OK(p->Add(Key(1), {}, At(1)));
+  EXPECT_EQ(p->Victim(At(3)), Key(5));
   EXPECT_EQ(p->ReuseChance(Key(2), absl::InfiniteDuration(), At(3)), 0.0);
+}
+
+// A block a request reads after a last_turn release (another session's prompt sharing it, or one
+// with no session, which releases nothing the policy sees) is wanted again: it no longer goes
+// first. Block 3 was released on session 11's last turn at 1, then read at 2; block 1 (session
+// 10, accessed at 0) is older, so it goes first.
+TEST(ReuseIndexPolicyTest, AReadAfterTheLastTurnKeepsTheBlock) {
+  auto p = Make();
+  const std::vector<BlockKey> one = {Key(1)}, three = {Key(3)};
+  Observe(*p, one, At(0), /*session=*/10);
+  p->ObserveRelease(
+      {.blocks = one, .now = At(0), .session = 10, .stop_reason = StopReason::kToolUse});
+  Observe(*p, three, At(0.5), /*session=*/11);
+  p->ObserveRelease({.blocks = three,
+                     .now = At(1),
+                     .session = 11,
+                     .stop_reason = StopReason::kEndTurn,
+                     .last_turn = true});
+  KVTIER_ASSERT_OK(p->Add(Key(1), {}, At(0)));
+  KVTIER_ASSERT_OK(p->Add(Key(3), {}, At(0.5)));
+  EXPECT_EQ(p->Victim(At(1.5)), Key(3));
+  Observe(*p, three, At(2));  // no session
+  EXPECT_EQ(p->Victim(At(3)), Key(1));
+  EXPECT_NE(p->ReuseChance(Key(3), absl::InfiniteDuration(), At(3)), std::optional<double>(0.0));
+}
+
+// last_turn on a superseded release (a later request of the session is live) is not taken: the
+// session is not ending. Block 3 then ranks as any (0 with no data), and the older block 1 goes.
+TEST(ReuseIndexPolicyTest, ASupersededLastTurnIsNotTaken) {
+  auto p = Make();
+  const std::vector<BlockKey> one = {Key(1)}, three = {Key(3)};
+  Observe(*p, one, At(0), /*session=*/10);
+  p->ObserveRelease(
+      {.blocks = one, .now = At(0), .session = 10, .stop_reason = StopReason::kToolUse});
+  Observe(*p, three, At(0.5), /*session=*/11);
+  p->ObserveRelease({.blocks = three,
+                     .now = At(1),
+                     .session = 11,
+                     .stop_reason = StopReason::kEndTurn,
+                     .superseded = true,
+                     .last_turn = true});
+  KVTIER_ASSERT_OK(p->Add(Key(1), {}, At(0)));
+  KVTIER_ASSERT_OK(p->Add(Key(3), {}, At(0.5)));
+  EXPECT_EQ(p->Victim(At(2)), Key(1));
 }
 
 // Equal ranks (no data yet: every index is 0): block 1 was accessed first (at 0) but released

@@ -108,6 +108,32 @@ TEST(ClaudeCodeTraceTest, LoadsASessionWithASubagent) {
   EXPECT_EQ(s1.stop, StopReason::kUnknown);
   EXPECT_EQ(s1.think_seconds, 1);
   EXPECT_THAT(s1.block_ids, ElementsAre(kShared | 0));
+  // last_turn is a sub-agent's end_turn only: a main session's end_turn waits for its human.
+  EXPECT_FALSE(r0.last_turn);
+  EXPECT_FALSE(r1.last_turn);
+  EXPECT_FALSE(s0.last_turn);
+  EXPECT_FALSE(s1.last_turn);
+}
+
+// A sub-agent's end_turn ends it (its result goes back to the parent): last_turn.
+TEST(ClaudeCodeTraceTest, ASubagentsEndTurnIsItsLastTurn) {
+  json subagent{{"t", 9.0},
+                {"type", "subagent"},
+                {"duration_ms", 5000},
+                {"tool_tokens", 64},
+                {"requests", {Request(0, 100, {10}), Request(3, 100, {10, 11}, "end_turn")}}};
+  const json doc = Session(
+      128, {Request(0, 200, {1, 2, 3}), subagent, Request(10, 256, {1, 2, 3, 4}, "end_turn")});
+  kvtier::testing::TempDir dir;
+  KVTIER_ASSERT_OK_AND_ASSIGN(const Trace trace,
+                              LoadClaudeCodeTraces(Write(dir, "s.json", doc.dump())));
+  ASSERT_EQ(trace.requests.size(), 4u);
+  std::vector<std::pair<uint64_t, bool>> got;
+  for (const TraceRequest& r : trace.requests) got.emplace_back(r.session, r.last_turn);
+  EXPECT_THAT(got, ElementsAre(std::pair<uint64_t, bool>{1, false},
+                               std::pair<uint64_t, bool>{2, false},
+                               std::pair<uint64_t, bool>{2, true},
+                               std::pair<uint64_t, bool>{1, false}));
 }
 
 TEST(ClaudeCodeTraceTest, ADirectoryRunsItsSessionsConcurrently) {

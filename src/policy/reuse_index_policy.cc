@@ -131,14 +131,14 @@ class ReuseIndexPolicy final : public EvictionPolicy {
                         *idle < absl::InfiniteDuration();
     // One return per request: a release of an earlier request, after a later one started,
     // waits for no return of its own.
+    if (!release.superseded && s.released) {
+      Returned(s, now, /*came_back=*/false);  // released again, no request between
+    }
     if (ends) {
-      // No return to wait for, and none to learn: its blocks go first (MovedOn). An earlier
-      // release still open did see the session back (this request came after it).
-      if (s.released) Returned(s, now, /*came_back=*/false);
+      // No return to wait for, and none to learn: its blocks go first (MovedOn).
       s.released = false;
       s.ended_at = now;
     } else if (!release.superseded) {
-      if (s.released) Returned(s, now, /*came_back=*/false);  // released again, no request
       // A release with an estimate is a birth in the estimated and the scaled tables, so either
       // can rank it (EstimateHelps decides which); one without, in the session table.
       s.release_birth = (scaled ? estimated_table_ : session_table_).Birth(cls, now);

@@ -340,9 +340,8 @@ class ReuseIndexPolicy final : public EvictionPolicy {
   }
   bool Older(const Record& a, const Record& b) const { return TieTime(a) < TieTime(b); }
 
-  // The session that let block `r` go sent a request since, without it: it moved on.
-  // The block's session sent a request without it since, or let it go on its last turn and no
-  // request (of any session) read it after.
+  // The block's session moved on: it sent a request without the block since, or let it go on its
+  // last turn and no request (of any session) read it after.
   bool MovedOn(const Record& r) const {
     auto s = sessions_.find(r.session);
     return s != sessions_.end() &&

@@ -20,8 +20,8 @@ namespace kvtier::testing {
 
 // LRU; `log` gets "add K@T", "touch K", "remove K", "victim K" (K = key.hi, T = seconds since
 // the epoch) and, when constructed with observes = true (then observes_requests() is true),
-// "request S blocks N" and "release S stop R[ superseded]" (S the session, R the StopReason as
-// an int). traits_of_last_add keeps what the last Add was given.
+// "request S blocks N" and "release S stop R[ superseded][ last_turn]" (S the session, R the
+// StopReason as an int). traits_of_last_add keeps what the last Add was given.
 class LoggingLru final : public EvictionPolicy {
  public:
   explicit LoggingLru(bool observes = false) : observes_(observes) {}
@@ -32,9 +32,9 @@ class LoggingLru final : public EvictionPolicy {
     log.push_back(absl::StrCat("request ", request.session, " blocks ", request.blocks.size()));
   }
   void ObserveRelease(const ReleaseObservation& release) override {
-    log.push_back(absl::StrCat("release ", release.session, " stop ",
-                               static_cast<int>(release.stop_reason),
-                               release.superseded ? " superseded" : ""));
+    log.push_back(absl::StrCat(
+        "release ", release.session, " stop ", static_cast<int>(release.stop_reason),
+        release.superseded ? " superseded" : "", release.last_turn ? " last_turn" : ""));
   }
   absl::Status Add(const BlockKey& key, const BlockTraits& traits, absl::Time now) override {
     log.push_back(absl::StrCat("add ", key.hi, "@", absl::ToUnixSeconds(now)));

@@ -8,8 +8,8 @@
 //       [--hints stop-reason,none]
 // The second form is policy_lab_agentic.py's release model on the workload that script builds
 // (release_model.h; export_release_workload.py writes FILE), each policy once per --hints value:
-// stop-reason passes each release's stop reason, none passes kUnknown (the script's
-// hint-g-nostop control).
+// stop-reason passes each release's stop reason and last_turn, none passes kUnknown and no
+// last_turn (the script's hint-g-nostop control).
 // Exit code 2 for bad input, 1 for a failed simulation.
 #include <cstdint>
 #include <filesystem>

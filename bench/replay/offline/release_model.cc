@@ -67,6 +67,9 @@ absl::Status ParseRequest(absl::string_view line, const std::string& where, int6
   if (!session.ok()) return session.status();
   absl::StatusOr<StopReason> stop = ParseStop(record, where);
   if (!stop.ok()) return stop.status();
+  // Optional: files written before the field existed, and by other tools, mean no last turns.
+  absl::StatusOr<bool> last_turn = OptionalBoolField(record, where, "last_turn", false);
+  if (!last_turn.ok()) return last_turn.status();
   absl::StatusOr<int64_t> input = IntField(record, where, "in", 1, kMaxTraceTokens);
   if (!input.ok()) return input.status();
   absl::StatusOr<std::vector<uint64_t>> ids = IdArrayField(record, where, "ids");
@@ -86,6 +89,7 @@ absl::Status ParseRequest(absl::string_view line, const std::string& where, int6
   request.input_tokens = *input;
   request.session = static_cast<uint64_t>(*session);
   request.stop = *stop;
+  request.last_turn = *last_turn;
   request.block_ids = *std::move(ids);
   if (*input % block_tokens != 0) {
     request.block_ids.push_back(kReleaseTailIdBase + w.trace.requests.size());
@@ -195,7 +199,8 @@ class ReleaseSimulator {
                              .stop_reason = options_.stop_reasons ? ToCacheStopReason(request.stop)
                                                                   : kvtier::StopReason::kUnknown,
                              .expected_idle = std::nullopt,
-                             .superseded = latest_[request.session] != r});
+                             .superseded = latest_[request.session] != r,
+                             .last_turn = options_.stop_reasons && request.last_turn});
     }
     released_.clear();
     for (int64_t j = n - 1; j >= 0; --j) {  // leaf -> root, as the script releases

@@ -18,8 +18,9 @@
 //   - finish of r: each block is held once less. A policy that observes_requests() is given the
 //     release (ObserveRelease: the blocks, the session, the stop reason, or kUnknown for all when
 //     stop_reasons is false; no expected idle; superseded when a later request of the session
-//     has arrived). Every block no running request holds any more is released: cached (uses 1)
-//     if it was not, unpinned if it was, last use = the finish. Then, while more than
+//     has arrived; the line's last_turn, false when stop_reasons is false). Every block no
+//     running request holds any more is released: cached (uses 1) if it was not, unpinned if it
+//     was, last use = the finish. Then, while more than
 //     capacity_blocks released blocks are cached, the policy's Victim(now) is evicted.
 // Candidates and traits are KvCache's, by the same code (sim_tier.h): a cached, unpinned block
 // with no cached child. Hit ratio = hit blocks x block_tokens / input tokens.
@@ -27,7 +28,8 @@
 // File format (JSON Lines). The first line is {"block_tokens": B} (B in [1, 2^20]); each further
 // line one request, in arrival order:
 //   {"arrival": s, "finish": s > arrival, "session": n >= 1, "stop": "tool_use" | "end_turn" |
-//    "unknown", "in": input tokens >= 1, "ids": [...]}
+//    "unknown", "in": input tokens >= 1, "ids": [...], "last_turn": true | false (optional,
+//    false when absent: the session sends no further request, ReleaseHints::last_turn)}
 // with one id per *full* block (floor(in / B) of them), each naming its whole prefix (an id is
 // always at the same position after the same id), ids < 2^62. Blank lines are skipped.
 //
@@ -61,15 +63,16 @@ struct ReleaseModelWorkload {
 // The workload at `path`. Errors: those of ForEachTraceLine (kNotFound, ...); kInvalidArgument
 // naming the line and field for a line that is not an object of the fields above, a value out of
 // range, an arrival before the line before's, a finish not after the arrival (as absl::Time:
-// UnixEpoch + seconds), an unknown stop, an ids count other than floor(in / B), an id >= 2^62, a
-// missing or bad header, or no requests. Ids that do not name prefixes are found by
-// SimulateReleaseModel (BuildBlockChains).
+// UnixEpoch + seconds), an unknown stop, a last_turn that is not a boolean, an ids count other
+// than floor(in / B), an id >= 2^62, a missing or bad header, or no requests. Ids that do not
+// name prefixes are found by SimulateReleaseModel (BuildBlockChains).
 absl::StatusOr<ReleaseModelWorkload> LoadReleaseModelWorkload(const std::string& path);
 
 struct ReleaseModelOptions {
   int64_t capacity_blocks = 0;                          // >= 0
   int64_t bytes_per_token = DefaultSimBytesPerToken();  // > 0: BlockTraits::bytes per token
-  bool stop_reasons = true;  // false: every release says kUnknown (the hint-free control)
+  // false: every release says kUnknown and no last_turn (the hint-free control)
+  bool stop_reasons = true;
 };
 
 // The hits of `policy` (which should start empty) under the release model, as a BoundResult

@@ -104,6 +104,14 @@ absl::StatusOr<double> NumberField(const json& object, absl::string_view where,
   return d;
 }
 
+absl::StatusOr<bool> OptionalBoolField(const json& object, absl::string_view where,
+                                       absl::string_view field, bool absent) {
+  const auto it = object.find(std::string_view(field.data(), field.size()));
+  if (it == object.end()) return absent;
+  if (!it->is_boolean()) return BadValue(where, field, "must be true or false", *it);
+  return it->get<bool>();
+}
+
 absl::StatusOr<std::string> StringField(const json& object, absl::string_view where,
                                         absl::string_view field) {
   absl::StatusOr<const json*> value = RequiredField(object, where, field);

@@ -48,6 +48,11 @@ absl::StatusOr<int64_t> IntField(const nlohmann::json& object, absl::string_view
 absl::StatusOr<double> NumberField(const nlohmann::json& object, absl::string_view where,
                                    absl::string_view field, double min);
 
+// A boolean, or `absent` where the field is missing; anything else is an error ("must be true or
+// false, got 1").
+absl::StatusOr<bool> OptionalBoolField(const nlohmann::json& object, absl::string_view where,
+                                       absl::string_view field, bool absent);
+
 // A string.
 absl::StatusOr<std::string> StringField(const nlohmann::json& object, absl::string_view where,
                                         absl::string_view field);

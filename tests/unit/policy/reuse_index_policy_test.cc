@@ -26,6 +26,24 @@ void Observe(EvictionPolicy& p, std::vector<BlockKey> blocks, absl::Time now,
   p.ObserveRequest({.blocks = blocks, .now = now, .session = session});
 }
 
+// What an agent's turn shows the policy: `session` reads `blocks` at `read` and lets them go at
+// `release` with `stop` and the given hints.
+struct ReleaseHintsForTest {  // in ReleaseObservation's order
+  bool superseded = false;
+  bool last_turn = false;
+};
+void ReadAndRelease(EvictionPolicy& p, const std::vector<BlockKey>& blocks, uint64_t session,
+                    double read, double release, StopReason stop = StopReason::kToolUse,
+                    ReleaseHintsForTest hints = {}) {
+  p.ObserveRequest({.blocks = blocks, .now = At(read), .session = session});
+  p.ObserveRelease({.blocks = blocks,
+                    .now = At(release),
+                    .session = session,
+                    .stop_reason = stop,
+                    .superseded = hints.superseded,
+                    .last_turn = hints.last_turn});
+}
+
 std::unique_ptr<EvictionPolicy> Make(int sample_size = 0) {
   auto p = MakeReuseIndexPolicy({.sample_size = sample_size});
   EXPECT_TRUE(p.ok()) << p.status();
@@ -101,14 +119,8 @@ TEST(ReuseIndexPolicyTest, LearnsWhichClassComesBack) {
 // block goes first, before older blocks of sessions still away.
 TEST(ReuseIndexPolicyTest, ABlockItsSessionMovedOnFromGoesFirst) {
   auto p = Make();
-  auto release = [&](std::vector<BlockKey> blocks, uint64_t session, double t) {
-    p->ObserveRelease(
-        {.blocks = blocks, .now = At(t), .session = session, .stop_reason = StopReason::kToolUse});
-  };
-  Observe(*p, {Key(1), Key(2)}, At(0), /*session=*/10);
-  release({Key(1), Key(2)}, 10, 0);
-  Observe(*p, {Key(3)}, At(1), /*session=*/11);
-  release({Key(3)}, 11, 1);
+  ReadAndRelease(*p, {Key(1), Key(2)}, /*session=*/10, /*read=*/0, /*release=*/0);
+  ReadAndRelease(*p, {Key(3)}, /*session=*/11, /*read=*/1, /*release=*/1);
   KVTIER_ASSERT_OK(p->Add(Key(2), Child(Key(1)), At(0)));
   KVTIER_ASSERT_OK(p->Add(Key(3), {}, At(1)));
   EXPECT_EQ(p->Victim(At(2)), Key(2));  // no data: oldest first
@@ -122,16 +134,9 @@ TEST(ReuseIndexPolicyTest, ABlockItsSessionMovedOnFromGoesFirst) {
 // again without the hint, its blocks rank as any.
 TEST(ReuseIndexPolicyTest, ABlockReleasedOnTheLastTurnGoesFirst) {
   auto p = Make();
-  Observe(*p, {Key(1)}, At(0), /*session=*/10);
-  p->ObserveRelease(
-      {.blocks = {Key(1)}, .now = At(0), .session = 10, .stop_reason = StopReason::kToolUse});
-  Observe(*p, {Key(3)}, At(1), /*session=*/11);
-  const std::vector<BlockKey> three = {Key(3)};
-  p->ObserveRelease({.blocks = three,
-                     .now = At(1),
-                     .session = 11,
-                     .stop_reason = StopReason::kEndTurn,
-                     .last_turn = true});
+  ReadAndRelease(*p, {Key(1)}, /*session=*/10, /*read=*/0, /*release=*/0);
+  ReadAndRelease(*p, {Key(3)}, /*session=*/11, /*read=*/1, /*release=*/1, StopReason::kEndTurn,
+                 {.last_turn = true});
   KVTIER_ASSERT_OK(p->Add(Key(1), {}, At(0)));
   KVTIER_ASSERT_OK(p->Add(Key(3), {}, At(1)));
   EXPECT_EQ(p->Victim(At(2)), Key(3));  // oldest-first would take block 1
@@ -139,9 +144,7 @@ TEST(ReuseIndexPolicyTest, ABlockReleasedOnTheLastTurnGoesFirst) {
   EXPECT_NE(p->ReuseChance(Key(1), absl::InfiniteDuration(), At(2)), 0.0);
   // Session 11 comes back with block 3 and lets it go again, without the hint.
   KVTIER_ASSERT_OK(p->Remove(Key(3)));
-  Observe(*p, {Key(3)}, At(5), /*session=*/11);
-  p->ObserveRelease(
-      {.blocks = three, .now = At(6), .session = 11, .stop_reason = StopReason::kToolUse});
+  ReadAndRelease(*p, {Key(3)}, /*session=*/11, /*read=*/5, /*release=*/6);
   KVTIER_ASSERT_OK(p->Add(Key(3), {}, At(5)));
   EXPECT_EQ(p->Victim(At(7)), Key(1));  // no data: oldest first again
 }
@@ -152,19 +155,10 @@ TEST(ReuseIndexPolicyTest, ABlockReleasedOnTheLastTurnGoesFirst) {
 // Were 1 ranked as session 11's last turn (-1), it would go first.
 TEST(ReuseIndexPolicyTest, ALastTurnLeavesASharedBlockToTheOtherSession) {
   auto p = Make();
-  const std::vector<BlockKey> five = {Key(5)}, shared = {Key(1)}, both = {Key(1), Key(2)};
-  Observe(*p, five, At(0), /*session=*/12);
-  p->ObserveRelease(
-      {.blocks = five, .now = At(0), .session = 12, .stop_reason = StopReason::kToolUse});
-  Observe(*p, shared, At(0.5), /*session=*/10);
-  p->ObserveRelease(
-      {.blocks = shared, .now = At(0.5), .session = 10, .stop_reason = StopReason::kToolUse});
-  Observe(*p, both, At(1), /*session=*/11);
-  p->ObserveRelease({.blocks = both,
-                     .now = At(2),
-                     .session = 11,
-                     .stop_reason = StopReason::kEndTurn,
-                     .last_turn = true});
+  ReadAndRelease(*p, {Key(5)}, /*session=*/12, /*read=*/0, /*release=*/0);
+  ReadAndRelease(*p, {Key(1)}, /*session=*/10, /*read=*/0.5, /*release=*/0.5);
+  ReadAndRelease(*p, {Key(1), Key(2)}, /*session=*/11, /*read=*/1, /*release=*/2,
+                 StopReason::kEndTurn, {.last_turn = true});
   KVTIER_ASSERT_OK(p->Add(Key(5), {}, At(0)));
   KVTIER_ASSERT_OK(p->Add(Key(1), {}, At(1)));
   EXPECT_EQ(p->Victim(At(3)), Key(5));
@@ -177,20 +171,13 @@ TEST(ReuseIndexPolicyTest, ALastTurnLeavesASharedBlockToTheOtherSession) {
 // 10, accessed at 0) is older, so it goes first.
 TEST(ReuseIndexPolicyTest, AReadAfterTheLastTurnKeepsTheBlock) {
   auto p = Make();
-  const std::vector<BlockKey> one = {Key(1)}, three = {Key(3)};
-  Observe(*p, one, At(0), /*session=*/10);
-  p->ObserveRelease(
-      {.blocks = one, .now = At(0), .session = 10, .stop_reason = StopReason::kToolUse});
-  Observe(*p, three, At(0.5), /*session=*/11);
-  p->ObserveRelease({.blocks = three,
-                     .now = At(1),
-                     .session = 11,
-                     .stop_reason = StopReason::kEndTurn,
-                     .last_turn = true});
+  ReadAndRelease(*p, {Key(1)}, /*session=*/10, /*read=*/0, /*release=*/0);
+  ReadAndRelease(*p, {Key(3)}, /*session=*/11, /*read=*/0.5, /*release=*/1, StopReason::kEndTurn,
+                 {.last_turn = true});
   KVTIER_ASSERT_OK(p->Add(Key(1), {}, At(0)));
   KVTIER_ASSERT_OK(p->Add(Key(3), {}, At(0.5)));
   EXPECT_EQ(p->Victim(At(1.5)), Key(3));
-  Observe(*p, three, At(2));  // no session
+  Observe(*p, {Key(3)}, At(2));  // no session
   EXPECT_EQ(p->Victim(At(3)), Key(1));
   EXPECT_NE(p->ReuseChance(Key(3), absl::InfiniteDuration(), At(3)), std::optional<double>(0.0));
 }
@@ -199,17 +186,9 @@ TEST(ReuseIndexPolicyTest, AReadAfterTheLastTurnKeepsTheBlock) {
 // session is not ending. Block 3 then ranks as any (0 with no data), and the older block 1 goes.
 TEST(ReuseIndexPolicyTest, ASupersededLastTurnIsNotTaken) {
   auto p = Make();
-  const std::vector<BlockKey> one = {Key(1)}, three = {Key(3)};
-  Observe(*p, one, At(0), /*session=*/10);
-  p->ObserveRelease(
-      {.blocks = one, .now = At(0), .session = 10, .stop_reason = StopReason::kToolUse});
-  Observe(*p, three, At(0.5), /*session=*/11);
-  p->ObserveRelease({.blocks = three,
-                     .now = At(1),
-                     .session = 11,
-                     .stop_reason = StopReason::kEndTurn,
-                     .superseded = true,
-                     .last_turn = true});
+  ReadAndRelease(*p, {Key(1)}, /*session=*/10, /*read=*/0, /*release=*/0);
+  ReadAndRelease(*p, {Key(3)}, /*session=*/11, /*read=*/0.5, /*release=*/1, StopReason::kEndTurn,
+                 {.superseded = true, .last_turn = true});
   KVTIER_ASSERT_OK(p->Add(Key(1), {}, At(0)));
   KVTIER_ASSERT_OK(p->Add(Key(3), {}, At(0.5)));
   EXPECT_EQ(p->Victim(At(2)), Key(1));

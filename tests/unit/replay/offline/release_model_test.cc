@@ -127,6 +127,29 @@ TEST(ReleaseModelTest, AReleaseAfterTheSessionsNextArrivalIsSuperseded) {
                           "release 7 stop 1", "add 1@3"));
 }
 
+TEST(ReleaseModelTest, ALastTurnIsPassedOnWithTheStopReasons) {
+  ReleaseModelWorkload w = HandWorkload();
+  w.trace.requests[2].last_turn = true;  // R2, session 1's end_turn: nothing of session 1 follows
+  for (const bool stop_reasons : {true, false}) {
+    LoggingLru policy(/*observes=*/true);
+    KVTIER_ASSERT_OK(
+        SimulateReleaseModel(w, policy, {.capacity_blocks = 2, .stop_reasons = stop_reasons})
+            .status());
+    std::vector<std::string> releases;
+    for (const std::string& line : policy.log) {
+      if (line.rfind("release", 0) == 0) releases.push_back(line);
+    }
+    // Withheld with the stop reasons: the hint-free control hears neither.
+    if (stop_reasons) {
+      EXPECT_THAT(releases, ElementsAre("release 1 stop 1", "release 2 stop 1",
+                                        "release 1 stop 2 last_turn", "release 2 stop 1"));
+    } else {
+      EXPECT_THAT(releases, ElementsAre("release 1 stop 0", "release 2 stop 0", "release 1 stop 0",
+                                        "release 2 stop 0"));
+    }
+  }
+}
+
 TEST(ReleaseModelTest, ShippedPoliciesRunTheModel) {
   KVTIER_ASSERT_OK_AND_ASSIGN(const BoundResult optimal, ReleaseModelOptimum(HandWorkload(), 2));
   for (const char* name : {"lru", "cost_aware", "reuse_index", "learned"}) {
@@ -216,19 +239,25 @@ TEST(ReleaseModelTest, LoadsTheExportedFormat) {
       "{\"arrival\": 0, \"finish\": 1.5, \"session\": 3, \"stop\": \"tool_use\", \"in\": 9, "
       "\"ids\": [5, 6]}\n"
       "\n"
-      "{\"arrival\": 2, \"finish\": 2.25, \"session\": 4, \"stop\": \"unknown\", \"in\": 4, "
-      "\"ids\": [5]}\n");
+      "{\"arrival\": 2, \"finish\": 2.25, \"session\": 4, \"stop\": \"end_turn\", \"in\": 4, "
+      "\"ids\": [5], \"last_turn\": true}\n"
+      "{\"arrival\": 3, \"finish\": 4, \"session\": 3, \"stop\": \"unknown\", \"in\": 4, "
+      "\"ids\": [5], \"last_turn\": false}\n");
   KVTIER_ASSERT_OK_AND_ASSIGN(const ReleaseModelWorkload w, LoadReleaseModelWorkload(path));
   EXPECT_EQ(w.trace.block_tokens, 4);
-  ASSERT_EQ(w.trace.requests.size(), 2u);
-  EXPECT_THAT(w.finish_seconds, ElementsAre(1.5, 2.25));
+  ASSERT_EQ(w.trace.requests.size(), 3u);
+  EXPECT_THAT(w.finish_seconds, ElementsAre(1.5, 2.25, 4));
   const TraceRequest& first = w.trace.requests[0];
   EXPECT_EQ(first.session, 3u);
   EXPECT_EQ(first.stop, StopReason::kToolUse);
   EXPECT_EQ(first.input_tokens, 9);
   // 9 tokens: two full blocks and a partial one, which gets an id of its own.
   EXPECT_THAT(first.block_ids, ElementsAre(5, 6, kReleaseTailIdBase + 0));
-  EXPECT_EQ(w.trace.requests[1].stop, StopReason::kUnknown);
+  EXPECT_FALSE(first.last_turn) << "absent: false";
+  EXPECT_EQ(w.trace.requests[1].stop, StopReason::kEndTurn);
+  EXPECT_TRUE(w.trace.requests[1].last_turn);
+  EXPECT_EQ(w.trace.requests[2].stop, StopReason::kUnknown);
+  EXPECT_FALSE(w.trace.requests[2].last_turn);
   EXPECT_THAT(w.trace.requests[1].block_ids, ElementsAre(5));
 }
 
@@ -272,6 +301,9 @@ TEST(ReleaseModelTest, RejectsBadFiles) {
       {header + "{\"arrival\": 1, \"finish\": 2, \"session\": 1, \"stop\": \"end_turn\", "
                 "\"in\": 8}\n",
        "\"ids\" is missing"},
+      {header + "{\"arrival\": 1, \"finish\": 2, \"session\": 1, \"stop\": \"end_turn\", "
+                "\"in\": 8, \"ids\": [1, 2], \"last_turn\": 1}\n",
+       "\"last_turn\" must be true or false, got 1"},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     const std::string path = WriteFile(absl::StrCat("release_bad_", i, ".jsonl"), cases[i].text);

@@ -256,10 +256,13 @@ absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeReuseIndexPolicy(
 // that reads the live one's model and learns nothing twice. Cost: each candidate's live calls,
 // plus its shadow's on the sampled share (measured in docs/performance.md).
 struct FollowBestOptions {
-  int64_t capacity_blocks = 0;  // of the tier it ranks, > 0
+  // The capacity the shadows model, > 0: the tier it ranks, or, below other tiers, the stack down
+  // to it (KvCache gives a lower tier the sum of the capacities: its evictions decide what the
+  // stack keeps).
+  int64_t capacity_blocks = 0;
   // Share of block keys sampled, in (0, 1]; 0: automatic, 512 / capacity_blocks clamped to
-  // [0.01, 0.125]: a shadow of about 512 blocks where the tier is large enough, and never more
-  // than an eighth of the accesses, so the shadows cost a few percent of the replay's time
+  // [0.01, 0.125]: a shadow of about 512 blocks where capacity_blocks is large enough, and never
+  // more than an eighth of the accesses, so the shadows cost a few percent of the replay's time
   // (docs/performance.md, "Eviction that learns"; FollowBestStatsOf measures it).
   double sample_rate = 0;
   int64_t half_life_accesses = 8192;  // > 0
@@ -289,7 +292,7 @@ FollowBestStats FollowBestStatsOf(const EvictionPolicy& policy);
 
 // "learned": follow_best over reuse_index (leading at the start: with no data it is oldest-first,
 // as lru is) and lru (reuse_index's options as given), so the tier is not run by a learned
-// ranking that its shadow shows losing to LRU.
+// ranking that its shadow shows losing to LRU. capacity_blocks: FollowBestOptions'.
 absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeLearnedPolicy(
     int64_t capacity_blocks, const ReuseIndexOptions& reuse_index = {});
 

@@ -98,10 +98,12 @@ struct KvCacheOptions {
   // namespace's geometry. The cache takes ownership.
   std::array<std::unique_ptr<TierBackend>, kNumTiers> tiers;
   HashAlgorithm hash = HashAlgorithm::kXxh3_128;
-  // "lru", "cost_aware", "reuse_index" or "learned" (follow_best of lru and reuse_index, sized to
-  // each tier: never run by the learned ranking where its shadow loses to LRU), one instance per
-  // tier. reuse_index and learned are given each AttachPrefix's prompt blocks and each release's
-  // session signals (EvictionPolicy::ObserveRequest, ObserveRelease) in every tier.
+  // "lru", "cost_aware", "reuse_index" or "learned" (follow_best of lru and reuse_index: never
+  // run by the learned ranking where its shadow loses to LRU; a tier's shadows model a cache of
+  // the capacity of the stack down to it, HBM's of HBM, DRAM's of HBM + DRAM, ..., the most
+  // distinct blocks those tiers hold), one instance per tier. reuse_index and learned are given
+  // each AttachPrefix's prompt blocks and each release's session signals
+  // (EvictionPolicy::ObserveRequest, ObserveRelease) in every tier.
   std::string eviction_policy = "lru";
   CostAwareOptions cost_aware;    // for "cost_aware"
   ReuseIndexOptions reuse_index;  // for "reuse_index"

@@ -58,6 +58,9 @@ struct KvTierStats {
   // caches, and how often the tier switched the candidate it follows. 0 for other policies.
   int64_t policy_shadow_us = 0;
   int64_t policy_leader_changes = 0;
+  // "learned": prompt blocks (AttachPrefix's, readmissions excepted) whose key fell in its
+  // shadows' sample, one per block named; how much of the traffic the shadows simulate.
+  int64_t policy_shadow_accesses = 0;
 };
 
 // Remote discovery (KvCacheOptions::remote_probe_*): existence probes of the store where a

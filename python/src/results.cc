@@ -39,6 +39,7 @@ py::dict TierStatsDict(const KvTierStats& s) {
   d["value_drops"] = s.value_drops;
   d["policy_shadow_us"] = s.policy_shadow_us;
   d["policy_leader_changes"] = s.policy_leader_changes;
+  d["policy_shadow_accesses"] = s.policy_shadow_accesses;
   return d;
 }
 
@@ -183,6 +184,7 @@ void BindResults(py::module_& m) {
       .def_readonly("value_drops", &KvTierStats::value_drops)
       .def_readonly("policy_shadow_us", &KvTierStats::policy_shadow_us)
       .def_readonly("policy_leader_changes", &KvTierStats::policy_leader_changes)
+      .def_readonly("policy_shadow_accesses", &KvTierStats::policy_shadow_accesses)
       .def("as_dict", &TierStatsDict);
 
   py::class_<RemoteProbeStats>(m, "RemoteProbeStats")

@@ -64,6 +64,9 @@ constexpr TierField kTierFields[] = {
     {"policy_leader_changes_total", "counter",
      "Times the learned policy switched the candidate policy it follows.",
      &KvTierStats::policy_leader_changes},
+    {"policy_shadow_accesses_total", "counter",
+     "Prompt blocks the learned policy's shadow caches simulated.",
+     &KvTierStats::policy_shadow_accesses},
 };
 
 void Family(std::string& out, absl::string_view name, const char* type, const char* help) {
@@ -171,6 +174,7 @@ KvCacheStats KvCache::stats() const {
       const FollowBestStats f = FollowBestStatsOf(*I.policy[t]);
       ts.policy_shadow_us = static_cast<int64_t>(f.shadow_seconds * 1e6);
       ts.policy_leader_changes = f.leader_changes;
+      ts.policy_shadow_accesses = f.sampled_accesses;
     }
     for (int o = 0; o < kNumTiers; ++o) {
       if (o == t || I.tiers[o] == nullptr) continue;

@@ -3,6 +3,8 @@
 // one eviction policy per tier). Owns no state.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 
@@ -142,15 +144,23 @@ absl::StatusOr<std::optional<PrefillCostModel>> KvCache::Impl::MakeCostModel(
 
 absl::StatusOr<KvCache::Impl::Policies> KvCache::Impl::MakePolicies(const KvCacheOptions& options) {
   Policies policies;
+  // A learned tier's shadows model the stack down to it (the sum of the capacities: at most
+  // that many distinct blocks, fewer where tiers are inclusive): what a lower tier keeps decides
+  // the hits of it and the tiers above together, and its shadows see every request, as the top's
+  // do. Sized to the tier alone, a small DRAM tier under a large HBM simulated a cache smaller
+  // than HBM, at a larger sample than HBM's (docs/performance.md, "Cost").
+  int64_t stack_blocks = 0;
   for (int t = 0; t < kNumTiers; ++t) {
     if (options.tiers[t] == nullptr) continue;
+    const int64_t tier_blocks = std::max<int64_t>(0, options.tiers[t]->info().capacity_blocks);
+    stack_blocks = tier_blocks > std::numeric_limits<int64_t>::max() - stack_blocks
+                       ? std::numeric_limits<int64_t>::max()
+                       : stack_blocks + tier_blocks;
     if (options.eviction_policy == "lru") {
       policies[t] = MakeLruPolicy();
     } else if (options.eviction_policy == "learned") {
       KVTIER_ASSIGN_OR_RETURN(
-          policies[t],
-          MakeLearnedPolicy(std::max<int64_t>(1, options.tiers[t]->info().capacity_blocks),
-                            options.reuse_index));
+          policies[t], MakeLearnedPolicy(std::max<int64_t>(1, stack_blocks), options.reuse_index));
     } else if (options.eviction_policy == "reuse_index") {
       KVTIER_ASSIGN_OR_RETURN(policies[t], MakeReuseIndexPolicy(options.reuse_index));
     } else {

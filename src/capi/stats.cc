@@ -46,6 +46,7 @@ kvtier_status_code kvtier_cache_get_stats(const kvtier_cache* cache, kvtier_cach
       o.value_drops = in.value_drops;
       o.policy_shadow_us = in.policy_shadow_us;
       o.policy_leader_changes = in.policy_leader_changes;
+      o.policy_shadow_accesses = in.policy_shadow_accesses;
       for (int to = 0; to < kNumTiers; ++to) out->blocks_moved[t][to] = s.blocks_moved[t][to];
     }
     out->live_sequences = s.live_sequences;

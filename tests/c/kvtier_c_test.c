@@ -356,9 +356,10 @@ static void Tokens(int32_t* out, int n, int32_t first) {
 
 /* ---- The scheduler calls. B = kTokensPerBlock = 4 throughout. */
 
-/* A cache over an emulated HBM of hbm_blocks and a DRAM of dram_blocks (0: none). */
-static kvtier_cache* SmallCache(const kvtier_namespace* ns, int64_t hbm_blocks, int64_t dram_blocks,
-                                int64_t room_wait_ns) {
+/* A cache over an emulated HBM of hbm_blocks and a DRAM of dram_blocks (0: none), with the
+ * eviction policy named (NULL: the default). */
+static kvtier_cache* PolicyCache(const kvtier_namespace* ns, int64_t hbm_blocks,
+                                 int64_t dram_blocks, int64_t room_wait_ns, const char* policy) {
   kvtier_error err;
   kvtier_tier_stack_options s;
   kvtier_tier_stack_options_init(&s);
@@ -371,9 +372,15 @@ static kvtier_cache* SmallCache(const kvtier_namespace* ns, int64_t hbm_blocks, 
   kvtier_cache_options options;
   kvtier_cache_options_init(&options);
   options.room_wait_ns = room_wait_ns;
+  if (policy != NULL) options.eviction_policy = policy;
   kvtier_cache* cache = NULL;
   MUST(kvtier_cache_create(ns, stack, &options, &cache, &err));
   return cache;
+}
+
+static kvtier_cache* SmallCache(const kvtier_namespace* ns, int64_t hbm_blocks, int64_t dram_blocks,
+                                int64_t room_wait_ns) {
+  return PolicyCache(ns, hbm_blocks, dram_blocks, room_wait_ns, NULL);
 }
 
 /* Creates `id` (options may be NULL), appends tokens[0, n) and reports the first `written`. */
@@ -524,7 +531,24 @@ static void RoomNever(const kvtier_namespace* ns) {
   /* lru gives no reuse chance: no victim is dropped for its value, and no shadows run. */
   CHECK_EQ(Stats(cache).tiers[KVTIER_TIER_HBM].value_drops, 0);
   CHECK_EQ(Stats(cache).tiers[KVTIER_TIER_HBM].policy_shadow_us, 0);
+  CHECK_EQ(Stats(cache).tiers[KVTIER_TIER_HBM].policy_shadow_accesses, 0);
   MUST(kvtier_release(cache, 2, &err));
+  kvtier_cache_destroy(cache);
+}
+
+/* "learned" samples the blocks an attach names into its shadow caches: an eighth of the keys for
+ * a tier this small, so about 8 of these 64 (the hash of a block's key decides). */
+static void LearnedShadows(const kvtier_namespace* ns) {
+  kvtier_error err;
+  kvtier_cache* cache = PolicyCache(ns, 8, 0, 0, "learned");
+  int32_t prompt[257];
+  Tokens(prompt, 257, 70000);
+  MUST(kvtier_sequence_create(cache, 3, NULL, &err));
+  kvtier_attach_result ar;
+  MUST(kvtier_attach_prefix(cache, 3, prompt, 257, &ar, &err));
+  const int64_t sampled = Stats(cache).tiers[KVTIER_TIER_HBM].policy_shadow_accesses;
+  CHECK(sampled > 0 && sampled <= 24);
+  MUST(kvtier_release(cache, 3, &err));
   kvtier_cache_destroy(cache);
 }
 
@@ -1181,6 +1205,7 @@ int main(void) {
   RegisteredKvSplitPool();
   Truncate(ns);
   RoomNever(ns);
+  LearnedShadows(ns);
   CheckRoomAndReset(ns);
   CachingOff(ns);
   AdapterEvents(ns);

@@ -237,7 +237,20 @@ def test_a_victim_not_worth_restoring_is_dropped(by_value):
         assert hbm.value_drops == 0
         assert cache.lookup(a).matched_tokens == B
     assert hbm.policy_shadow_us == 0 and hbm.policy_leader_changes == 0  # no shadows here
+    assert hbm.policy_shadow_accesses == 0
     cache.check_invariants()
+
+
+def test_learned_shadows_sample_the_blocks_an_attach_names():
+    # A tier of 8 blocks samples an eighth of the keys (eviction_policy.h): about 8 of 64.
+    cache = make_cache(eviction_policy="learned")
+    cache.create_sequence(1)
+    cache.attach_prefix(1, tokens(64 * B + 1))
+    cache.release(1)
+    stats = cache.stats()
+    sampled = stats.tier(kvtier.Tier.HBM).policy_shadow_accesses
+    assert 0 < sampled <= 24
+    assert stats.as_dict()["tiers"]["hbm"]["policy_shadow_accesses"] == sampled
 
 
 def test_pause_moves_references_down_and_resume_brings_them_back():

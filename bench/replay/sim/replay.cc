@@ -633,6 +633,7 @@ absl::StatusOr<ReplayReport> RunReplay(const Trace& trace, const ReplayOptions& 
     r.demotions += ts.demotions;
     r.policy_shadow_seconds += static_cast<double>(ts.policy_shadow_us) * 1e-6;
     r.policy_leader_changes += ts.policy_leader_changes;
+    r.policy_shadow_accesses += ts.policy_shadow_accesses;
     r.value_drops += ts.value_drops;
     for (int to = 0; to < kNumTiers; ++to) {
       r.bytes_moved[from][to] = static_cast<int64_t>(

@@ -174,9 +174,11 @@ struct ReplayReport {
   int64_t remote_blocks_indexed = 0;
   double wall_seconds = 0;
   // The learned policy's miniature simulations (KvTierStats::policy_shadow_us, all tiers): wall
-  // seconds inside wall_seconds, and the switches of the candidate each tier followed.
+  // seconds inside wall_seconds, the switches of the candidate each tier followed, and the
+  // prompt blocks they simulated (policy_shadow_accesses).
   double policy_shadow_seconds = 0;
   int64_t policy_leader_changes = 0;
+  int64_t policy_shadow_accesses = 0;
   int64_t value_drops = 0;  // KvTierStats::value_drops, all tiers
 };
 

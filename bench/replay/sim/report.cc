@@ -80,6 +80,7 @@ nlohmann::json ToJson(const ReplayReport& r) {
   j["demotions"] = r.demotions;
   j["policy_shadow_seconds"] = r.policy_shadow_seconds;
   j["policy_leader_changes"] = r.policy_leader_changes;
+  j["policy_shadow_accesses"] = r.policy_shadow_accesses;
   j["value_drops"] = r.value_drops;
   j["remote_probes"] = {{"probes", r.remote_probes},
                         {"failures", r.remote_probe_failures},

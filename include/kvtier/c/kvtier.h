@@ -63,7 +63,7 @@ extern "C" {
 #endif
 
 /* Bumped on any incompatible change of a struct or a function of this header. */
-#define KVTIER_C_ABI_VERSION 3
+#define KVTIER_C_ABI_VERSION 4
 /* KVTIER_C_ABI_VERSION of the library linked in (compare with the header's). Never fails. */
 uint32_t kvtier_c_abi_version(void);
 
@@ -842,9 +842,10 @@ typedef struct kvtier_tier_stats {
   int64_t corrupt_reads;
   int64_t missing_reads;
   int64_t failed_stores;
-  int64_t value_drops;           /* victims dropped rather than demoted: not worth restoring */
-  int64_t policy_shadow_us;      /* "learned": microseconds in its shadow caches */
-  int64_t policy_leader_changes; /* "learned": switches of the candidate it follows */
+  int64_t value_drops;            /* victims dropped rather than demoted: not worth restoring */
+  int64_t policy_shadow_us;       /* "learned": microseconds in its shadow caches */
+  int64_t policy_leader_changes;  /* "learned": switches of the candidate it follows */
+  int64_t policy_shadow_accesses; /* "learned": prompt blocks its shadow caches simulated */
 } kvtier_tier_stats;
 
 typedef struct kvtier_cache_stats {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
@@ -210,6 +211,40 @@ TEST_F(KvCacheTest, CreateAcceptsEveryDocumentedCombination) {
   EXPECT_FALSE(s.tiers[TierIndex(Tier::kRemote)].present);
   EXPECT_EQ(s.last_event_sequence, 0u);
   testing::ExpectTierAccounting(s);
+}
+
+// A learned tier's shadow caches model the stack down to it (KvCacheOptions::eviction_policy):
+// with the two tiers alike, the lower one's model both, so they sample 512 / 16,384 of the keys
+// against HBM's 512 / 8,192 (FollowBestOptions::sample_rate). 40 prompts of 512 fresh blocks,
+// each named to the policies by AttachPrefix: 20,480 keys, about 1,280 and 640 sampled. Sized to
+// the tier alone, the lower tier would sample as many as HBM. An absent tier between adds
+// nothing: HBM over NVMe is sized as HBM over DRAM.
+TEST_F(KvCacheTest, ALowerTiersShadowsModelTheStackDownToIt) {
+  struct Case {
+    KvCacheTestConfig config;
+    Tier lower;
+  };
+  for (const Case& c :
+       {Case{{.hbm_blocks = 8192, .dram_blocks = 8192}, Tier::kDram},
+        Case{{.hbm_blocks = 8192, .dram_blocks = 0, .nvme_blocks = 8192}, Tier::kNvme}}) {
+    SCOPED_TRACE(TierName(c.lower));
+    Rebuild(c.config, [](KvCacheOptions& o) { o.eviction_policy = "learned"; });
+    constexpr int kBlocks = 512;
+    for (uint64_t i = 0; i < 40; ++i) {
+      KVTIER_ASSERT_OK(cache_->CreateSequence(Seq(i)));
+      KVTIER_ASSERT_OK(
+          cache_->AttachPrefix(Seq(i), Iota(kBlocks * kB + 1, static_cast<int32_t>(i) * 100000))
+              .status());
+      KVTIER_ASSERT_OK(cache_->Release(Seq(i)));
+    }
+    const int64_t hbm = TierStats(Tier::kHbm).policy_shadow_accesses;
+    const int64_t lower = TierStats(c.lower).policy_shadow_accesses;
+    EXPECT_NEAR(static_cast<double>(hbm), 1280, 200);
+    EXPECT_NEAR(static_cast<double>(lower), 640, 150);
+    EXPECT_THAT(RenderPrometheus(cache_->stats()),
+                HasSubstr(absl::StrCat("kvtier_tier_policy_shadow_accesses_total{tier=\"",
+                                       std::string(TierName(c.lower)), "\"} ", lower, "\n")));
+  }
 }
 
 // ---------------------------------------------------------------- Errors per call

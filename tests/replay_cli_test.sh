@@ -13,6 +13,19 @@ out=$(bin --quiet --max-requests 150 --payload scaled --json "$dir/r.json") || f
 grep -q "^lru " <<<"$out" || fail "no report row: $out"
 grep -q '"corrupt_blocks": 0' "$dir/r.json" || fail "corrupt blocks or no JSON"
 
+# --compare: only the learned policy runs shadow caches, and the JSON and the report say how many
+# prompt blocks they simulated (the same count in both).
+out=$(bin --quiet --max-requests 150 --compare --json "$dir/c.json") || fail "--compare: rc $?"
+python3 - "$dir/c.json" "$out" <<'PY' || fail "--compare: policy_shadow_accesses"
+import json, re, sys
+runs = {r["name"]: r for r in json.load(open(sys.argv[1]))["runs"]}
+shadow = runs["learned"]["policy_shadow_accesses"]
+assert shadow > 0, runs["learned"]
+assert all(runs[p]["policy_shadow_accesses"] == 0 for p in ("lru", "cost_aware", "reuse_index"))
+m = re.search(r"^learned: shadow caches .* (\d+) prompt blocks simulated$", sys.argv[2], re.M)
+assert m and int(m.group(1)) == shadow, (shadow, sys.argv[2])
+PY
+
 # Line 2 has a negative length.
 printf '%s\n' '{"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [1, 2]}' \
   '{"timestamp": 1, "input_length": -5, "output_length": 1, "hash_ids": [1]}' > "$dir/bad.jsonl"

@@ -6,6 +6,7 @@
 
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "kvtier/cost_model.h"
 #include "kvtier/kv_cache.h"
 #include "tests/testing/fixtures.h"
 #include "tests/testing/kv_cache_fixture.h"
@@ -166,6 +167,64 @@ TEST_F(SessionHintsTest, AVictimNotWorthRestoringIsDroppedNotDemoted) {
     }
     KVTIER_ASSERT_OK(cache_->Release(SequenceId(3)));
   }
+}
+
+// A victim some request may still read is demoted however small its chance and however its
+// restore compares with recomputing it. 30 sessions let a block go after tool_use and 6 come back
+// 5 s later; two minutes on (the table has counted them), 24 more let theirs go, and 2 s into
+// their wait each has a chance near 6 / 30. Restoring a block from DRAM is set at a third of its
+// recompute time, and the copy down costs as much: the earlier rule, p x (recompute - restore) >=
+// copy, dropped these blocks. A request that needs every HBM slot then evicts them all.
+TEST_F(SessionHintsTest, AVictimWithASmallChanceIsDemotedNotDropped) {
+  const int64_t block_bytes = KvCacheEnv::Geometry().bytes_per_block();
+  const PrefillCostOptions cost{
+      .params = 1e6, .num_layers = 2, .d_model = 64, .flops_per_second = 1e9};
+  auto model = PrefillCostModel::Create(cost);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const double recompute_s = absl::ToDoubleSeconds(model->RecomputeTime(0, kB));
+  env_ = std::make_unique<KvCacheEnv>(
+      testing::KvCacheTestConfig{.hbm_blocks = 64, .dram_blocks = 128});
+  auto cache = env_->NewCache([&](KvCacheOptions& o) {
+    o.eviction_policy = "reuse_index";
+    o.prefill_cost = cost;
+    o.measure_bandwidth = false;
+    o.links[TierIndex(Tier::kDram)] = {absl::ZeroDuration(),
+                                       static_cast<double>(block_bytes) * 3 / recompute_s};
+  });
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  cache_ = *std::move(cache);
+  uint64_t id = 1;
+  auto prompt = [](uint64_t s) { return Iota(kB, static_cast<int32_t>(s * 1000)); };
+  for (uint64_t s = 1; s <= 30; ++s) {
+    RunWritten(id, s, prompt(s));
+    ReleaseWith(id++, {.stop_reason = StopReason::kToolUse});
+  }
+  env_->clock().Advance(absl::Seconds(5));
+  for (uint64_t s = 1; s <= 6; ++s) {  // back, with one token more
+    std::vector<int32_t> next = prompt(s);
+    next.push_back(7);
+    KVTIER_ASSERT_OK(cache_->CreateSequence(SequenceId(id), {.session = s}));
+    auto attach = cache_->AttachPrefix(SequenceId(id), next);
+    KVTIER_ASSERT_OK(attach.status());
+    EXPECT_EQ(attach->attached_tokens, kB);
+    KVTIER_ASSERT_OK(
+        cache_->Append(SequenceId(id), absl::MakeConstSpan(next).subspan(kB)).status());
+    KVTIER_ASSERT_OK(cache_->ReportWritten(SequenceId(id), kB + 1));
+    ReleaseWith(id++, {.stop_reason = StopReason::kEndTurn});
+  }
+  env_->clock().Advance(absl::Minutes(2));
+  for (uint64_t s = 31; s <= 54; ++s) {
+    RunWritten(id, s, prompt(s));
+    ReleaseWith(id++, {.stop_reason = StopReason::kToolUse});
+  }
+  env_->clock().Advance(absl::Seconds(2));
+  RunWritten(id, 99, Iota(64 * kB, 900000));  // every HBM slot: all 54 blocks go
+  KVTIER_ASSERT_OK(cache_->WaitIdle());
+  const KvCacheStats stats = cache_->stats();
+  for (uint64_t s = 31; s <= 54; ++s) EXPECT_EQ(Cached(prompt(s)), kB) << "session " << s;
+  EXPECT_EQ(stats.tiers[0].value_drops, 0);
+  EXPECT_EQ(stats.tiers[0].demotions, 54);
+  KVTIER_ASSERT_OK(cache_->Release(SequenceId(id)));
 }
 
 // last_turn: the session sends nothing more. Its block goes first though younger (no data yet:

@@ -103,6 +103,10 @@ grep -q "^kvtier(lru, none) " <<<"$out" || fail "no kvtier(lru, none) row: $out"
 out=$("$bin_path" --quiet --max-requests 100 --profile kvtier --hints oracle-idle) ||
   fail "serve --hints oracle-idle: rc $?"
 grep -q "^kvtier(learned, oracle-idle)+oracle " <<<"$out" || fail "oracle not labelled: $out"
+# --demote-by-value reaches the kvtier profile in serve mode too, and names the run.
+out=$("$bin_path" --quiet --max-requests 100 --profile kvtier --demote-by-value false) ||
+  fail "serve --demote-by-value false: rc $?"
+grep -q "^kvtier(learned, stop-reason, demote all) " <<<"$out" || fail "demote all not named: $out"
 expect2 "unknown preemption" --preemption bogus
 grep -q -- "--preemption bogus" <<<"$err" || fail "message does not name the flag and value: $err"
 expect2 "serve flag in cache mode" --mode cache --preemption swap

@@ -274,6 +274,7 @@ absl::Status Simulation::BuildInstances() {
                          o_.links.network_bytes_per_second};
     const bool kvtier = o_.profile == ServeProfile::kKvtier;
     co.eviction_policy = kvtier ? o_.kvtier_policy : "lru";
+    co.demote_by_value = !kvtier || o_.kvtier_demote_by_value;  // lru has no estimate: moot
     co.write_policy = (o_.profile == ServeProfile::kDramLru || o_.profile == ServeProfile::kHicache)
                           ? WritePolicy::kWriteThrough
                           : WritePolicy::kWriteBack;
@@ -1060,9 +1061,10 @@ absl::StatusOr<ServeReport> Simulation::Run() {
 
   r_.profile = ServeProfileName(o_.profile);
   if (o_.profile == ServeProfile::kKvtier &&
-      (o_.kvtier_policy != "learned" || o_.kvtier_hints != ServeHints::kStopReason)) {
+      (o_.kvtier_policy != "learned" || o_.kvtier_hints != ServeHints::kStopReason ||
+       !o_.kvtier_demote_by_value)) {
     absl::StrAppend(&r_.profile, "(", o_.kvtier_policy, ", ", ServeHintsName(o_.kvtier_hints),
-                    ")");
+                    o_.kvtier_demote_by_value ? "" : ", demote all", ")");
   }
   if (o_.profile == ServeProfile::kKvtier && o_.kvtier_hints == ServeHints::kOracleIdle) {
     absl::StrAppend(&r_.profile, "+oracle");

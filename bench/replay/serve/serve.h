@@ -125,11 +125,13 @@ struct ServeOptions {
   HostLinks links;           // per instance
   SchedulerOptions scheduler;
   ServeProfile profile = ServeProfile::kKvtier;
-  // The kvtier profile's eviction policy (MakeEvictionPolicy's names, or "learned") and hints;
-  // the other profiles run lru and give none. A run off these defaults is reported as
-  // "kvtier(policy, hints)"; an oracle's name ends in "+oracle".
+  // The kvtier profile's eviction policy (MakeEvictionPolicy's names, or "learned"), hints and
+  // KvCacheOptions::demote_by_value; the other profiles run lru and give none. A run off these
+  // defaults is reported as "kvtier(policy, hints)", or "kvtier(policy, hints, demote all)"
+  // without demote_by_value; an oracle's name ends in "+oracle".
   std::string kvtier_policy = "learned";
   ServeHints kvtier_hints = ServeHints::kStopReason;
+  bool kvtier_demote_by_value = true;
   int instances = 1;  // in [1, 64]
   RouterKind router = RouterKind::kRoundRobin;
   // Blocks per instance, index TierIndex. HBM: 0 sizes it from the roofline's KV pool

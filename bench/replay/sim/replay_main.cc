@@ -341,7 +341,8 @@ int Main(int argc, char** argv) {
                  "payload scaled: bytes per token, multiple of 4");
   app.add_option("--demote-by-value", f.demote_by_value,
                  "true (default): drop, not demote, a victim its policy expects no request to "
-                 "read again (KvCacheOptions::demote_by_value); false: demote every victim");
+                 "read again (KvCacheOptions::demote_by_value); false: demote every victim "
+                 "(serve: the kvtier profile's)");
   app.add_option("--hints", f.hints,
                  "none, pause (Pause after tool_use, Resume on return), stop-reason (Release with "
                  "the stop reason), or oracle-idle (stop reason and the true time to the "
@@ -514,6 +515,7 @@ int Main(int argc, char** argv) {
     sf.quiet = f.quiet;
     if (app.count("--policy") > 0) sf.policy = f.policy;
     if (app.count("--hints") > 0) sf.hints = f.hints;
+    sf.demote_by_value = f.demote_by_value;
     for (int t = 0; t < kNumTiers; ++t) {
       if (app.count(kSizeFlag[t]) > 0) sf.size[t] = f.size[t];
     }

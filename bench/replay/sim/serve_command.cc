@@ -273,6 +273,7 @@ absl::Status RunServeCommand(
   if (!hints.ok())
     return absl::InvalidArgumentError(absl::StrCat("--", hints.status().message()));
   o.kvtier_hints = *hints;
+  o.kvtier_demote_by_value = f.demote_by_value;
   o.scheduler = {.max_batched_tokens = f.max_batched_tokens,
                  .max_running = f.max_running,
                  .swap = f.preemption == "swap"};

@@ -28,6 +28,7 @@ struct ServeFlags {
   std::string profile = "kvtier";
   std::string policy = "learned";     // the kvtier profile's (ServeOptions::kvtier_policy)
   std::string hints = "stop-reason";  // none, stop-reason or oracle-idle (kvtier_hints)
+  bool demote_by_value = true;        // the kvtier profile's (kvtier_demote_by_value)
   bool compare = false;
   // Per instance: "auto" (HBM only: the KV pool the roofline leaves), a byte size, Nblocks, or 0.
   std::array<std::string, kNumTiers> size = {"auto", "256GiB", "2TiB", "8TiB"};

@@ -185,7 +185,7 @@ class EvictionPolicy {
   // `within` of `now` (InfiniteDuration: ever), in [0, 1]; nullopt where the policy has no
   // estimate it trusts (lru and cost_aware never do; reuse_index not before enough outcomes of
   // the block's class at its age; follow_best asks the candidate it follows). KvCache asks it of
-  // a victim before demoting it: one with no chance (0) is dropped, not demoted (kv_cache.h).
+  // a victim before demoting it: a copy not worth restoring later is dropped (kv_cache.h).
   virtual std::optional<double> ReuseChance(const BlockKey& key, absl::Duration within,
                                             absl::Time now) const {
     (void)key;

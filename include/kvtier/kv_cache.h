@@ -33,7 +33,7 @@
 //     eviction policy (eviction_policy.h: lru, cost_aware, reuse_index or learned). Blocks held by
 //     sequences, pinned by tickets or read by transfers are never candidates. An evicted block is
 //     demoted to the next tier that admits it and lacks it, or dropped (counted in evictions);
-//     a block the policy says no request will read again is dropped (demote_by_value). A
+//     a block the policy says is not worth restoring later is dropped (demote_by_value). A
 //     tier whose store just failed is no demotion target for a back-off (100 ms, doubling to 10 s
 //     while its stores keep failing, reset by one that lands): a dead store is bypassed, not
 //     re-tried.
@@ -114,16 +114,20 @@ struct KvCacheOptions {
   std::array<int, kNumTiers> admit_after_uses = {1, 1, 1, 1};
   // Demote an evicted block to the next admitting tier instead of dropping it.
   bool demote_on_evict = true;
-  // Tier-aware value: drop, rather than demote, a victim no request will read again: one its
-  // policy gives no chance of reuse (EvictionPolicy::ReuseChance = 0: a session that moved on or
-  // let it go with last_turn, a class that never came back at that age), counted in
-  // KvTierStats::value_drops. Every other victim is demoted, however small its chance: whether a
-  // lower copy is worth restoring is AttachPrefix's cost-model call over the whole prefix (a
-  // shallow block slower to restore than to recompute is still the way to its descendants), and
-  // the copy runs off the request path. (Weighing p x (recompute - restore) against the copy
-  // time, as kvtier once did, lost hit ratio and TTFT: docs/performance.md, "Tier-aware value".)
-  // A policy without an estimate (lru, cost_aware, learned while it follows lru) demotes every
-  // victim.
+  // Tier-aware value: demote a victim only if it is worth restoring later. Keeping a copy below
+  // is worth p x (recompute - restore), p the policy's chance that the block is used again
+  // (EvictionPolicy::ReuseChance), recompute the prefill time of one block (the cost model's,
+  // for the first block of a prompt: a lower bound) and restore the time to bring it back from
+  // that tier (latency + bytes / bandwidth, the attach's link costs); the demotion's own copy
+  // costs bytes / bandwidth. A victim whose value is below that cost is dropped (counted in
+  // KvTierStats::value_drops). Without a cost model, only a victim with p = 0 is (a session that
+  // moved on, or a class that never came back at that age). A policy without an estimate (lru,
+  // cost_aware, learned while it follows lru) demotes as before. The copy is charged because,
+  // with write-back, the request that needs the slot waits for it. The test is per block: a
+  // shallow block's worth as the way to its descendants' copies below is not counted, so with
+  // deep prefixes over slow tiers it may drop too much (docs/performance.md, "Tier-aware value":
+  // Mooncake with NVMe, where false did better in the cache replay and worse in the serving
+  // simulation, which models link contention and an onboard deadline).
   bool demote_by_value = true;
   // Also copy each written block straight from HBM to the remote tier at once (when it admits
   // it: admit_after_uses[remote]), whatever write_policy does with the tiers between: for a

@@ -51,8 +51,8 @@ struct KvTierStats {
   // expired it, or another worker deleted it). Like a corrupt read, it leaves the index at once.
   int64_t missing_reads = 0;
   int64_t failed_stores = 0;  // copies into this tier that failed (the block stayed above)
-  // Of the evictions, victims dropped although a tier below could take them: their policy says no
-  // request will read them again (KvCacheOptions::demote_by_value).
+  // Of the evictions, victims dropped although a tier below could take them: not worth restoring
+  // later (KvCacheOptions::demote_by_value).
   int64_t value_drops = 0;
   // The "learned" policy (follow_best, eviction_policy.h): wall microseconds spent in its shadow
   // caches, and how often the tier switched the candidate it follows. 0 for other policies.

@@ -205,17 +205,34 @@ bool KvCache::Impl::RoomBelowNow(Tier t, Deferred& d, int64_t window, bool may_w
   return FreeBlocks(t) > 0;
 }
 
-bool KvCache::Impl::WorthDemoting(const BlockKey& key, Tier from) const {
+bool KvCache::Impl::WorthDemoting(const BlockKey& key, Tier from, Tier to) const {
   if (!demote_by_value || !demote_on_evict) return true;
   const std::optional<double> p =
       policy[TierIndex(from)]->ReuseChance(key, absl::InfiniteDuration(), Now());
-  // Only a block no request will read again is dropped. Whether a lower copy is worth its
-  // restore is PlanRestore's call at attach time, over the whole prefix: a shallow block slower
-  // to restore than to recompute is still the way to its descendants, and the demotion's copy
-  // runs off the request path. Charging p x (recompute - restore) against the copy time dropped
-  // 173,552 Mooncake victims and cost hit ratio and TTFT (docs/performance.md, "Tier-aware
-  // value").
-  return !p.has_value() || *p > 0;
+  if (!p.has_value()) return true;
+  // The remote tier pays for sharing and for surviving this worker, which this worker's reuse
+  // chance does not see: only a block nobody here will read again is kept out of it.
+  if (!cost.has_value() || to == Tier::kRemote) return *p > 0;
+  const TierLinkCost link = CurrentLinks()[TierIndex(to)];
+  if (!(link.bytes_per_second > 0)) return *p > 0;
+  const double copy_s = static_cast<double>(block_bytes) / link.bytes_per_second;
+  const double restore_s = absl::ToDoubleSeconds(link.latency) + copy_s;
+  auto worth = [&](int64_t depth) {
+    const double recompute_s = absl::ToDoubleSeconds(
+        cost->RecomputeTime(depth * block_tokens, (depth + 1) * block_tokens));
+    return *p * (recompute_s - restore_s) >= copy_s;
+  };
+  if (*p <= 0) return false;
+  if (worth(0)) return true;  // a block costs at least the first block's prefill
+  // Deeper blocks cost more to recompute (attention reads every token before them): count the
+  // block's depth, rarely needed, and decide with it.
+  int64_t depth = 0;
+  for (auto it = blocks.find(key); it != blocks.end() && depth < (int64_t{1} << 20); ++depth) {
+    const BlockKey parent = ParentKey(it->second);
+    if (parent == kRootBlockKey) break;
+    it = blocks.find(parent);
+  }
+  return worth(depth);
 }
 
 KvCache::Impl::EvictResult KvCache::Impl::EvictOne(Tier t, Deferred& d, int64_t window,
@@ -244,7 +261,7 @@ KvCache::Impl::EvictResult KvCache::Impl::EvictOne(Tier t, Deferred& d, int64_t 
   const bool covered =
       HasCopyBelow(*rec, t, published ? TierIndex(Tier::kRemote) : kNumTiers);
   const std::optional<Tier> target = target_below(t);
-  const bool worth = !target.has_value() || covered || WorthDemoting(key, t);
+  const bool worth = !target.has_value() || covered || WorthDemoting(key, t, *target);
   if (!worth) ++counters.tiers[TierIndex(t)].value_drops;
   if (demote_on_evict && target.has_value() && !covered && worth &&
       (deadline == absl::InfiniteFuture() || absl::Now() < deadline)) {

@@ -744,9 +744,9 @@ struct KvCache::Impl {
   // are worth waiting for too, as they can be demoted further once they land.
   // A demotion started here must land by `deadline` (MakeHbmRoom's); once it has passed, no
   // demotion can help and the victim is dropped.
-  // Whether victim `key` of tier `from` is worth demoting: some request may read it again
-  // (KvCacheOptions::demote_by_value).
-  bool WorthDemoting(const BlockKey& key, Tier from) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Whether victim `key` of tier `from` is worth demoting to `to` (KvCacheOptions::
+  // demote_by_value).
+  bool WorthDemoting(const BlockKey& key, Tier from, Tier to) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   EvictResult EvictOne(Tier t, Deferred& d, int64_t window = 1, bool may_wait = false,
                        absl::Time deadline = absl::InfiniteFuture())
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);

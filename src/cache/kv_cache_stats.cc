@@ -56,7 +56,7 @@ constexpr TierField kTierFields[] = {
     {"failed_stores_total", "counter", "Copies into the tier that failed.",
      &KvTierStats::failed_stores},
     {"value_drops_total", "counter",
-     "Victims dropped rather than demoted: no request expected to read them again.",
+     "Victims dropped rather than demoted: not worth restoring later.",
      &KvTierStats::value_drops},
     {"policy_shadow_us_total", "counter",
      "Microseconds the learned policy spent in its shadow caches.",

@@ -235,7 +235,7 @@ absl::StatusOr<std::vector<ReplayReport>> RunAll(const Trace& trace, const Repla
 void PrintShadowCost(const std::vector<ReplayReport>& reports) {
   for (const ReplayReport& r : reports) {
     if (r.value_drops > 0) {
-      std::printf("%s: %lld victims dropped rather than demoted (no reuse expected)\n",
+      std::printf("%s: %lld victims dropped rather than demoted (not worth restoring)\n",
                   r.name.c_str(), static_cast<long long>(r.value_drops));
     }
     if (r.policy_shadow_seconds <= 0 || r.wall_seconds <= 0) continue;
@@ -340,9 +340,9 @@ int Main(int argc, char** argv) {
   app.add_option("--payload-bytes-per-token", f.payload_bytes_per_token,
                  "payload scaled: bytes per token, multiple of 4");
   app.add_option("--demote-by-value", f.demote_by_value,
-                 "true (default): drop, not demote, a victim its policy expects no request to "
-                 "read again (KvCacheOptions::demote_by_value); false: demote every victim "
-                 "(serve: the kvtier profile's)");
+                 "true (default): demote a victim only if worth restoring later "
+                 "(KvCacheOptions::demote_by_value); false: demote every victim (serve: the "
+                 "kvtier profile's)");
   app.add_option("--hints", f.hints,
                  "none, pause (Pause after tool_use, Resume on return), stop-reason (Release with "
                  "the stop reason), or oracle-idle (stop reason and the true time to the "

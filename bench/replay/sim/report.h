@@ -9,7 +9,7 @@
 // restored_blocks_below_hbm, recomputed_although_cached {last_token, cost_model, not_resident}},
 // corrupt_blocks, failed_loads, failed_requests, evictions, demotions, policy_shadow_seconds,
 // policy_leader_changes, policy_shadow_accesses (the learned policy's miniature simulations),
-// value_drops (victims dropped rather than demoted: no reuse expected), wall_seconds.
+// value_drops (victims dropped rather than demoted: not worth restoring), wall_seconds.
 //
 // Thread-safety: pure functions.
 #ifndef KVTIER_BENCH_REPLAY_SIM_REPORT_H_

@@ -375,8 +375,8 @@ typedef struct kvtier_cache_options {
   /* This worker's name in the fleet ("host3:gpu1"), copied into every event's worker_id;
    * NUL-terminated, at most 256 bytes, copied by kvtier_cache_create. NULL (the default): none. */
   const char* worker_id;
-  /* Drop, rather than demote, a victim its policy says no request will read again
-   * (KvCacheOptions::demote_by_value); default true. */
+  /* Demote a victim only if it is worth restoring later (KvCacheOptions::demote_by_value);
+   * default true. */
   bool demote_by_value;
 } kvtier_cache_options;
 
@@ -842,7 +842,7 @@ typedef struct kvtier_tier_stats {
   int64_t corrupt_reads;
   int64_t missing_reads;
   int64_t failed_stores;
-  int64_t value_drops;            /* victims dropped rather than demoted: no reuse expected */
+  int64_t value_drops;            /* victims dropped rather than demoted: not worth restoring */
   int64_t policy_shadow_us;       /* "learned": microseconds in its shadow caches */
   int64_t policy_leader_changes;  /* "learned": switches of the candidate it follows */
   int64_t policy_shadow_accesses; /* "learned": prompt blocks its shadow caches simulated */

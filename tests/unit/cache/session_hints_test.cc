@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "kvtier/cost_model.h"
@@ -169,62 +170,77 @@ TEST_F(SessionHintsTest, AVictimNotWorthRestoringIsDroppedNotDemoted) {
   }
 }
 
-// A victim some request may still read is demoted however small its chance and however its
-// restore compares with recomputing it. 30 sessions let a block go after tool_use and 6 come back
-// 5 s later; two minutes on (the table has counted them), 24 more let theirs go, and 2 s into
-// their wait each has a chance near 6 / 30. Restoring a block from DRAM is set at a third of its
-// recompute time, and the copy down costs as much: the earlier rule, p x (recompute - restore) >=
-// copy, dropped these blocks. A request that needs every HBM slot then evicts them all.
-TEST_F(SessionHintsTest, AVictimWithASmallChanceIsDemotedNotDropped) {
+// Tier-aware value with a positive chance: a victim is demoted only if p x (recompute - restore)
+// pays for the copy down. 30 sessions let a block go after tool_use and 6 come back 5 s later;
+// two minutes on (a refresh has counted those 30 lives in the table's first bucket; the next
+// bucket, [120 s, 180 s), is not counted until 180 s, so the first 30 blocks still have no
+// estimate and are demoted either way), 24 more let theirs go, and 2 s into their wait each has
+// a chance near 0.19. A request that needs every HBM slot then evicts all 54. With the copy down
+// as long as the restore and a third of the recompute time, demoting pays only from p = 0.5: the
+// 24 are dropped. With a tenth, it pays from p = 0.11: they are demoted. Without
+// demote_by_value, all are.
+TEST_F(SessionHintsTest, AVictimIsDemotedOnlyIfItsChanceOfReusePaysForTheCopy) {
   const int64_t block_bytes = KvCacheEnv::Geometry().bytes_per_block();
   const PrefillCostOptions cost{
       .params = 1e6, .num_layers = 2, .d_model = 64, .flops_per_second = 1e9};
   auto model = PrefillCostModel::Create(cost);
   ASSERT_TRUE(model.ok()) << model.status();
   const double recompute_s = absl::ToDoubleSeconds(model->RecomputeTime(0, kB));
-  env_ = std::make_unique<KvCacheEnv>(
-      testing::KvCacheTestConfig{.hbm_blocks = 64, .dram_blocks = 128});
-  auto cache = env_->NewCache([&](KvCacheOptions& o) {
-    o.eviction_policy = "reuse_index";
-    o.prefill_cost = cost;
-    o.measure_bandwidth = false;
-    o.links[TierIndex(Tier::kDram)] = {absl::ZeroDuration(),
-                                       static_cast<double>(block_bytes) * 3 / recompute_s};
-  });
-  ASSERT_TRUE(cache.ok()) << cache.status();
-  cache_ = *std::move(cache);
-  uint64_t id = 1;
-  auto prompt = [](uint64_t s) { return Iota(kB, static_cast<int32_t>(s * 1000)); };
-  for (uint64_t s = 1; s <= 30; ++s) {
-    RunWritten(id, s, prompt(s));
-    ReleaseWith(id++, {.stop_reason = StopReason::kToolUse});
+  struct Case {
+    double restore_share;  // of the first block's recompute time
+    bool by_value;
+    int64_t dropped;
+  };
+  for (const Case c : {Case{1.0 / 3, true, 24}, Case{0.1, true, 0}, Case{1.0 / 3, false, 0}}) {
+    SCOPED_TRACE(absl::StrCat("restore ", c.restore_share, " of recompute, by value ", c.by_value));
+    env_ = std::make_unique<KvCacheEnv>(
+        testing::KvCacheTestConfig{.hbm_blocks = 64, .dram_blocks = 128});
+    auto cache = env_->NewCache([&](KvCacheOptions& o) {
+      o.eviction_policy = "reuse_index";
+      o.demote_by_value = c.by_value;
+      o.prefill_cost = cost;
+      o.measure_bandwidth = false;
+      o.links[TierIndex(Tier::kDram)] = {
+          absl::ZeroDuration(), static_cast<double>(block_bytes) / (c.restore_share * recompute_s)};
+    });
+    ASSERT_TRUE(cache.ok()) << cache.status();
+    cache_ = *std::move(cache);
+    uint64_t id = 1;
+    auto prompt = [](uint64_t s) { return Iota(kB, static_cast<int32_t>(s * 1000)); };
+    for (uint64_t s = 1; s <= 30; ++s) {
+      RunWritten(id, s, prompt(s));
+      ReleaseWith(id++, {.stop_reason = StopReason::kToolUse});
+    }
+    env_->clock().Advance(absl::Seconds(5));
+    for (uint64_t s = 1; s <= 6; ++s) {  // back, with one token more
+      std::vector<int32_t> next = prompt(s);
+      next.push_back(7);
+      KVTIER_ASSERT_OK(cache_->CreateSequence(SequenceId(id), {.session = s}));
+      auto attach = cache_->AttachPrefix(SequenceId(id), next);
+      KVTIER_ASSERT_OK(attach.status());
+      EXPECT_EQ(attach->attached_tokens, kB);
+      KVTIER_ASSERT_OK(
+          cache_->Append(SequenceId(id), absl::MakeConstSpan(next).subspan(kB)).status());
+      KVTIER_ASSERT_OK(cache_->ReportWritten(SequenceId(id), kB + 1));
+      ReleaseWith(id++, {.stop_reason = StopReason::kEndTurn});
+    }
+    env_->clock().Advance(absl::Minutes(2));
+    for (uint64_t s = 31; s <= 54; ++s) {
+      RunWritten(id, s, prompt(s));
+      ReleaseWith(id++, {.stop_reason = StopReason::kToolUse});
+    }
+    env_->clock().Advance(absl::Seconds(2));
+    RunWritten(id, 99, Iota(64 * kB, 900000));  // every HBM slot: all 54 blocks go
+    KVTIER_ASSERT_OK(cache_->WaitIdle());
+    const KvCacheStats stats = cache_->stats();
+    EXPECT_EQ(stats.tiers[0].value_drops, c.dropped);
+    EXPECT_EQ(stats.tiers[0].demotions, 54 - c.dropped);
+    for (uint64_t s = 1; s <= 54; ++s) {
+      EXPECT_EQ(Cached(prompt(s)), s > 30 && c.dropped > 0 ? 0 : kB) << "session " << s;
+    }
+    KVTIER_ASSERT_OK(cache_->Release(SequenceId(id)));
+    KVTIER_EXPECT_OK(cache_->CheckInvariants());
   }
-  env_->clock().Advance(absl::Seconds(5));
-  for (uint64_t s = 1; s <= 6; ++s) {  // back, with one token more
-    std::vector<int32_t> next = prompt(s);
-    next.push_back(7);
-    KVTIER_ASSERT_OK(cache_->CreateSequence(SequenceId(id), {.session = s}));
-    auto attach = cache_->AttachPrefix(SequenceId(id), next);
-    KVTIER_ASSERT_OK(attach.status());
-    EXPECT_EQ(attach->attached_tokens, kB);
-    KVTIER_ASSERT_OK(
-        cache_->Append(SequenceId(id), absl::MakeConstSpan(next).subspan(kB)).status());
-    KVTIER_ASSERT_OK(cache_->ReportWritten(SequenceId(id), kB + 1));
-    ReleaseWith(id++, {.stop_reason = StopReason::kEndTurn});
-  }
-  env_->clock().Advance(absl::Minutes(2));
-  for (uint64_t s = 31; s <= 54; ++s) {
-    RunWritten(id, s, prompt(s));
-    ReleaseWith(id++, {.stop_reason = StopReason::kToolUse});
-  }
-  env_->clock().Advance(absl::Seconds(2));
-  RunWritten(id, 99, Iota(64 * kB, 900000));  // every HBM slot: all 54 blocks go
-  KVTIER_ASSERT_OK(cache_->WaitIdle());
-  const KvCacheStats stats = cache_->stats();
-  for (uint64_t s = 31; s <= 54; ++s) EXPECT_EQ(Cached(prompt(s)), kB) << "session " << s;
-  EXPECT_EQ(stats.tiers[0].value_drops, 0);
-  EXPECT_EQ(stats.tiers[0].demotions, 54);
-  KVTIER_ASSERT_OK(cache_->Release(SequenceId(id)));
 }
 
 // last_turn: the session sends nothing more. Its block goes first though younger (no data yet:

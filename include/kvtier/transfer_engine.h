@@ -77,14 +77,20 @@ struct TransferOptions {
   bool deadline_bounds_start = false;
   // Queue the copy without starting it: it starts at the next StartDeferred() (or sooner, when
   // the engine next starts waiting copies for another reason). Copies a caller makes in one go
-  // (a request's onboarding) then start together, and the source reads of one tier reach that
-  // tier as one ReadBlocks (one transport batch for a remote tier, one submission for NVMe),
-  // whose backend deadline is the latest of theirs. How many start together is bounded by the
-  // free bounce buffers for staged copies (neither end host-addressable: a remote or NVMe tier
+  // (a request's onboarding) then start together, and the source reads of one tier and `batch`
+  // reach that tier as one ReadBlocks (one transport batch for a remote tier, one submission for
+  // NVMe), whose backend deadline is the latest of theirs. How many start together is bounded by
+  // the free bounce buffers for staged copies (neither end host-addressable: a remote or NVMe tier
   // into HBM), unbounded otherwise. The caller must call
   // StartDeferred() after its last such Copy; until then the copy only ages toward its
   // deadline. (A copy between two inline tiers that can start at once runs in Copy anyway.)
   bool defer_start = false;
+  // Which caller's batch the copy belongs to (a request's copies: KvCache gives each call its
+  // own). Copies that start in one pass share a backend call (the ReadBlocks above, and the
+  // layer-major WriteBlocks of layer-wise copies) and its deadline only with copies of the same
+  // batch, so one request's copies never wait for, or are bounded by, another's. 0: the batch of
+  // every copy that names none.
+  uint64_t batch = 0;
   // Handed to the destination's WriteBlock (BlockIoOptions::layers): a kCapLayerwise
   // destination announces each layer of the block as it lands (layer-wise onboarding). Other
   // destinations ignore it. May be null.

@@ -305,6 +305,9 @@ struct KvCache::Impl {
     // Events were handed to the hub while the lock was held (DeferredRelease): the scope
     // delivers them once it lets the lock go, even if it makes no more.
     bool events_published = false;
+    // The scope's transfer batch (TransferOptions::batch), from next_batch at its first move:
+    // one call's copies share backend calls only with each other. 0 until then.
+    uint64_t batch = 0;
   };
 
   // Who a slot belongs to. While the entry of `key` lists this slot as the tier's copy, `entry`
@@ -418,6 +421,7 @@ struct KvCache::Impl {
   absl::flat_hash_map<BlockKey, std::shared_ptr<Move>> onboarding ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<BlockKey, std::vector<std::shared_ptr<Move>>> offloading ABSL_GUARDED_BY(mu);
   int64_t moves_in_flight ABSL_GUARDED_BY(mu) = 0;
+  uint64_t next_batch ABSL_GUARDED_BY(mu) = 0;  // the last Deferred::batch handed out
   // Counted by every part; read by stats() (kv_cache_stats.cc).
   KvCacheStats counters ABSL_GUARDED_BY(mu);
 

@@ -44,6 +44,8 @@ absl::StatusOr<std::shared_ptr<KvCache::Impl::Move>> KvCache::Impl::StartMove(co
   // Started after the lock is dropped (RunDeferred), with the other moves of this call: a
   // request's blocks in one tier are read in one batch.
   options.defer_start = true;
+  if (d.batch == 0) d.batch = ++next_batch;
+  options.batch = d.batch;
   // Onboards report each layer as it lands where the HBM tier can (layer-wise readiness).
   std::shared_ptr<internal::LayerFanout> layers;
   if (to == Tier::kHbm && (tiers[0]->info().capabilities & kCapLayerwise) != 0) {
@@ -82,6 +84,7 @@ bool KvCache::Impl::DeferredRelease(Deferred& d) {
   if (d.moves.empty() && d.fire.empty() && d.publish.empty()) return false;
   Deferred now;
   std::swap(now, d);
+  d.batch = now.batch;  // the scope's moves after this are still one batch with those before
   // Queued now, in order with what others make while the lock is dropped; the scope delivers.
   d.events_published = now.events_published || PublishEvents();
   now.events_published = false;

@@ -332,23 +332,26 @@ struct TransferEngine::Impl : std::enable_shared_from_this<TransferEngine::Impl>
         });
   }
 
-  // Starts copies that began in one pass: the source reads of one tier go to that tier as one
-  // ReadBlocks (one transport batch for a remote tier, one submission for NVMe), bounded by the
-  // latest deadline among them (copies started together come from one request and have nearly
-  // the same one; a caller keeping its own deadline, deadline_bounds_start, is not held by it);
-  // the others start one by one.
+  // Starts copies that began in one pass: the source reads of one tier and batch
+  // (TransferOptions::batch: one request's) go to that tier as one ReadBlocks (one transport
+  // batch for a remote tier, one submission for NVMe), bounded by the latest deadline among them
+  // (one request's copies have nearly the same one; a caller keeping its own deadline,
+  // deadline_bounds_start, is not held by it); the others start one by one.
   void StartIo(const std::vector<std::shared_ptr<Op>>& started) {
     struct Group {
       Tier from;
+      uint64_t batch;
       absl::Time deadline;
       std::vector<BlockRead> reads;
       std::vector<std::function<void(const absl::Status&)>> then;
     };
     std::vector<Group> groups;
     // Writes from a host-addressable source into a kCapLayerwise destination that asked for
-    // layer progress: one WriteBlocks per destination tier, so the batch lands layer-major.
+    // layer progress: one WriteBlocks per destination tier and batch, so a request's blocks land
+    // layer-major, and no layer of theirs waits for another request's.
     struct LayeredGroup {
       Tier to;
+      uint64_t batch;
       absl::Time deadline;
       std::vector<BlockWrite> writes;
       std::vector<std::shared_ptr<Op>> ops;
@@ -367,10 +370,11 @@ struct TransferEngine::Impl : std::enable_shared_from_this<TransferEngine::Impl>
           Finish(op, s);
           continue;
         }
-        auto g = std::find_if(layered.begin(), layered.end(),
-                              [&](const LayeredGroup& x) { return x.to == op->to; });
+        auto g = std::find_if(layered.begin(), layered.end(), [&](const LayeredGroup& x) {
+          return x.to == op->to && x.batch == op->options.batch;
+        });
         if (g == layered.end()) {
-          layered.push_back(LayeredGroup{op->to, op->options.deadline, {}, {}});
+          layered.push_back(LayeredGroup{op->to, op->options.batch, op->options.deadline, {}, {}});
           g = layered.end() - 1;
         }
         g->deadline = std::max(g->deadline, op->options.deadline);
@@ -380,10 +384,11 @@ struct TransferEngine::Impl : std::enable_shared_from_this<TransferEngine::Impl>
         g->ops.push_back(op);
         continue;
       }
-      auto g = std::find_if(groups.begin(), groups.end(),
-                            [&](const Group& x) { return x.from == op->from; });
+      auto g = std::find_if(groups.begin(), groups.end(), [&](const Group& x) {
+        return x.from == op->from && x.batch == op->options.batch;
+      });
       if (g == groups.end()) {
-        groups.push_back(Group{op->from, op->options.deadline, {}, {}});
+        groups.push_back(Group{op->from, op->options.batch, op->options.deadline, {}, {}});
         g = groups.end() - 1;
       }
       g->deadline = std::max(g->deadline, op->options.deadline);

@@ -85,12 +85,13 @@ class FaultInjectingTier final : public TierBackend {
     }
     return Forward([=, this] { return inner_->ReadBlock(slot, key, dst, options); });
   }
-  // A batch reaches the wrapped tier whole (a layer-wise tier writes it layer-major) unless a
-  // fault or a delay is set; then block by block as above.
+  // Records the batch's size (write_batches()). It reaches the wrapped tier whole (a layer-wise
+  // tier writes it layer-major) unless a fault or a delay is set; then block by block as above.
   std::vector<Completion> WriteBlocks(absl::Span<const BlockWrite> writes,
                                       const BlockIoOptions& options = {}) override {
     {
       internal::MutexLock lock(&mu_);
+      write_batches_.push_back(writes.size());
       if (fail_writes_ <= 0 && delay_ == absl::ZeroDuration()) {
         return inner_->WriteBlocks(writes, options);
       }
@@ -110,6 +111,11 @@ class FaultInjectingTier final : public TierBackend {
   std::vector<size_t> read_batches() const {
     internal::MutexLock lock(&mu_);
     return read_batches_;
+  }
+  // The size of every WriteBlocks call so far, in order (single WriteBlock calls not included).
+  std::vector<size_t> write_batches() const {
+    internal::MutexLock lock(&mu_);
+    return write_batches_;
   }
 
  private:
@@ -139,6 +145,7 @@ class FaultInjectingTier final : public TierBackend {
   std::unique_ptr<TierBackend> inner_;
   mutable internal::Mutex mu_;
   std::vector<size_t> read_batches_ ABSL_GUARDED_BY(mu_);
+  std::vector<size_t> write_batches_ ABSL_GUARDED_BY(mu_);
   int fail_writes_ ABSL_GUARDED_BY(mu_) = 0;
   int fail_reads_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status write_status_ ABSL_GUARDED_BY(mu_);

@@ -201,6 +201,52 @@ TEST(TransferEngineTest, DeferredCopiesReadEachSourceTierInOneBatch) {
   EXPECT_EQ(s.engine->in_flight(), 0);
 }
 
+// Deferred copies of two batches (two requests) that start in one pass share no backend call:
+// NVMe reads go as one ReadBlocks per batch, and layer-wise writes from DRAM into HBM as one
+// layer-major WriteBlocks per batch, so neither request's blocks wait for the other's layers.
+// Copies that name no batch (0) share one call, as before.
+TEST(TransferEngineTest, DeferredCopiesOfTwoBatchesShareNoBackendCall) {
+  for (const bool batched : {true, false}) {
+    SCOPED_TRACE(batched ? "batches 1 and 2" : "no batch");
+    Stack s(16);
+    std::vector<Transfer> copies;
+    auto progress = std::make_shared<LayerProgress>();
+    progress->landed = [](int) {};
+    for (uint32_t i = 0; i < 6; ++i) {
+      TransferOptions o;
+      o.defer_start = true;
+      o.batch = batched ? 1 + i % 2 : 0;
+      const SlotId n = s.Put(Tier::kNvme, Stack::Key(i), Stack::Block(i));
+      KVTIER_ASSERT_OK_AND_ASSIGN(Transfer t,
+                                  s.engine->Copy(Stack::Key(i), Tier::kNvme, n, Tier::kDram, o));
+      copies.push_back(t);
+      if (i < 4) {
+        const SlotId d = s.Put(Tier::kDram, Stack::Key(10 + i), Stack::Block(10 + i));
+        o.layers = progress;
+        KVTIER_ASSERT_OK_AND_ASSIGN(
+            Transfer u, s.engine->Copy(Stack::Key(10 + i), Tier::kDram, d, Tier::kHbm, o));
+        copies.push_back(u);
+      }
+    }
+    s.engine->StartDeferred();
+    for (const Transfer& t : copies) KVTIER_ASSERT_OK(t.completion.Wait());
+    if (batched) {
+      EXPECT_THAT(s.nvme->read_batches(), ::testing::ElementsAre(3u, 3u));
+      EXPECT_THAT(s.hbm->write_batches(), ::testing::ElementsAre(2u, 2u));
+    } else {
+      EXPECT_THAT(s.nvme->read_batches(), ::testing::ElementsAre(6u));
+      EXPECT_THAT(s.hbm->write_batches(), ::testing::ElementsAre(4u));
+    }
+    for (uint32_t i = 0; i < 4; ++i) {
+      KVTIER_ASSERT_OK_AND_ASSIGN(
+          std::vector<std::byte> h,
+          s.Get(Tier::kHbm, copies[2 * i + 1].destination, Stack::Key(10 + i)));
+      EXPECT_TRUE(h == Stack::Block(10 + i)) << "HBM block " << i;
+    }
+    EXPECT_EQ(s.engine->in_flight(), 0);
+  }
+}
+
 // A deferred copy nobody starts only ages toward its deadline, and fails by it with its slots
 // untouched.
 TEST(TransferEngineTest, DeferredCopyNeverStartedEndsByItsDeadline) {

@@ -85,11 +85,13 @@ struct TransferOptions {
   // StartDeferred() after its last such Copy; until then the copy only ages toward its
   // deadline. (A copy between two inline tiers that can start at once runs in Copy anyway.)
   bool defer_start = false;
-  // Which caller's batch the copy belongs to (a request's copies: KvCache gives each call its
-  // own). Copies that start in one pass share a backend call (the ReadBlocks above, and the
-  // layer-major WriteBlocks of layer-wise copies) and its deadline only with copies of the same
-  // batch, so one request's copies never wait for, or are bounded by, another's. 0: the batch of
-  // every copy that names none.
+  // An opaque id of the caller's batch (a request's copies: KvCache gives each call its own);
+  // callers sharing an engine must not reuse each other's ids. Copies that start in one pass
+  // (deferred or not) share a backend call (the ReadBlocks above, and the layer-major WriteBlocks
+  // of layer-wise copies) and that call's deadline only with copies of the same batch, so no
+  // request's copies are bounded by another's deadline. Separate calls to one tier still queue
+  // in order behind each other (one copy stream), as do bounce buffers. 0: the batch of every
+  // copy that names none.
   uint64_t batch = 0;
   // Handed to the destination's WriteBlock (BlockIoOptions::layers): a kCapLayerwise
   // destination announces each layer of the block as it lands (layer-wise onboarding). Other

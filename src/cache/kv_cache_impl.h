@@ -294,6 +294,7 @@ struct KvCache::Impl {
     // Onboards: the tiers (bit TierIndex) earlier attempts of this block read from and failed;
     // a retry reads from a ready copy in another (RetryOnboard).
     uint8_t tried_tiers = 0;
+    uint64_t batch = 0;  // the Deferred::batch it started in; a retry keeps it (RetryOnboard)
     std::vector<std::pair<SequenceId, int64_t>> pause_waiters;  // offloads: refs to move down
   };
 

@@ -59,6 +59,7 @@ absl::StatusOr<std::shared_ptr<KvCache::Impl::Move>> KvCache::Impl::StartMove(co
     move->layers = std::move(layers);
   }
   move->key = key;
+  move->batch = d.batch;
   move->from = from;
   move->src = src;
   move->to = to;
@@ -182,6 +183,8 @@ std::shared_ptr<KvCache::Impl::Move> KvCache::Impl::RetryOnboard(const Move& fai
     deadline = std::max(deadline, w.batch != nullptr ? w.batch->deadline : absl::InfiniteFuture());
   }
   if (absl::Now() >= deadline) return nullptr;
+  // The retries of one request's failed batch (a remote Get that failed whole) read together.
+  if (d.batch == 0) d.batch = failed.batch;
   for (int t = TierIndex(Tier::kDram); t < kNumTiers; ++t) {
     if (((tried >> t) & 1) != 0 || rec->state(static_cast<Tier>(t)) != CopyState::kReady) continue;
     auto retry = StartMove(failed.key, static_cast<Tier>(t), rec->slots[t], Tier::kHbm,

@@ -348,7 +348,7 @@ struct TransferEngine::Impl : std::enable_shared_from_this<TransferEngine::Impl>
     std::vector<Group> groups;
     // Writes from a host-addressable source into a kCapLayerwise destination that asked for
     // layer progress: one WriteBlocks per destination tier and batch, so a request's blocks land
-    // layer-major, and no layer of theirs waits for another request's.
+    // layer-major together, under their own deadline.
     struct LayeredGroup {
       Tier to;
       uint64_t batch;

@@ -48,6 +48,18 @@ class SessionHintsTest : public ::testing::Test {
     KVTIER_ASSERT_OK(cache_->Append(SequenceId(id), tokens).status());
     KVTIER_ASSERT_OK(cache_->ReportWritten(SequenceId(id), static_cast<int64_t>(tokens.size())));
   }
+  // A request of `session` that attaches what the cache has of `tokens`, computes the rest and
+  // writes it, not released; returns the attached tokens (-1 on error, which it reports).
+  int64_t RunAttached(uint64_t id, uint64_t session, const std::vector<int32_t>& tokens) {
+    EXPECT_TRUE(cache_->CreateSequence(SequenceId(id), {.session = session}).ok());
+    auto attach = cache_->AttachPrefix(SequenceId(id), tokens);
+    EXPECT_TRUE(attach.ok()) << attach.status();
+    if (!attach.ok()) return -1;
+    const auto rest = absl::MakeConstSpan(tokens).subspan(attach->attached_tokens);
+    EXPECT_TRUE(cache_->Append(SequenceId(id), rest).ok());
+    EXPECT_TRUE(cache_->ReportWritten(SequenceId(id), static_cast<int64_t>(tokens.size())).ok());
+    return attach->attached_tokens;
+  }
   HintOutcome ReleaseWith(uint64_t id, ReleaseHints hints) {
     auto o = cache_->Release(SequenceId(id), hints);
     EXPECT_TRUE(o.ok()) << o.status();
@@ -109,14 +121,7 @@ TEST_F(SessionHintsTest, StopReasonsDecideWhichReleasedSessionIsKept) {
       RunWritten(id, s, first);
       ReleaseWith(id++, {.stop_reason = StopReason::kToolUse});
       env_->clock().Advance(absl::Seconds(5));
-      KVTIER_ASSERT_OK(cache_->CreateSequence(SequenceId(id), {.session = s}));
-      auto attach = cache_->AttachPrefix(SequenceId(id), second);
-      KVTIER_ASSERT_OK(attach.status());
-      KVTIER_ASSERT_OK(
-          cache_
-              ->Append(SequenceId(id), absl::MakeConstSpan(second).subspan(attach->attached_tokens))
-              .status());
-      KVTIER_ASSERT_OK(cache_->ReportWritten(SequenceId(id), 2 * kB));
+      ASSERT_GE(RunAttached(id, s, second), 0);
       ReleaseWith(id++, {.stop_reason = StopReason::kEndTurn});
       env_->clock().Advance(absl::Seconds(7));
     }
@@ -215,13 +220,7 @@ TEST_F(SessionHintsTest, AVictimIsDemotedOnlyIfItsChanceOfReusePaysForTheCopy) {
     for (uint64_t s = 1; s <= 6; ++s) {  // back, with one token more
       std::vector<int32_t> next = prompt(s);
       next.push_back(7);
-      KVTIER_ASSERT_OK(cache_->CreateSequence(SequenceId(id), {.session = s}));
-      auto attach = cache_->AttachPrefix(SequenceId(id), next);
-      KVTIER_ASSERT_OK(attach.status());
-      EXPECT_EQ(attach->attached_tokens, kB);
-      KVTIER_ASSERT_OK(
-          cache_->Append(SequenceId(id), absl::MakeConstSpan(next).subspan(kB)).status());
-      KVTIER_ASSERT_OK(cache_->ReportWritten(SequenceId(id), kB + 1));
+      EXPECT_EQ(RunAttached(id, s, next), kB);
       ReleaseWith(id++, {.stop_reason = StopReason::kEndTurn});
     }
     env_->clock().Advance(absl::Minutes(2));

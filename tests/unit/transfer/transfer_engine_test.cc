@@ -203,8 +203,8 @@ TEST(TransferEngineTest, DeferredCopiesReadEachSourceTierInOneBatch) {
 
 // Deferred copies of two batches (two requests) that start in one pass share no backend call:
 // NVMe reads go as one ReadBlocks per batch, and layer-wise writes from DRAM into HBM as one
-// layer-major WriteBlocks per batch, so neither request's blocks wait for the other's layers.
-// Copies that name no batch (0) share one call, as before.
+// layer-major WriteBlocks per batch, each under its own batch's deadline (the calls still queue
+// on the tier's one copy stream). Copies that name no batch (0) share one call, as before.
 TEST(TransferEngineTest, DeferredCopiesOfTwoBatchesShareNoBackendCall) {
   for (const bool batched : {true, false}) {
     SCOPED_TRACE(batched ? "batches 1 and 2" : "no batch");

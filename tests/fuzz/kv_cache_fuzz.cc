@@ -1,12 +1,16 @@
 // libFuzzer target for KvCache: the input bytes are decoded into a small cache configuration and
 // then a sequence of API calls (sequences, prefixes, appends, writes, forks, residency tickets,
-// pauses, prefetches, lookups, stats, events, injected tier faults, a warm restart). After every
-// call the harness checks:
+// pauses, prefetches, lookups, stats, events, injected tier faults, a warm restart, and the
+// hints: releases with a stop reason, idle estimate and last turn, retain and invalidate of a
+// prefix or a session). After every call the harness checks:
 //   * the result is OK or one of the codes kv_cache.h documents for that call, and the exact
 //     code where the model knows which documented error applies (an unknown sequence, a range
 //     past the end, a second release, ...);
 //   * on error nothing changed (GetSequence still shows the old state);
 //   * CheckInvariants() is OK, stats() gauges add up, tickets and block tables are well formed;
+//   * a hint's HintOutcome is the one kv_cache.h documents for its arguments (kRejected,
+//     kClipped, kAccepted, and the blocks it names), and a prefix invalidated whole is no longer
+//     found;
 //   * the KV bytes of every resident block read through a ticket are the bytes the "kernel"
 //     wrote for those tokens, whichever tiers the block travelled through. The harness plays the
 //     kernel: before reporting tokens written it writes a pattern derived from the tokens (and
@@ -30,6 +34,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -38,6 +43,7 @@
 #include <deque>
 #include <filesystem>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -64,6 +70,7 @@
 #include "kvtier/kv_geometry.h"
 #include "kvtier/nvme_tier.h"
 #include "kvtier/prefix_hasher.h"
+#include "kvtier/session_hints.h"
 #include "kvtier/tier_backend.h"
 #include "kvtier/tier_stack.h"
 #include "tests/testing/fault_injecting_tier.h"
@@ -366,6 +373,7 @@ struct Config {
   std::string eviction_policy = "lru";
   std::array<int, kNumTiers> admit_after_uses = {1, 1, 1, 1};
   bool demote_on_evict = true;
+  bool demote_by_value = true;
   int prefill_cost = 0;  // 0 unset, 1 cheap recompute, 2 expensive recompute
   HashAlgorithm hash = HashAlgorithm::kXxh3_128;
   int64_t event_buffer = 65536;
@@ -390,7 +398,6 @@ Config DecodeConfig(Input& in) {
   c.present[TierIndex(Tier::kNvme)] = (a & 4) == 0;
   c.present[TierIndex(Tier::kRemote)] = (a & 8) != 0;
   c.write_policy = (a & 16) != 0 ? WritePolicy::kWriteThrough : WritePolicy::kWriteBack;
-  c.eviction_policy = (a & 32) == 0 ? "lru" : (d & 128) != 0 ? "reuse_index" : "cost_aware";
   c.demote_on_evict = (a & 64) == 0;
   c.nvme_engine = (a & 128) != 0 ? NvmeEngine::kThreadPool : NvmeEngine::kAuto;
   c.hbm_blocks = 6 + (b & 7);
@@ -412,20 +419,26 @@ Config DecodeConfig(Input& in) {
   }
   // About one input in sixteen tries one invalid option.
   const uint8_t e = in.Byte();
+  c.eviction_policy = (a & 32) == 0    ? "lru"
+                      : (d & 128) == 0 ? "cost_aware"
+                      : (e & 16) != 0  ? "learned"
+                                       : "reuse_index";
+  c.demote_by_value = (e & 32) == 0;
   c.invalid = (d >> 6) == 3 && (e & 3) == 0 ? 1 + (e >> 2) % kNumInvalidConfigs : 0;
   return c;
 }
 
 std::string DescribeConfig(const Config& c) {
-  return absl::StrCat(
-      "hbm=", c.hbm_blocks, " ", HbmLayoutName(c.layout),
-      " dram=", c.present[1], " nvme=", c.present[2], " remote=", c.present[3],
-      " write_through=", c.write_policy == WritePolicy::kWriteThrough,
-      " exclusive=", c.inclusion == TierInclusion::kExclusive, " policy=", c.eviction_policy,
-      " admit=", c.admit_after_uses[1], c.admit_after_uses[2], c.admit_after_uses[3],
-      " demote=", c.demote_on_evict, " prefill_cost=", c.prefill_cost,
-      " event_buffer=", c.event_buffer, " room_wait=", absl::FormatDuration(c.room_wait),
-      " bounce=", c.bounce_buffers, " invalid=", c.invalid);
+  return absl::StrCat("hbm=", c.hbm_blocks, " ", HbmLayoutName(c.layout), " dram=", c.present[1],
+                      " nvme=", c.present[2], " remote=", c.present[3],
+                      " write_through=", c.write_policy == WritePolicy::kWriteThrough,
+                      " exclusive=", c.inclusion == TierInclusion::kExclusive,
+                      " policy=", c.eviction_policy, " admit=", c.admit_after_uses[1],
+                      c.admit_after_uses[2], c.admit_after_uses[3], " demote=", c.demote_on_evict,
+                      " by_value=", c.demote_by_value, " prefill_cost=", c.prefill_cost,
+                      " event_buffer=", c.event_buffer,
+                      " room_wait=", absl::FormatDuration(c.room_wait),
+                      " bounce=", c.bounce_buffers, " invalid=", c.invalid);
 }
 
 // ---- The harness
@@ -495,16 +508,22 @@ enum class Op : uint8_t {
   kRemoteFailure,
   kRestart,
   kForeignTicket,
+  kReleaseHinted,
+  kRetainPrefix,
+  kInvalidatePrefix,
+  kRetainSession,
+  kInvalidateSession,
   kCount,
 };
 
 const char* OpName(Op op) {
   static constexpr const char* kNames[] = {
-      "CreateSequence", "AttachPrefix",  "Append",        "ReportWritten", "Fork",
-      "EnsureResident", "ReleaseTicket", "WaitTicket",    "Pause",         "Resume",
-      "Release",        "Prefetch",      "Lookup",        "GetSequence",   "stats",
-      "PollEvents",     "AdvanceClock",  "CompleteReady", "WaitIdle",      "InjectFault",
-      "RemoteFailure",  "Restart",       "ForeignTicket"};
+      "CreateSequence",   "AttachPrefix",  "Append",           "ReportWritten", "Fork",
+      "EnsureResident",   "ReleaseTicket", "WaitTicket",       "Pause",         "Resume",
+      "Release",          "Prefetch",      "Lookup",           "GetSequence",   "stats",
+      "PollEvents",       "AdvanceClock",  "CompleteReady",    "WaitIdle",      "InjectFault",
+      "RemoteFailure",    "Restart",       "ForeignTicket",    "ReleaseHinted", "RetainPrefix",
+      "InvalidatePrefix", "RetainSession", "InvalidateSession"};
   static_assert(std::size(kNames) == static_cast<size_t>(Op::kCount));
   return kNames[static_cast<size_t>(op)];
 }
@@ -581,6 +600,7 @@ class Harness {
     options.inclusion = config_.inclusion;
     options.admit_after_uses = config_.admit_after_uses;
     options.demote_on_evict = config_.demote_on_evict;
+    options.demote_by_value = config_.demote_by_value;
     if (config_.prefill_cost != 0) {
       PrefillCostOptions cost;
       cost.params = 1e6;
@@ -1244,6 +1264,16 @@ class Harness {
         return DoRestart();
       case Op::kForeignTicket:
         return DoForeignTicket();
+      case Op::kReleaseHinted:
+        return DoReleaseHinted();
+      case Op::kRetainPrefix:
+        return DoRetainPrefix();
+      case Op::kInvalidatePrefix:
+        return DoInvalidatePrefix();
+      case Op::kRetainSession:
+        return DoRetainSession();
+      case Op::kInvalidateSession:
+        return DoInvalidateSession();
       case Op::kCount:
         break;
     }
@@ -1253,7 +1283,10 @@ class Harness {
     const SequenceId id = GenId();
     bool bad_extras = false;
     bool bad_retention = false;
-    const SequenceOptions options = GenOptions(&bad_extras, &bad_retention);
+    SequenceOptions options = GenOptions(&bad_extras, &bad_retention);
+    // Sessions 1..3 (0: none), varying with the id and over time, so several sequences share one
+    // and the session hints find something remembered.
+    options.session = (id.value() + generation_) % 4;
     const bool bad = bad_extras || bad_retention;
     const std::string call = absl::StrCat("CreateSequence(", id.value(), ")");
     Log(absl::StrCat(call, bad ? " with invalid options" : ""));
@@ -1647,8 +1680,10 @@ class Harness {
 
   void DoPause() {
     const SequenceId id = GenId();
-    const absl::Duration idle =
-        in_.Below(6) == 0 ? absl::Seconds(-1) : absl::Seconds(in_.InRange(0, 600));
+    const int k = in_.Below(8);
+    const absl::Duration idle = k == 0   ? absl::Seconds(-1)
+                                : k == 7 ? absl::InfiniteDuration()
+                                         : absl::Seconds(in_.InRange(0, 255));
     const std::string call =
         absl::StrCat("Pause(", id.value(), ", ", absl::FormatDuration(idle), ")");
     Log(call);
@@ -1659,7 +1694,10 @@ class Harness {
     if (idle < absl::ZeroDuration()) rules.Must(StatusCode::kInvalidArgument);
     if (seq != nullptr && seq->paused) rules.Must(StatusCode::kFailedPrecondition);
     rules.Check(call, s);
-    if (s.ok()) seq->paused = true;
+    if (s.ok()) {
+      seq->paused = true;
+      LetGo(*seq);
+    }
     SyncIfKnown(id, call);
   }
 
@@ -1689,7 +1727,10 @@ class Harness {
     Rules rules;
     SequenceRules(rules, id, /*paused_is_wrong_state=*/false);
     rules.Check(call, s);
-    if (s.ok()) seqs_.at(id.value()).live = false;
+    if (s.ok()) {
+      seqs_.at(id.value()).live = false;
+      LetGo(seqs_.at(id.value()));
+    }
     if (id.valid() && StateOf(id) != Known::kUnknown) {
       // Released now (or before): GetSequence must say so.
       absl::StatusOr<SequenceInfo> info = cache_->GetSequence(id);
@@ -1951,6 +1992,232 @@ class Harness {
     if (!MakeCache(/*first=*/false)) Fail("KvCache::Create failed on restart");
   }
 
+  // ---- Hints (kv_cache.h "Hints", session_hints.h)
+
+  void LetGo(const SeqModel& seq) {
+    if (seq.options.session != 0) sessions_let_go_.insert(seq.options.session);
+  }
+
+  static const char* ResultName(HintOutcome::Result r) {
+    switch (r) {
+      case HintOutcome::Result::kAccepted:
+        return "kAccepted";
+      case HintOutcome::Result::kClipped:
+        return "kClipped";
+      case HintOutcome::Result::kRejected:
+        return "kRejected";
+    }
+    return "?";
+  }
+
+  // An outcome is well formed: a reason exactly when it is not kAccepted, blocks in [0, most].
+  static void CheckOutcome(const std::string& call, const HintOutcome& out, int64_t most) {
+    Log(absl::StrCat("  -> ", ResultName(out.result), ", ", out.blocks, " blocks ", out.reason));
+    const bool accepted = out.result == HintOutcome::Result::kAccepted;
+    if (accepted != out.reason.empty() || out.blocks < 0 || out.blocks > most) {
+      Fail(absl::StrCat(call, ": outcome ", ResultName(out.result), " with reason '", out.reason,
+                        "' and ", out.blocks, " blocks (at most ", most, ")"));
+    }
+  }
+
+  static void ExpectResult(const std::string& call, const HintOutcome& out,
+                           HintOutcome::Result want) {
+    if (out.result != want) {
+      Fail(absl::StrCat(call, ": outcome ", ResultName(out.result), " (", out.reason,
+                        "); kv_cache.h says ", ResultName(want)));
+    }
+  }
+
+  // A retention priority and a time to live, valid or not (*valid says which).
+  std::pair<double, absl::Duration> GenRetention(bool* valid) {
+    static constexpr double kPriorities[] = {0,
+                                             0.5,
+                                             3,
+                                             -1,
+                                             std::numeric_limits<double>::quiet_NaN(),
+                                             std::numeric_limits<double>::infinity()};
+    static constexpr int64_t kTtlSeconds[] = {1, 300, 0, -1};
+    const double priority = kPriorities[in_.Below(6)];
+    const int t = in_.Below(5);
+    const absl::Duration ttl = t == 4 ? absl::InfiniteDuration() : absl::Seconds(kTtlSeconds[t]);
+    *valid = priority >= 0 && std::isfinite(priority) && ttl > absl::ZeroDuration();
+    return {priority, ttl};
+  }
+
+  void DoReleaseHinted() {
+    const SequenceId id = GenId();
+    const uint8_t h = in_.Byte();
+    ReleaseHints hints;
+    hints.stop_reason = static_cast<StopReason>(h % kNumStopReasons);
+    switch ((h >> 2) & 3) {
+      case 1:
+        hints.expected_idle = absl::Seconds(in_.InRange(0, 255));
+        break;
+      case 2:
+        hints.expected_idle = absl::Seconds(-1);
+        break;
+      case 3:
+        hints.expected_idle = absl::InfiniteDuration();
+        break;
+      default:
+        break;
+    }
+    hints.last_turn = (h & 16) != 0;
+    hints.preempted = (h & 32) != 0;
+    const std::string call = absl::StrCat(
+        "Release(", id.value(), ", stop ", static_cast<int>(hints.stop_reason), ", idle ",
+        hints.expected_idle.has_value() ? absl::FormatDuration(*hints.expected_idle) : "none",
+        ", last_turn ", hints.last_turn, ", preempted ", hints.preempted, ")");
+    Log(call);
+    // The written tokens as they are now (a ready fired since the last look changes them).
+    SeqModel* seq = Live(id);
+    if (seq != nullptr) SyncSequence(id, call);
+    absl::StatusOr<HintOutcome> r = cache_->Release(id, hints);
+    Rules rules;
+    SequenceRules(rules, id, /*paused_is_wrong_state=*/false);
+    rules.Check(call, r.status());
+    if (!r.ok()) return SyncIfKnown(id, call);
+    seq->live = false;
+    LetGo(*seq);
+    const int64_t full = seq->written / kTokensPerBlock;
+    CheckOutcome(call, *r, full);
+    if (r->blocks != full) {
+      Fail(absl::StrCat(call, ": outcome names ", r->blocks, " blocks; ", full,
+                        " full blocks were written"));
+    }
+    const bool bad_idle =
+        hints.expected_idle.has_value() && (*hints.expected_idle < absl::ZeroDuration() ||
+                                            *hints.expected_idle == absl::InfiniteDuration());
+    HintOutcome::Result want = HintOutcome::Result::kAccepted;
+    if (seq->options.session == 0 || bad_idle) {
+      want = HintOutcome::Result::kRejected;
+    } else if (hints.last_turn && (hints.expected_idle.has_value() || hints.preempted)) {
+      want = HintOutcome::Result::kClipped;
+    }
+    ExpectResult(call, *r, want);
+  }
+
+  void DoRetainPrefix() {
+    bool bad = false;
+    bool bad_retention = false;
+    const SequenceOptions identity = GenIdentity(&bad, &bad_retention);
+    const std::vector<int32_t> tokens = GenPrompt();
+    bool valid = false;
+    const auto [priority, ttl] = GenRetention(&valid);
+    const std::string call = absl::StrCat("RetainPrefix(", tokens.size(), " tokens, ", priority,
+                                          ", ", absl::FormatDuration(ttl), ")");
+    Log(call);
+    absl::StatusOr<HintOutcome> r = cache_->RetainPrefix(tokens, priority, ttl, identity);
+    Rules rules;
+    if (bad) rules.Must(StatusCode::kInvalidArgument);
+    if (!identity.multimodal.empty() || tokens.empty() || bad_retention) {
+      rules.May(StatusCode::kInvalidArgument);
+    }
+    rules.Check(call, r.status());
+    if (!r.ok()) return;
+    const int64_t full = static_cast<int64_t>(tokens.size()) / kTokensPerBlock;
+    CheckOutcome(call, *r, full);
+    if (!valid) return ExpectResult(call, *r, HintOutcome::Result::kRejected);
+    ExpectResult(
+        call, *r,
+        r->blocks == full ? HintOutcome::Result::kAccepted : HintOutcome::Result::kClipped);
+  }
+
+  void DoInvalidatePrefix() {
+    bool bad = false;
+    bool bad_retention = false;
+    const SequenceOptions identity = GenIdentity(&bad, &bad_retention);
+    const std::vector<int32_t> tokens = GenPrompt();
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    int64_t from = 0;
+    switch (in_.Below(5)) {
+      case 1:
+        from = kTokensPerBlock;
+        break;
+      case 2:
+        from = in_.Below(static_cast<int>(n) + 1);
+        break;
+      case 3:
+        from = -1;
+        break;
+      case 4:  // the last full block alone
+        from = std::max<int64_t>(0, n / kTokensPerBlock - 1) * kTokensPerBlock;
+        break;
+      default:
+        break;
+    }
+    // What a lookup finds before (only without a remote tier: its store's deletes and probes
+    // run on their own time).
+    const bool local = !config_.present[TierIndex(Tier::kRemote)];
+    std::optional<int64_t> before;
+    if (local && !bad && identity.multimodal.empty() && !tokens.empty()) {
+      absl::StatusOr<PrefixLookup> l = cache_->Lookup(tokens, identity);
+      if (l.ok()) before = l->matched_tokens;
+    }
+    const std::string call = absl::StrCat("InvalidatePrefix(", n, " tokens, from ", from, ")");
+    Log(call);
+    absl::StatusOr<HintOutcome> r = cache_->InvalidatePrefix(tokens, from, identity);
+    Rules rules;
+    if (bad) rules.Must(StatusCode::kInvalidArgument);
+    if (!identity.multimodal.empty() || tokens.empty() || bad_retention) {
+      rules.May(StatusCode::kInvalidArgument);
+    }
+    rules.Check(call, r.status());
+    if (!r.ok()) return;
+    const int64_t full = n / kTokensPerBlock;
+    const int64_t first = from < 0 ? full : std::min(full, from / kTokensPerBlock);
+    CheckOutcome(call, *r, full - first);
+    if (from < 0) return ExpectResult(call, *r, HintOutcome::Result::kRejected);
+    if (r->result == HintOutcome::Result::kRejected) {
+      ExpectResult(call, *r, HintOutcome::Result::kAccepted);
+    }
+    if (!before.has_value()) return;
+    // An invalidation never adds a block; one that dropped the range whole (kAccepted) leaves no
+    // tier a block of it, so a lookup stops before it.
+    absl::StatusOr<PrefixLookup> l = cache_->Lookup(tokens, identity);
+    if (!l.ok()) Fail(absl::StrCat("Lookup after ", call, ": ", l.status().ToString()));
+    const int64_t most = r->result == HintOutcome::Result::kAccepted
+                             ? std::min(*before, first * kTokensPerBlock)
+                             : *before;
+    if (l->matched_tokens > most) {
+      Fail(absl::StrCat(call, " was ", ResultName(r->result), ", but a lookup matches ",
+                        l->matched_tokens, " tokens after it, ", *before,
+                        " before (the range starts at block ", first, ")"));
+    }
+  }
+
+  uint64_t GenSession() { return static_cast<uint64_t>(in_.Below(5)); }  // 4: never used
+
+  void DoRetainSession() {
+    const uint64_t session = GenSession();
+    bool valid = false;
+    const auto [priority, ttl] = GenRetention(&valid);
+    const std::string call = absl::StrCat("RetainSession(", session, ", ", priority, ", ",
+                                          absl::FormatDuration(ttl), ")");
+    Log(call);
+    absl::StatusOr<HintOutcome> r = cache_->RetainSession(session, priority, ttl);
+    Rules().Check(call, r.status());  // no documented error
+    CheckOutcome(call, *r, std::numeric_limits<int64_t>::max());
+    if (!valid || !sessions_let_go_.contains(session)) {
+      ExpectResult(call, *r, HintOutcome::Result::kRejected);
+    }
+  }
+
+  void DoInvalidateSession() {
+    const uint64_t session = GenSession();
+    const std::string call = absl::StrCat("InvalidateSession(", session, ")");
+    Log(call);
+    absl::StatusOr<HintOutcome> r = cache_->InvalidateSession(session);
+    Rules().Check(call, r.status());  // no documented error
+    CheckOutcome(call, *r, std::numeric_limits<int64_t>::max());
+    if (!sessions_let_go_.contains(session)) {
+      ExpectResult(call, *r, HintOutcome::Result::kRejected);
+    }
+    // The session is forgotten either way: until one of its sequences is let go again, a
+    // session hint naming it is kRejected.
+    sessions_let_go_.erase(session);
+  }
+
   void DoForeignTicket() {
     Log("ReleaseTicket(a ticket of another cache)");
     Rules rules;
@@ -1987,6 +2254,9 @@ class Harness {
 
   std::map<uint64_t, SeqModel> seqs_;  // by id: live or released
   uint64_t generation_ = 0;
+  // Sessions a sequence of which was released or paused since the last InvalidateSession of it:
+  // the only ones the cache may remember (a session hint naming another is kRejected).
+  std::set<uint64_t> sessions_let_go_;
   std::vector<std::vector<int32_t>> history_;
   std::vector<TicketModel> tickets_;
   std::deque<PendingReady> pending_;

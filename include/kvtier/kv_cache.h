@@ -562,9 +562,10 @@ class KvCache {
   // idle estimate is worth; lru and cost_aware ignore both). The release itself happens whatever
   // the hints are. Outcome: kAccepted; kRejected for a sequence without a session (nothing to
   // tie the hint to) or an expected_idle that is negative or infinite (the other hints are then
-  // still taken); kClipped for an expected_idle given with last_turn (the estimate is not used;
-  // last_turn is) and for last_turn given with preempted (last_turn is not used: the request
-  // comes back); blocks = the written full blocks released. Errors: as Release.
+  // still taken, as the next rule allows); kClipped for an expected_idle given with last_turn
+  // (the estimate is not used; last_turn is) and for last_turn given with preempted (last_turn
+  // is not used: the request comes back). Where both apply, the answer is kRejected. blocks =
+  // the written full blocks released. Errors: as Release.
   absl::StatusOr<HintOutcome> Release(SequenceId id, const ReleaseHints& hints);
 
   // ---- Hints

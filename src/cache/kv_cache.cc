@@ -270,8 +270,9 @@ absl::StatusOr<HintOutcome> KvCache::Release(SequenceId id, const ReleaseHints& 
                                           *hints.expected_idle == absl::InfiniteDuration())) {
     taken.expected_idle.reset();
     outcome.result = HintOutcome::Result::kRejected;
-    outcome.reason = absl::StrCat("expected_idle = ", absl::FormatDuration(*hints.expected_idle),
-                                  " must be >= 0 and finite (the other hints are taken)");
+    outcome.reason =
+        absl::StrCat("expected_idle = ", absl::FormatDuration(*hints.expected_idle),
+                     " must be >= 0 and finite (the other hints are taken where they apply)");
   } else if (hints.expected_idle.has_value() && hints.last_turn && !hints.preempted) {
     taken.expected_idle.reset();
     outcome.result = HintOutcome::Result::kClipped;

@@ -1723,7 +1723,11 @@ class Harness {
     const SequenceId id = GenId();
     const std::string call = absl::StrCat("Release(", id.value(), ")");
     Log(call);
-    const absl::Status s = cache_->Release(id);
+    AfterRelease(id, call, cache_->Release(id));
+  }
+
+  // Checks a Release's status (with hints or not) and updates the model.
+  void AfterRelease(SequenceId id, const std::string& call, const absl::Status& s) {
     Rules rules;
     SequenceRules(rules, id, /*paused_is_wrong_state=*/false);
     rules.Check(call, s);
@@ -1987,6 +1991,7 @@ class Harness {
     for (auto& [id, seq] : seqs_) history_.push_back(seq.tokens);
     if (history_.size() > 32) history_.erase(history_.begin(), history_.end() - 32);
     seqs_.clear();
+    sessions_let_go_.clear();  // the new cache remembers no session
     attach_ = AttachTotals{};
     event_cursor_ = 0;
     if (!MakeCache(/*first=*/false)) Fail("KvCache::Create failed on restart");
@@ -2069,16 +2074,16 @@ class Harness {
         hints.expected_idle.has_value() ? absl::FormatDuration(*hints.expected_idle) : "none",
         ", last_turn ", hints.last_turn, ", preempted ", hints.preempted, ")");
     Log(call);
-    // The written tokens as they are now (a ready fired since the last look changes them).
     SeqModel* seq = Live(id);
-    if (seq != nullptr) SyncSequence(id, call);
+    const int64_t preemptions = cache_->stats().preemptions;
     absl::StatusOr<HintOutcome> r = cache_->Release(id, hints);
-    Rules rules;
-    SequenceRules(rules, id, /*paused_is_wrong_state=*/false);
-    rules.Check(call, r.status());
-    if (!r.ok()) return SyncIfKnown(id, call);
-    seq->live = false;
-    LetGo(*seq);
+    AfterRelease(id, call, r.status());
+    // Counted whatever the outcome (ReleaseHints::preempted).
+    const int64_t counted = cache_->stats().preemptions - preemptions;
+    if (counted != (r.ok() && hints.preempted ? 1 : 0)) {
+      Fail(absl::StrCat(call, ": KvCacheStats::preemptions went up by ", counted));
+    }
+    if (!r.ok()) return;
     const int64_t full = seq->written / kTokensPerBlock;
     CheckOutcome(call, *r, full);
     if (r->blocks != full) {
@@ -2097,9 +2102,26 @@ class Harness {
     ExpectResult(call, *r, want);
   }
 
+  // The documented errors of a hint naming a prompt: kInvalidArgument for bad extras
+  // (HashPrompt's); multimodal items may be refused for a prompt they do not fit.
+  static void PromptHintRules(Rules& rules, const SequenceOptions& identity, bool bad) {
+    if (bad) rules.Must(StatusCode::kInvalidArgument);
+    if (!identity.multimodal.empty()) rules.May(StatusCode::kInvalidArgument);
+  }
+
+  // The tokens a lookup of `tokens` matches now; nullopt with a remote tier (its store's writes,
+  // deletes and probes run on their own time) or when the lookup is refused.
+  std::optional<int64_t> LocalMatch(absl::Span<const int32_t> tokens,
+                                    const SequenceOptions& identity) {
+    if (config_.present[TierIndex(Tier::kRemote)]) return std::nullopt;
+    absl::StatusOr<PrefixLookup> l = cache_->Lookup(tokens, identity);
+    if (!l.ok()) return std::nullopt;
+    return l->matched_tokens;
+  }
+
   void DoRetainPrefix() {
     bool bad = false;
-    bool bad_retention = false;
+    bool bad_retention = false;  // irrelevant here: a hint's identity gives only extras
     const SequenceOptions identity = GenIdentity(&bad, &bad_retention);
     const std::vector<int32_t> tokens = GenPrompt();
     bool valid = false;
@@ -2107,12 +2129,10 @@ class Harness {
     const std::string call = absl::StrCat("RetainPrefix(", tokens.size(), " tokens, ", priority,
                                           ", ", absl::FormatDuration(ttl), ")");
     Log(call);
+    const std::optional<int64_t> before = LocalMatch(tokens, identity);
     absl::StatusOr<HintOutcome> r = cache_->RetainPrefix(tokens, priority, ttl, identity);
     Rules rules;
-    if (bad) rules.Must(StatusCode::kInvalidArgument);
-    if (!identity.multimodal.empty() || tokens.empty() || bad_retention) {
-      rules.May(StatusCode::kInvalidArgument);
-    }
+    PromptHintRules(rules, identity, bad);
     rules.Check(call, r.status());
     if (!r.ok()) return;
     const int64_t full = static_cast<int64_t>(tokens.size()) / kTokensPerBlock;
@@ -2121,11 +2141,18 @@ class Harness {
     ExpectResult(
         call, *r,
         r->blocks == full ? HintOutcome::Result::kAccepted : HintOutcome::Result::kClipped);
+    if (!before.has_value()) return;
+    // Every block a lookup finds is cached, so retained; and retention drops nothing.
+    const std::optional<int64_t> after = LocalMatch(tokens, identity);
+    if (r->blocks * kTokensPerBlock < *before || !after.has_value() || *after < *before) {
+      Fail(absl::StrCat(call, ": retained ", r->blocks, " blocks; a lookup matched ", *before,
+                        " tokens before and ", after.value_or(-1), " after"));
+    }
   }
 
   void DoInvalidatePrefix() {
     bool bad = false;
-    bool bad_retention = false;
+    bool bad_retention = false;  // irrelevant here: a hint's identity gives only extras
     const SequenceOptions identity = GenIdentity(&bad, &bad_retention);
     const std::vector<int32_t> tokens = GenPrompt();
     const int64_t n = static_cast<int64_t>(tokens.size());
@@ -2146,43 +2173,33 @@ class Harness {
       default:
         break;
     }
-    // What a lookup finds before (only without a remote tier: its store's deletes and probes
-    // run on their own time).
-    const bool local = !config_.present[TierIndex(Tier::kRemote)];
-    std::optional<int64_t> before;
-    if (local && !bad && identity.multimodal.empty() && !tokens.empty()) {
-      absl::StatusOr<PrefixLookup> l = cache_->Lookup(tokens, identity);
-      if (l.ok()) before = l->matched_tokens;
-    }
     const std::string call = absl::StrCat("InvalidatePrefix(", n, " tokens, from ", from, ")");
     Log(call);
+    const std::optional<int64_t> before = LocalMatch(tokens, identity);
     absl::StatusOr<HintOutcome> r = cache_->InvalidatePrefix(tokens, from, identity);
     Rules rules;
-    if (bad) rules.Must(StatusCode::kInvalidArgument);
-    if (!identity.multimodal.empty() || tokens.empty() || bad_retention) {
-      rules.May(StatusCode::kInvalidArgument);
-    }
+    PromptHintRules(rules, identity, bad);
     rules.Check(call, r.status());
     if (!r.ok()) return;
     const int64_t full = n / kTokensPerBlock;
-    const int64_t first = from < 0 ? full : std::min(full, from / kTokensPerBlock);
+    const int64_t first = std::min(full, std::max<int64_t>(from, 0) / kTokensPerBlock);
     CheckOutcome(call, *r, full - first);
     if (from < 0) return ExpectResult(call, *r, HintOutcome::Result::kRejected);
     if (r->result == HintOutcome::Result::kRejected) {
-      ExpectResult(call, *r, HintOutcome::Result::kAccepted);
+      Fail(absl::StrCat(call, ": kRejected (", r->reason,
+                        "); kv_cache.h rejects only from_token < 0"));
     }
     if (!before.has_value()) return;
-    // An invalidation never adds a block; one that dropped the range whole (kAccepted) leaves no
-    // tier a block of it, so a lookup stops before it.
-    absl::StatusOr<PrefixLookup> l = cache_->Lookup(tokens, identity);
-    if (!l.ok()) Fail(absl::StrCat("Lookup after ", call, ": ", l.status().ToString()));
-    const int64_t most = r->result == HintOutcome::Result::kAccepted
-                             ? std::min(*before, first * kTokensPerBlock)
-                             : *before;
-    if (l->matched_tokens > most) {
-      Fail(absl::StrCat(call, " was ", ResultName(r->result), ", but a lookup matches ",
-                        l->matched_tokens, " tokens after it, ", *before,
-                        " before (the range starts at block ", first, ")"));
+    // An invalidation never adds a block. One that dropped its range whole (kAccepted) dropped
+    // every block of it a lookup found, and leaves no tier a block of it: a lookup stops before.
+    const std::optional<int64_t> after = LocalMatch(tokens, identity);
+    const bool accepted = r->result == HintOutcome::Result::kAccepted;
+    const int64_t found_in_range = std::max<int64_t>(0, *before / kTokensPerBlock - first);
+    const int64_t most = accepted ? std::min(*before, first * kTokensPerBlock) : *before;
+    if (!after.has_value() || *after > most || (accepted && r->blocks < found_in_range)) {
+      Fail(absl::StrCat(call, " was ", ResultName(r->result), " naming ", r->blocks,
+                        " blocks, but a lookup matches ", after.value_or(-1), " tokens after it, ",
+                        *before, " before (the range starts at block ", first, ")"));
     }
   }
 

@@ -9,8 +9,10 @@ Run from anywhere: python3 tests/fuzz/make_corpus.py
 The corpus also keeps inputs the fuzzer once failed on (regress_*: a warm restart over an NVMe
 file with blocks, a failed transfer whose freed slot was reused before the cache forgot it, and
 demotions counted before their evictions); this script leaves them alone. They are replayed
-first in every fuzzing run, as regression tests. Note they encode operations by number, so
-adding an operation in the middle of `enum class Op` would change what they test.
+first in every fuzzing run, as regression tests. Note they encode operations by number, modulo
+the operation count, so adding an operation anywhere in `enum class Op` changes what an op byte
+at or above the old count means: re-encode them (each op byte b as b % old count), as was done
+when the hint operations came (23 -> 28).
 """
 import os
 
@@ -150,15 +152,15 @@ SEEDS = {
         APPEND, 1, 0, 12, 2,
         REPORT, 1, 0, 0,
         CREATE, 2, 0x00,
-        ATTACH, 2, 3, 0, 0, 1, 3,
+        ATTACH, 2, 3, 0, 0, 0, 3,       # sequence 1's tokens plus one
         APPEND, 2, 0, 12, 2,
         REPORT, 2, 0, 0,
-        INVALIDATE_PREFIX, 0, 0x00, 3, 0, 0, 1, 1, 0,  # sequence 1's tokens, all blocks: held
+        INVALIDATE_PREFIX, 0, 0x00, 3, 0, 0, 0, 1, 0,  # sequence 1's tokens, all blocks: held
         RELEASE_HINTED, 1, 0x21,        # tool_use, preempted
-        RELEASE_HINTED, 2, 0x36,        # end_turn, negative estimate, last turn, preempted
-        RETAIN_SESSION, 2, 5, 4,        # infinite priority: kRejected
-        RETAIN_SESSION, 2, 1, 4,        # 0.5 for ever
-        INVALIDATE_PREFIX, 0, 0x00, 3, 0, 0, 1, 1, 0,
+        RELEASE_HINTED, 2, 0x3A,        # end_turn, negative estimate, last turn, preempted
+        RETAIN_SESSION, 3, 5, 4,        # sequence 2's session, infinite priority: kRejected
+        RETAIN_SESSION, 3, 1, 4,        # 0.5 for ever
+        INVALIDATE_PREFIX, 0, 0x00, 3, 0, 0, 0, 1, 0,
         CLOCK, 5,
         STATS,
         WAIT_IDLE, 1,

@@ -93,6 +93,18 @@ TEST_F(SessionHintsTest, ReleaseAnswersEachHintWithItsOutcome) {
   EXPECT_THAT(cache_->Release(SequenceId(2)), IsError(StatusCode::kFailedPrecondition, "released"));
   EXPECT_EQ(Cached(Iota(2 * kB, 300)), 2 * kB);
 
+  // Both rules at once (a bad estimate; last_turn on a preempted request): kRejected, and the
+  // preemption is counted whatever the outcome.
+  RunWritten(4, 7, Iota(kB, 700));
+  const int64_t preemptions = cache_->stats().preemptions;
+  o = ReleaseWith(4, {.stop_reason = StopReason::kEndTurn,
+                      .expected_idle = absl::InfiniteDuration(),
+                      .preempted = true,
+                      .last_turn = true});
+  EXPECT_EQ(o.result, HintOutcome::Result::kRejected);
+  EXPECT_NE(o.reason.find("expected_idle"), std::string::npos) << o.reason;
+  EXPECT_EQ(cache_->stats().preemptions, preemptions + 1);
+
   // No session: nothing to tie the hint to; released all the same.
   RunWritten(3, 0, Iota(kB, 500));
   o = ReleaseWith(3, {.stop_reason = StopReason::kToolUse});

@@ -561,8 +561,10 @@ class KvCache {
   // blocks by when the session is expected back (reuse_index learns what each stop reason and
   // idle estimate is worth; lru and cost_aware ignore both). The release itself happens whatever
   // the hints are. Outcome: kAccepted; kRejected for a sequence without a session (nothing to
-  // tie the hint to) or an expected_idle that is negative or infinite (the other hints are then
-  // still taken, as the next rule allows); kClipped for an expected_idle given with last_turn
+  // tie the hint to) or with caching off (SequenceOptions::enable_caching: its blocks are shared
+  // with nobody, so no hint is taken and the session remembers nothing of it), or for an
+  // expected_idle that is negative or infinite (the other hints are then still taken, as the
+  // next rule allows); kClipped for an expected_idle given with last_turn
   // (the estimate is not used; last_turn is) and for last_turn given with preempted (last_turn
   // is not used: the request comes back). Where both apply, the answer is kRejected. blocks =
   // the written full blocks released. Errors: as Release.
@@ -621,11 +623,13 @@ class KvCache {
   // session's context now) changes nothing remembered; the later one is remembered when it lets
   // go. RetainSession: as RetainPrefix over those blocks (kClipped when only the first `blocks`
   // are cached).
-  // InvalidateSession: as InvalidatePrefix from the first block (a block shared with another
-  // cached prompt, or held, stays: kClipped), then forgets the session. Outcome kRejected,
-  // nothing changed, for session 0, a session with no remembered request, or (RetainSession)
-  // bad priority or ttl. Never fails a request and never makes a block visible. Errors: none
-  // today (the StatusOr is for the API's future). Thread-safe.
+  // InvalidateSession: as InvalidatePrefix from the first block, then forgets the session; the
+  // leading blocks another remembered session's prompt starts with stay (a shared system prompt,
+  // a conversation forked from this one), as do blocks held, read, or with a child copy
+  // (kClipped). A prompt of no session, or of one forgotten, is not known to share them. Outcome
+  // kRejected, nothing changed, for session 0, a session with no remembered request, or
+  // (RetainSession) bad priority or ttl. Never fails a request and never makes a block visible.
+  // Errors: none today (the StatusOr is for the API's future). Thread-safe.
   static constexpr int64_t kRememberedSessions = 65536;
   static constexpr int64_t kRememberedSessionBlocks = int64_t{1} << 22;  // 64 MiB of keys
   absl::StatusOr<HintOutcome> RetainSession(uint64_t session, double priority, absl::Duration ttl);

@@ -126,7 +126,9 @@ void KvCache::Impl::SetLeaving(const BlockKey& key, Tier t, bool leaving) {
 void KvCache::Impl::ObserveRelease(const Sequence& seq, StopReason stop,
                                    const std::optional<absl::Duration>& expected_idle,
                                    absl::Time now, bool last_turn) {
-  if (seq.options.session == 0) return;
+  // A sequence with caching off shares no block (SequenceOptions::enable_caching): its keys name
+  // blocks other requests cached, which its hints must not rank, retain or invalidate.
+  if (seq.options.session == 0 || !seq.options.enable_caching) return;
   const size_t written_full =
       std::min(seq.keys.size(), static_cast<size_t>(seq.written / block_tokens));
   ReleaseObservation release{.blocks = absl::MakeConstSpan(seq.keys).first(written_full),

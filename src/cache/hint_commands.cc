@@ -3,6 +3,7 @@
 // blocks a context compaction made dead. Keeps the session records (the blocks of each
 // session's latest release) for the session forms. Owns no state:
 // they change block records (retention) and drop copies through block_records.cc.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <deque>
@@ -151,7 +152,28 @@ absl::StatusOr<HintOutcome> KvCache::InvalidateSession(uint64_t session) {
   if (it == I.session_blocks.end()) return UnknownSession(session);
   const std::vector<BlockKey> keys = it->second.keys;
   I.ForgetSession(session);
-  return I.InvalidateKeys(keys, 0);
+  // Another remembered session's prompt that shares a leading run of these blocks (a system
+  // prompt, a conversation forked from this one) still reads them: keep that run. Keys chain
+  // over their parents, so two prompts share exactly their common leading keys.
+  size_t shared = 0;
+  for (const auto& [other, record] : I.session_blocks) {
+    const std::vector<BlockKey>& k = record.keys;
+    size_t n = 0;
+    while (n < k.size() && n < keys.size() && k[n] == keys[n]) ++n;
+    shared = std::max(shared, n);
+  }
+  HintOutcome out = I.InvalidateKeys(keys, static_cast<int64_t>(shared));
+  if (shared > 0 && out.result == HintOutcome::Result::kAccepted) {
+    out.result = HintOutcome::Result::kClipped;
+    out.reason = absl::StrCat("the first ", shared,
+                              " blocks are kept: another session's remembered prompt starts with "
+                              "them");
+  } else if (shared > 0) {
+    out.reason = absl::StrCat(out.reason, "; and the first ", shared,
+                              " blocks are kept: another session's remembered prompt starts with "
+                              "them");
+  }
+  return out;
 }
 
 void KvCache::Impl::RememberSession(uint64_t session, absl::Span<const BlockKey> keys) {

@@ -293,6 +293,9 @@ absl::StatusOr<HintOutcome> KvCache::Release(SequenceId id, const ReleaseHints& 
     outcome.reason =
         "the sequence has no session (SequenceOptions::session): nothing to tie the "
         "hint to";
+  } else if (!seq->options.enable_caching) {
+    outcome.result = HintOutcome::Result::kRejected;
+    outcome.reason = "the sequence has caching off: its blocks are shared with nobody";
   }
   KVTIER_RETURN_IF_ERROR(I.ReleaseSequence(id, taken));
   return outcome;

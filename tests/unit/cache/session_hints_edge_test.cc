@@ -870,19 +870,21 @@ TEST_F(SessionHintsEdgeTest, SessionIsNotIdentityAndReadmissionIsCounted) {
   Check("end");
 }
 
-// Caching off with a session: the release hint is taken, but no block is indexed.
+// Caching off with a session: the release hint is rejected (its blocks are shared with nobody),
+// no block is indexed, and the session remembers nothing of it.
 TEST_F(SessionHintsEdgeTest, ReleaseHintsWithCachingOff) {
   Make("reuse_index", 16, 32);
   const std::vector<int32_t> p = Iota(2 * kB, 100);
   RunWritten(1, 8, p, 0, {.enable_caching = false});
   HintOutcome o = Released(1, {.stop_reason = StopReason::kToolUse});
-  EXPECT_EQ(o.result, Result::kAccepted) << o.reason;
+  EXPECT_EQ(o.result, Result::kRejected) << o.reason;
   EXPECT_EQ(o.blocks, 2);
   EXPECT_EQ(Cached(p), 0);
   o = RetainS(8, 1, absl::Minutes(1));
-  EXPECT_NE(o.result, Result::kAccepted) << "no block of it is cached";
+  EXPECT_EQ(o.result, Result::kRejected) << "nothing remembered: " << o.reason;
   EXPECT_EQ(o.blocks, 0);
   o = InvalidateS(8);
+  EXPECT_EQ(o.result, Result::kRejected) << o.reason;
   EXPECT_EQ(o.blocks, 0);
   Check("end");
   testing::ExpectAllReleased(cache_->stats());

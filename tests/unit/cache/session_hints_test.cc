@@ -400,6 +400,54 @@ TEST_F(SessionHintsTest, RetainSessionKeepsTheSessionsReleasedBlocks) {
   }
 }
 
+// The leading blocks another remembered session's prompt starts with stay: invalidating the
+// session that extended that prompt drops only its own blocks.
+TEST_F(SessionHintsTest, InvalidateSessionKeepsTheBlocksAnotherSessionsPromptStartsWith) {
+  Make("reuse_index");
+  const std::vector<int32_t> context = Iota(4 * kB, 100);
+  const std::vector<int32_t> prefix(context.begin(), context.begin() + 2 * kB);
+  RunWritten(1, 1, prefix);
+  KVTIER_ASSERT_OK(cache_->Release(SequenceId(1)));
+  env_->clock().Advance(absl::Seconds(1));
+  EXPECT_EQ(RunAttached(2, 2, context), 2 * kB);
+  KVTIER_ASSERT_OK(cache_->Release(SequenceId(2)));
+  auto o = cache_->InvalidateSession(2);
+  KVTIER_ASSERT_OK(o.status());
+  EXPECT_EQ(o->result, HintOutcome::Result::kClipped) << o->reason;
+  EXPECT_NE(o->reason.find("first 2 blocks are kept"), std::string::npos) << o->reason;
+  EXPECT_EQ(o->blocks, 2);
+  EXPECT_EQ(Cached(context), 2 * kB);  // session 1's prompt
+  // Session 2 is forgotten: nothing keeps session 1's blocks from its own invalidation.
+  o = cache_->InvalidateSession(1);
+  KVTIER_ASSERT_OK(o.status());
+  EXPECT_EQ(o->result, HintOutcome::Result::kAccepted) << o->reason;
+  EXPECT_EQ(o->blocks, 2);
+  EXPECT_EQ(Cached(context), 0);
+}
+
+// A sequence with caching off shares no block: its hints are rejected and its session remembers
+// nothing, so they cannot rank, retain or drop blocks another request cached under its tokens.
+TEST_F(SessionHintsTest, HintsOfASequenceWithCachingOffTouchNoCachedBlock) {
+  Make("reuse_index");
+  const std::vector<int32_t> tokens = Iota(2 * kB, 100);
+  RunWritten(1, 1, tokens);
+  KVTIER_ASSERT_OK(cache_->Release(SequenceId(1)));
+  KVTIER_ASSERT_OK(cache_->CreateSequence(SequenceId(2), {.session = 2, .enable_caching = false}));
+  KVTIER_ASSERT_OK(cache_->Append(SequenceId(2), tokens).status());
+  KVTIER_ASSERT_OK(cache_->ReportWritten(SequenceId(2), static_cast<int64_t>(tokens.size())));
+  auto o = cache_->Release(SequenceId(2), {.stop_reason = StopReason::kEndTurn, .last_turn = true});
+  KVTIER_ASSERT_OK(o.status());
+  EXPECT_EQ(o->result, HintOutcome::Result::kRejected);
+  EXPECT_NE(o->reason.find("caching off"), std::string::npos) << o->reason;
+  auto invalidated = cache_->InvalidateSession(2);
+  KVTIER_ASSERT_OK(invalidated.status());
+  EXPECT_EQ(invalidated->result, HintOutcome::Result::kRejected) << invalidated->reason;
+  auto retained = cache_->RetainSession(2, 1.0, absl::Minutes(1));
+  KVTIER_ASSERT_OK(retained.status());
+  EXPECT_EQ(retained->result, HintOutcome::Result::kRejected) << retained->reason;
+  EXPECT_EQ(Cached(tokens), 2 * kB);
+}
+
 TEST_F(SessionHintsTest, InvalidateSessionDropsItsBlocksAndForgetsIt) {
   Make("reuse_index");
   const std::vector<int32_t> context = Iota(4 * kB, 100);

@@ -16,7 +16,8 @@
 //       16-31, 32+): in a conversation trace, how much the turn that wrote it added.
 //     - Each candidate's life ends in a hit (a Remove that does not follow Victim for it, or a
 //       Touch at a later time: the block was used again; the age is taken at the latest time
-//       any call gave) or an eviction (the Remove of the block Victim returned). An evicted
+//       any call gave) or an eviction (the Remove of the block Victim returned, or a Discard:
+//       dropped unused on the caller's word). An evicted
 //       block is remembered as a ghost for ghost_horizon: if it becomes a candidate again, or
 //       its parent (BlockTraits::parent), left a leaf by its eviction, is used again, the
 //       eviction becomes a hit at that age, so the estimate is not limited to the ages the
@@ -56,11 +57,13 @@
 //               chain goes in one pass. bytes is not weighed (a tier's blocks are all one size).
 //               Sessions (ObserveRelease): a block a session let go is ranked by when the session
 //               comes back instead: -1 (first to go) once the session has sent a request that did
-//               not name it (it moved on: a compaction, a rewrite) or let it go with last_turn
+//               not name it (it moved on: a compaction, a rewrite), was not heard of for
+//               `history` (forgotten), or let it go with last_turn
 //               and no request read it since (no request follows; ReuseChance 0, and no birth
 //               in the tables below, so the stop reasons' return times are learned from
 //               sessions that go on; a block another session let go before keeps that one's
-//               rank: a shared prefix); otherwise the index of the release's class at the time
+//               rank, or gets it back when the last session to let it go ends: a shared
+//               prefix); otherwise the index of the release's class at the time
 //               since the release, from a life table whose births are releases and whose
 //               outcome is the time to the session's next request. Class: the stop reason;
 //               releases without an expected idle time learn apart from those with one (giving
@@ -167,6 +170,12 @@ class EvictionPolicy {
   virtual absl::Status Touch(const BlockKey& key, const BlockTraits& traits, absl::Time now) = 0;
   // `key` stopped being a candidate. kNotFound if it was not one.
   virtual absl::Status Remove(const BlockKey& key) = 0;
+  // `key` stopped being a candidate because the caller dropped it unused, on word that it will
+  // not be read again (KvCache::InvalidatePrefix, InvalidateSession): neither a reuse nor an
+  // eviction the policy chose. kNotFound if it was not one. Default: Remove (lru and reuse_index
+  // learn nothing from a Remove). cost_aware, which counts a Remove not after Victim as a reuse,
+  // ends the candidate's life unreused at its age instead, as an eviction without a ghost.
+  virtual absl::Status Discard(const BlockKey& key) { return Remove(key); }
   // The candidate to evict at `now` (it stays a candidate until Removed), or nullopt if none.
   // The caller is expected to Remove it before the next Victim call (cost_aware counts that
   // Remove as an eviction, any other as a reuse). cost_aware samples: two calls may differ.
@@ -217,8 +226,10 @@ struct ReuseIndexOptions {
   int sample_size = 64;  // candidates ranked per Victim call, >= 0; 0: all of them
   uint64_t seed = 1;     // of the sampling RNG (splitmix64): runs repeat exactly
   // How long a block's access history (class, turn, accesses) is kept after its last access while
-  // it is not a candidate, > 0: bounds the memory to the blocks accessed that recently (about 100
-  // bytes each). A request whose predecessor is older than this counts as a first turn.
+  // it is not a candidate (a candidate's, until it is Removed), > 0: bounds the memory to the
+  // candidates and the blocks accessed that recently (about 150 bytes each). A request whose
+  // predecessor is older than this counts as a first turn. A session not heard of (no request,
+  // no release) for this long is forgotten, and the blocks it let go count as moved on from.
   absl::Duration history = absl::Hours(2);
   ReuseLifeTableOptions table;  // empty edges / horizons: the recipe's
   // The session-return tables in seconds (with and without an idle estimate). Empty edges /

@@ -565,9 +565,11 @@ class KvCache {
   // with nobody, so no hint is taken and the session remembers nothing of it), or for an
   // expected_idle that is negative or infinite (the other hints are then still taken, as the
   // next rule allows); kClipped for an expected_idle given with last_turn
-  // (the estimate is not used; last_turn is) and for last_turn given with preempted (last_turn
-  // is not used: the request comes back). Where both apply, the answer is kRejected. blocks =
-  // the written full blocks released. Errors: as Release.
+  // (the estimate is not used; last_turn is), for last_turn given with preempted (last_turn
+  // is not used: the request comes back) and for last_turn while a later request of the
+  // session is live (created or forked after this one: the session goes on, and last_turn is
+  // not used). Where a rejection and a clip apply, the answer is kRejected. blocks = the written
+  // full blocks released. Errors: as Release.
   absl::StatusOr<HintOutcome> Release(SequenceId id, const ReleaseHints& hints);
 
   // ---- Hints

@@ -136,18 +136,22 @@ void KvCache::Impl::ObserveRelease(const Sequence& seq, StopReason stop,
                              .session = seq.options.session,
                              .stop_reason = stop,
                              .expected_idle = expected_idle,
-                             .superseded = false,
+                             .superseded = Superseded(seq),
                              .last_turn = last_turn};
-  for (const auto& [other_id, other] : seqs) {  // a later request of the session is live
-    if (other->options.session == seq.options.session && other->generation > seq.generation) {
-      release.superseded = true;
-      break;
-    }
-  }
   for (const std::unique_ptr<EvictionPolicy>& p : policy) {
     if (p != nullptr && p->observes_requests()) p->ObserveRelease(release);
   }
   if (!release.superseded) RememberSession(seq.options.session, release.blocks);
+}
+
+bool KvCache::Impl::Superseded(const Sequence& seq) const {
+  if (seq.options.session == 0) return false;
+  for (const auto& [other_id, other] : seqs) {
+    if (other->options.session == seq.options.session && other->generation > seq.generation) {
+      return true;
+    }
+  }
+  return false;
 }
 
 void KvCache::Impl::TouchRegistered(const BlockKey& key, const BlockEntry& m) {

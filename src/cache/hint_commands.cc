@@ -54,12 +54,10 @@ HintOutcome KvCache::Impl::RetainKeys(absl::Span<const BlockKey> keys, double pr
     c.retention_priority = priority;
     c.priority_until = until;
     TrimCold(m->second);  // priority 0 with an infinite ttl is no retention
-    // Registered again with the new traits, at its own last use (not a use: no recency bump).
-    for (int t = 0; t < kNumTiers; ++t) {
-      if (((m->second.candidate >> t) & 1) == 0) continue;
-      DropCandidacy(*m, static_cast<Tier>(t));
-      UpdateCandidate(*m, static_cast<Tier>(t));
-    }
+    // The registered copies re-ranked with the new traits by a Touch at their own last use: not
+    // a use (no recency bump), and no reuse for a policy to learn (cost_aware counts a Remove
+    // as one).
+    TouchCandidates(*m);
     ++out.blocks;
   }
   if (out.blocks < static_cast<int64_t>(keys.size())) {
@@ -102,9 +100,15 @@ HintOutcome KvCache::Impl::InvalidateKeys(absl::Span<const BlockKey> keys, int64
       // another tier (demoted below, or onboarded alone under exclusive tiers): then the block's
       // last copy stays (tiers are walked top down: the lowest droppable one), or the child could
       // never match.
-      const bool leaf = ((m->second.candidate >> t) & 1) != 0;
+      const uint8_t bit = static_cast<uint8_t>(1u << t);
+      const bool leaf = (m->second.candidate & bit) != 0;
       if (leaf && !(IsLastCopy(m->second, t) && HasChildCopy(m->second))) {
+        // Dropped unused on the caller's word: for the policy neither a reuse nor its own
+        // eviction (Discard). A copy DropCopy could not drop is registered again.
+        (void)policy[t]->Discard(key);
+        m->second.candidate &= static_cast<uint8_t>(~bit);
         DropCopy(key, static_cast<Tier>(t));
+        UpdateCandidate(key, static_cast<Tier>(t));
         any = true;
       } else {
         all = false;
@@ -158,20 +162,17 @@ absl::StatusOr<HintOutcome> KvCache::InvalidateSession(uint64_t session) {
   size_t shared = 0;
   for (const auto& [other, record] : I.session_blocks) {
     const std::vector<BlockKey>& k = record.keys;
-    size_t n = 0;
-    while (n < k.size() && n < keys.size() && k[n] == keys[n]) ++n;
-    shared = std::max(shared, n);
+    const auto n = std::mismatch(k.begin(), k.end(), keys.begin(), keys.end()).first - k.begin();
+    shared = std::max(shared, static_cast<size_t>(n));
   }
   HintOutcome out = I.InvalidateKeys(keys, static_cast<int64_t>(shared));
-  if (shared > 0 && out.result == HintOutcome::Result::kAccepted) {
+  if (shared > 0) {
+    const std::string kept =
+        absl::StrCat("the first ", shared,
+                     " blocks are kept: another session's remembered prompt starts with them");
+    const bool clipped = out.result == HintOutcome::Result::kClipped;
     out.result = HintOutcome::Result::kClipped;
-    out.reason = absl::StrCat("the first ", shared,
-                              " blocks are kept: another session's remembered prompt starts with "
-                              "them");
-  } else if (shared > 0) {
-    out.reason = absl::StrCat(out.reason, "; and the first ", shared,
-                              " blocks are kept: another session's remembered prompt starts with "
-                              "them");
+    out.reason = clipped ? absl::StrCat(out.reason, "; and ", kept) : kept;
   }
   return out;
 }

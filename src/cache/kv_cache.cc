@@ -296,6 +296,11 @@ absl::StatusOr<HintOutcome> KvCache::Release(SequenceId id, const ReleaseHints& 
   } else if (!seq->options.enable_caching) {
     outcome.result = HintOutcome::Result::kRejected;
     outcome.reason = "the sequence has caching off: its blocks are shared with nobody";
+  } else if (taken.last_turn && outcome.result == HintOutcome::Result::kAccepted &&
+             I.Superseded(*seq)) {
+    outcome.result = HintOutcome::Result::kClipped;
+    outcome.reason =
+        "last_turn is not used: a later request of the session is live (the session goes on)";
   }
   KVTIER_RETURN_IF_ERROR(I.ReleaseSequence(id, taken));
   return outcome;

@@ -644,6 +644,9 @@ struct KvCache::Impl {
   void ObserveRelease(const Sequence& seq, StopReason stop,
                       const std::optional<absl::Duration>& expected_idle, absl::Time now,
                       bool last_turn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // A later request of `seq`'s session is live (created or forked after it): `seq`'s release
+  // is superseded (ReleaseObservation::superseded).
+  bool Superseded(const Sequence& seq) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // The blocks of each session's latest release or pause, for the session hints
   // (RetainSession, InvalidateSession). Bounded: the oldest sessions are forgotten first past
   // KvCache::kRememberedSessions sessions or kRememberedSessionBlocks keys in all.

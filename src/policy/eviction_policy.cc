@@ -220,13 +220,19 @@ class HitDensityPolicy final : public EvictionPolicy {
       RecordHit(entry.cls, Seconds(clock_ - entry.touched), clock_);
       if (entry.ghost_child.has_value()) ResolveGhosts(*entry.ghost_child, clock_);
     }
-    const uint32_t slot = entry.slot;
-    const BlockKey moved = slots_.back();
-    slots_[slot] = moved;
-    slots_.pop_back();
-    if (moved != key) entries_[moved].slot = slot;
-    entries_.erase(it);
-    return absl::OkStatus();
+    return Erase(it);
+  }
+
+  absl::Status Discard(const BlockKey& key) override {
+    auto it = entries_.find(key);
+    if (it == entries_.end()) return NotACandidate(key);
+    // Dropped unused: the life ends without a reuse at its age, as an eviction does, but leaves
+    // no ghost (it is not coming back) and no evicted child for its parent.
+    const double age = Seconds(clock_ - it->second.touched);
+    classes_[it->second.cls].new_censored[BinOf(age)] += 1;
+    Outcome(clock_);
+    if (pending_victim_.has_value() && pending_victim_->first == key) pending_victim_.reset();
+    return Erase(it);
   }
 
   std::optional<BlockKey> Victim(absl::Time now) override {
@@ -299,6 +305,18 @@ class HitDensityPolicy final : public EvictionPolicy {
   }
 
   static double Seconds(absl::Duration d) { return std::max(0.0, FastSeconds(d)); }
+
+  // Takes the candidate out of entries_ and slots_.
+  absl::Status Erase(absl::flat_hash_map<BlockKey, Entry>::iterator it) {
+    const BlockKey key = it->first;
+    const uint32_t slot = it->second.slot;
+    const BlockKey moved = slots_.back();
+    slots_[slot] = moved;
+    slots_.pop_back();
+    if (moved != key) entries_[moved].slot = slot;
+    entries_.erase(it);
+    return absl::OkStatus();
+  }
 
   static int ClassOf(const BlockTraits& t) {
     const int r = t.run_blocks;

@@ -146,6 +146,9 @@ class FollowBest final : public EvictionPolicy {
   absl::Status Remove(const BlockKey& key) override {
     return ForEach([&](EvictionPolicy& p) { return p.Remove(key); });
   }
+  absl::Status Discard(const BlockKey& key) override {
+    return ForEach([&](EvictionPolicy& p) { return p.Discard(key); });
+  }
   std::optional<BlockKey> Victim(absl::Time now) override { return live_[leader_]->Victim(now); }
   std::optional<double> ReuseChance(const BlockKey& key, absl::Duration within,
                                     absl::Time now) const override {

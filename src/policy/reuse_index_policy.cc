@@ -121,6 +121,7 @@ class ReuseIndexPolicy final : public EvictionPolicy {
   void ObserveRelease(const ReleaseObservation& release) override {
     if (release.session == 0) return;
     const absl::Time now = release.now;
+    Prune(now);
     AdvanceTables(now);
     Session& s = Touch(release.session, now);
     const int cls = SessionClassOf(release.stop_reason);
@@ -157,13 +158,25 @@ class ReuseIndexPolicy final : public EvictionPolicy {
         r.accesses = 1;
         Access(key, r, now);
       }
-      // A block another session let go too (a shared prefix) waits for that one's return.
-      if (ends && r.session != 0 && r.session != release.session) continue;
-      r.session = release.session;
-      r.session_cls = static_cast<uint8_t>(cls);
-      r.idle_scale = scaled ? *idle : absl::ZeroDuration();
-      r.scaled = scaled;
-      r.released_at = now;
+      const Claim mine{.session = release.session,
+                       .released_at = now,
+                       .idle_scale = scaled ? *idle : absl::ZeroDuration(),
+                       .session_cls = static_cast<uint8_t>(cls),
+                       .scaled = scaled};
+      if (!ends) {
+        if (r.claim.session != 0 && r.claim.session != release.session) r.earlier = r.claim;
+        r.claim = mine;
+        continue;
+      }
+      // The session ends. A block another session let go too (a shared prefix) waits for that
+      // one's return: the latest such claim stays, or comes back.
+      if (r.earlier.session == release.session) r.earlier = Claim{};
+      if (r.claim.session != 0 && r.claim.session != release.session) continue;
+      if (r.claim.session == release.session && r.earlier.session != 0) {
+        r.claim = std::exchange(r.earlier, Claim{});
+        continue;
+      }
+      r.claim = mine;
     }
   }
 
@@ -214,6 +227,8 @@ class ReuseIndexPolicy final : public EvictionPolicy {
     candidates_[pos]->second.candidate = pos;
     candidates_.pop_back();
     it->second.candidate = -1;
+    // Prune passed it by while it was a candidate: forget it now, as Prune would have.
+    if (it->second.last_access < forgotten_before_) records_.erase(it);
     return absl::OkStatus();
   }
 
@@ -262,14 +277,14 @@ class ReuseIndexPolicy final : public EvictionPolicy {
     const Record& r = it->second;
     const double w = within == absl::InfiniteDuration() ? std::numeric_limits<double>::infinity()
                                                         : internal::FastSeconds(within);
-    if (r.session != 0) {
+    if (r.claim.session != 0) {
       if (MovedOn(r)) return 0.0;
-      if (r.scaled && EstimateHelps()) {
-        return scaled_table_.ChanceOfReuse(r.session_cls, now - r.released_at, r.idle_scale,
-                                           within, kMinLives);
+      if (r.claim.scaled && EstimateHelps()) {
+        return scaled_table_.ChanceOfReuse(r.claim.session_cls, now - r.claim.released_at,
+                                           r.claim.idle_scale, within, kMinLives);
       }
       return UnscaledTable(r).ChanceOfReuse(
-          r.session_cls, internal::FastSeconds(now - r.released_at), w, kMinLives);
+          r.claim.session_cls, internal::FastSeconds(now - r.claim.released_at), w, kMinLives);
     }
     return table_.ChanceOfReuse(r.cls, internal::FastSeconds(now - r.last_access), w, kMinLives);
   }
@@ -284,22 +299,30 @@ class ReuseIndexPolicy final : public EvictionPolicy {
   }
 
  private:
+  // A session's release of a block (ObserveRelease): what ranks the block while it waits for
+  // that session's return.
+  struct Claim {
+    uint64_t session = 0;  // 0: none
+    absl::Time released_at = absl::InfinitePast();
+    absl::Duration idle_scale;  // while `scaled`
+    uint8_t session_cls = 0;    // the release's stop reason
+    bool scaled = false;        // the release had an idle estimate, idle_scale
+  };
   struct Record {
     absl::Time last_access = absl::InfinitePast();
     uint64_t birth = 0;  // in table_, of the last access
     uint32_t accesses = 0;
     uint32_t turn = 1;  // of the latest request that named it
     uint8_t cls = kUnnamedClass;
-    uint8_t session_cls = 0;  // of its last release by `session`
-    bool scaled = false;      // that release had an idle estimate, idle_scale
-    bool named = false;       // some ObserveRequest named it
+    bool named = false;      // some ObserveRequest named it
     int64_t candidate = -1;  // position in candidates_, or -1
     BlockKey parent = kRootBlockKey;
     double retention_priority = 0;
     absl::Time priority_until = absl::InfinitePast();
-    uint64_t session = 0;  // the session that last let it go (ObserveRelease); 0: none
-    absl::Time released_at = absl::InfinitePast();
-    absl::Duration idle_scale;  // while `scaled`
+    Claim claim;  // the session that last let it go
+    // The claim of another session before `claim`'s (a shared prefix): when `claim`'s session
+    // ends (last_turn), the block waits for this one's return again, not for nobody.
+    Claim earlier;
   };
   struct Session {
     absl::Time last_request = absl::InfinitePast();
@@ -336,26 +359,27 @@ class ReuseIndexPolicy final : public EvictionPolicy {
   // ReuseIndexOptions::ties_by_release the release of a block a session let go. One key per
   // block, so the order is a strict weak one (the shared shadow sorts by it).
   absl::Time TieTime(const Record& r) const {
-    return options_.ties_by_release && r.session != 0 ? r.released_at : r.last_access;
+    return options_.ties_by_release && r.claim.session != 0 ? r.claim.released_at : r.last_access;
   }
   bool Older(const Record& a, const Record& b) const { return TieTime(a) < TieTime(b); }
 
   // The block's session moved on: it sent a request without the block since, or let it go on its
-  // last turn and no request (of any session) read it after.
+  // last turn and no request (of any session) read it after, or it was not heard of for
+  // `history` (forgotten: a return later than that counts as none).
   bool MovedOn(const Record& r) const {
-    auto s = sessions_.find(r.session);
-    return s != sessions_.end() &&
-           (s->second.last_request > r.last_access ||
-            s->second.ended_at >= std::max(r.released_at, r.last_access));
+    auto s = sessions_.find(r.claim.session);
+    return s == sessions_.end() || s->second.last_request > r.last_access ||
+           s->second.ended_at >= std::max(r.claim.released_at, r.last_access);
   }
 
   double Rank(const Record& r, absl::Time now) const {
     double index = 0;
-    if (r.session != 0) {
+    if (r.claim.session != 0) {
       if (MovedOn(r)) return -1;
-      index = r.scaled && EstimateHelps()
-                  ? scaled_table_.Index(r.session_cls, now - r.released_at, r.idle_scale)
-                  : UnscaledTable(r).Index(r.session_cls, now - r.released_at);
+      index = r.claim.scaled && EstimateHelps()
+                  ? scaled_table_.Index(r.claim.session_cls, now - r.claim.released_at,
+                                        r.claim.idle_scale)
+                  : UnscaledTable(r).Index(r.claim.session_cls, now - r.claim.released_at);
     } else {
       index = table_.Index(r.cls, now - r.last_access);
     }
@@ -422,7 +446,7 @@ class ReuseIndexPolicy final : public EvictionPolicy {
   // with an estimate apart from those without (a caller that gives none may be saying something:
   // an agent's last turn, say), each learning and shrinking on its own.
   const ReuseLifeTable& UnscaledTable(const Record& r) const {
-    return r.scaled ? estimated_table_ : session_table_;
+    return r.claim.scaled ? estimated_table_ : session_table_;
   }
 
   Session& Touch(uint64_t session, absl::Time now) {
@@ -432,9 +456,11 @@ class ReuseIndexPolicy final : public EvictionPolicy {
     return s;
   }
 
-  // Forgets blocks last accessed more than `history` ago that are not candidates, and sessions
-  // last heard of that long ago (a return later than that counts as none).
+  // Forgets blocks last accessed more than `history` ago that are not candidates (a candidate
+  // then, when Removed), and sessions last heard of that long ago (a return later than that
+  // counts as none).
   void Prune(absl::Time now) {
+    forgotten_before_ = std::max(forgotten_before_, now - options_.history);
     while (!session_history_.empty() && session_history_.front().first < now - options_.history) {
       auto [t, session] = session_history_.front();
       session_history_.pop_front();
@@ -471,6 +497,8 @@ class ReuseIndexPolicy final : public EvictionPolicy {
   absl::node_hash_map<BlockKey, Record> records_;
   std::vector<Entry*> candidates_;
   std::deque<std::pair<absl::Time, BlockKey>> history_;  // accesses, oldest first
+  // Prune's cutoff: a block last accessed before it is forgotten once it is not a candidate.
+  absl::Time forgotten_before_ = absl::InfinitePast();
   std::optional<Follow> follow_;
 };
 

@@ -2075,6 +2075,13 @@ class Harness {
         ", last_turn ", hints.last_turn, ", preempted ", hints.preempted, ")");
     Log(call);
     SeqModel* seq = Live(id);
+    // A later sequence of the session is live (created or forked after it): last_turn is not used.
+    bool superseded = false;
+    for (const auto& [other_id, other] : seqs_) {
+      superseded = superseded || (seq != nullptr && seq->options.session != 0 && other.live &&
+                                  other.options.session == seq->options.session &&
+                                  other.generation > seq->generation);
+    }
     const int64_t preemptions = cache_->stats().preemptions;
     absl::StatusOr<HintOutcome> r = cache_->Release(id, hints);
     AfterRelease(id, call, r.status());
@@ -2096,7 +2103,8 @@ class Harness {
     HintOutcome::Result want = HintOutcome::Result::kAccepted;
     if (seq->options.session == 0 || bad_idle) {
       want = HintOutcome::Result::kRejected;
-    } else if (hints.last_turn && (hints.expected_idle.has_value() || hints.preempted)) {
+    } else if (hints.last_turn &&
+               (hints.expected_idle.has_value() || hints.preempted || superseded)) {
       want = HintOutcome::Result::kClipped;
     }
     ExpectResult(call, *r, want);

@@ -118,6 +118,31 @@ TEST_F(SessionHintsTest, ReleaseAnswersEachHintWithItsOutcome) {
               IsError(StatusCode::kNotFound, ""));
 }
 
+// last_turn on a release that a later request of the session supersedes (created after it, or a
+// Fork's child) is not used, and the answer says so: kClipped. The later request's last_turn is
+// taken. Without last_turn, a superseded release is accepted as any.
+TEST_F(SessionHintsTest, ALastTurnOfASupersededReleaseIsClipped) {
+  Make("reuse_index");
+  RunWritten(1, /*session=*/7, Iota(2 * kB, 100));
+  RunWritten(2, 7, Iota(2 * kB, 300));
+  HintOutcome o = ReleaseWith(1, {.stop_reason = StopReason::kEndTurn, .last_turn = true});
+  EXPECT_EQ(o.result, HintOutcome::Result::kClipped);
+  EXPECT_NE(o.reason.find("later request"), std::string::npos) << o.reason;
+  EXPECT_EQ(o.blocks, 2);
+  o = ReleaseWith(2, {.stop_reason = StopReason::kEndTurn, .last_turn = true});
+  EXPECT_EQ(o.result, HintOutcome::Result::kAccepted) << o.reason;
+
+  RunWritten(3, 8, Iota(kB, 500));
+  RunWritten(4, 8, Iota(kB, 600));
+  o = ReleaseWith(3, {.stop_reason = StopReason::kToolUse});
+  EXPECT_EQ(o.result, HintOutcome::Result::kAccepted) << o.reason;
+  KVTIER_ASSERT_OK(cache_->Fork(SequenceId(4), SequenceId(5), kB).status());
+  o = ReleaseWith(4, {.stop_reason = StopReason::kEndTurn, .last_turn = true});
+  EXPECT_EQ(o.result, HintOutcome::Result::kClipped) << o.reason;
+  o = ReleaseWith(5, {.stop_reason = StopReason::kEndTurn, .last_turn = true});
+  EXPECT_EQ(o.result, HintOutcome::Result::kAccepted) << o.reason;
+}
+
 // 100 sessions: each request ends in tool_use and its session is back 5 s later; that second
 // request ends in end_turn and its session never returns. Then X (tool_use, released first) and
 // Y (end_turn, released after) wait, and a 15-block request leaves room for one of them. LRU keeps

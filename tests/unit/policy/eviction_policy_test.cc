@@ -138,6 +138,30 @@ TEST(CostAwarePolicyTest, LearnsWhichClassIsReused) {
   EXPECT_EQ(p->Victim(At(t + 6)), Key(1002));
 }
 
+// A Discard (dropped unused on the caller's word: an invalidation) ends a life unreused, where a
+// Remove not after Victim would count a reuse. Blocks of one class (run_blocks 1) are discarded
+// at age 9 s; blocks of another (run_blocks 20) are used again at age 9. Then a fresh block of
+// the reused class stays and an older one of the discarded class goes. Were the discards counted
+// as reuses, both classes would be reused at 9 s and the older block, nearer its reuse, would stay.
+TEST(CostAwarePolicyTest, ADiscardedBlockIsNoReuse) {
+  auto p = CostAware({.reconfigure_outcomes = 1});
+  double t = 0;
+  for (uint64_t i = 0; i < 200; ++i, t += 20) {
+    const BlockKey discarded = Key(2 * i);
+    const BlockKey reused = Key(2 * i + 1);
+    KVTIER_ASSERT_OK(p->Add(discarded, OfRun(1), At(t)));
+    KVTIER_ASSERT_OK(p->Add(reused, OfRun(20), At(t)));
+    KVTIER_ASSERT_OK(p->Touch(reused, OfRun(20), At(t + 9)));  // a reuse at age 9
+    KVTIER_ASSERT_OK(p->Discard(discarded));                   // at age 9 too
+    KVTIER_ASSERT_OK(p->Remove(reused));
+  }
+  EXPECT_EQ(p->size(), 0);
+  EXPECT_THAT(p->Discard(Key(1)), IsError(StatusCode::kNotFound, "not a candidate"));
+  KVTIER_ASSERT_OK(p->Add(Key(1000), OfRun(1), At(t)));
+  KVTIER_ASSERT_OK(p->Add(Key(1001), OfRun(20), At(t + 5)));
+  EXPECT_EQ(p->Victim(At(t + 6)), Key(1000));
+}
+
 // Blocks evicted at age 1 s that come back 30 s after their last use are reused blocks: the
 // ghost of each eviction turns it into a reuse at age 30, beyond any age the policy let a block
 // of that class reach. Blocks of another class that never come back rank below them.

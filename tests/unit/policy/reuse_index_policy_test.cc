@@ -182,6 +182,74 @@ TEST(ReuseIndexPolicyTest, AReadAfterTheLastTurnKeepsTheBlock) {
   EXPECT_NE(p->ReuseChance(Key(3), absl::InfiniteDuration(), At(3)), std::optional<double>(0.0));
 }
 
+// Session 10 let block 1 go (tool_use); session 11 read it with block 2 and let both go, then
+// read them again and let them go on its last turn. Block 2 was only 11's: it goes first (-1).
+// Block 1 waits for session 10's return again, as if 11 had never claimed it: with no data it
+// ranks 0, and block 5 (session 12, accessed at 0) is older, so it goes before block 1.
+TEST(ReuseIndexPolicyTest, ASharedBlockGoesBackToTheEarlierSessionWhenTheLaterOneEnds) {
+  auto p = Make();
+  ReadAndRelease(*p, {Key(5)}, /*session=*/12, /*read=*/0, /*release=*/0);
+  ReadAndRelease(*p, {Key(1)}, /*session=*/10, /*read=*/0.5, /*release=*/0.5);
+  ReadAndRelease(*p, {Key(1), Key(2)}, /*session=*/11, /*read=*/1, /*release=*/2);
+  ReadAndRelease(*p, {Key(1), Key(2)}, /*session=*/11, /*read=*/3, /*release=*/4,
+                 StopReason::kEndTurn, {.last_turn = true});
+  KVTIER_ASSERT_OK(p->Add(Key(5), {}, At(0)));
+  KVTIER_ASSERT_OK(p->Add(Key(1), {}, At(3)));
+  EXPECT_EQ(p->ReuseChance(Key(2), absl::InfiniteDuration(), At(5)), 0.0);
+  EXPECT_NE(p->ReuseChance(Key(1), absl::InfiniteDuration(), At(5)), std::optional<double>(0.0));
+  EXPECT_EQ(p->Victim(At(5)), Key(5));
+  // Once session 10 ends too, block 1 waits for nobody.
+  KVTIER_ASSERT_OK(p->Remove(Key(1)));
+  ReadAndRelease(*p, {Key(1)}, /*session=*/10, /*read=*/6, /*release=*/7, StopReason::kEndTurn,
+                 {.last_turn = true});
+  KVTIER_ASSERT_OK(p->Add(Key(1), {}, At(6)));
+  EXPECT_EQ(p->ReuseChance(Key(1), absl::InfiniteDuration(), At(8)), 0.0);
+  EXPECT_EQ(p->Victim(At(8)), Key(1));
+}
+
+// A session not heard of for `history` is forgotten (a return later than that counts as none):
+// the block it let go counts as moved on from, as if the session had said so.
+TEST(ReuseIndexPolicyTest, ABlockOfAForgottenSessionGoesFirst) {
+  auto p = MakeReuseIndexPolicy({.history = absl::Seconds(10)});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EvictionPolicy& policy = **p;
+  Observe(policy, {Key(3)}, At(0));
+  ReadAndRelease(policy, {Key(1)}, /*session=*/10, /*read=*/1, /*release=*/1);
+  KVTIER_ASSERT_OK(policy.Add(Key(3), {}, At(0)));
+  KVTIER_ASSERT_OK(policy.Add(Key(1), {}, At(1)));
+  EXPECT_NE(policy.ReuseChance(Key(1), absl::InfiniteDuration(), At(5)),
+            std::optional<double>(0.0));
+  EXPECT_EQ(policy.Victim(At(5)), Key(3));  // no data: oldest first
+  // At 12 session 10 was last heard of 11 s ago: forgotten. Block 3 (no session) is older, but
+  // it waits for nobody's word.
+  ReadAndRelease(policy, {Key(7)}, /*session=*/11, /*read=*/12, /*release=*/12);
+  EXPECT_EQ(policy.ReuseChance(Key(1), absl::InfiniteDuration(), At(12)), 0.0);
+  EXPECT_EQ(policy.Victim(At(12)), Key(1));
+}
+
+// A candidate whose last access is older than `history` stays remembered while it is a
+// candidate, and is forgotten (no record: ReuseChance nullopt) once it stops being one; a block
+// accessed within `history` is remembered after its Remove. Both were let go on their session's
+// last turn, so a remembered one has reuse chance 0.
+TEST(ReuseIndexPolicyTest, ACandidateOlderThanHistoryIsForgottenOnceRemoved) {
+  auto p = MakeReuseIndexPolicy({.history = absl::Seconds(10)});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EvictionPolicy& policy = **p;
+  const absl::Duration ever = absl::InfiniteDuration();
+  ReadAndRelease(policy, {Key(1)}, /*session=*/10, /*read=*/0, /*release=*/0, StopReason::kEndTurn,
+                 {.last_turn = true});
+  KVTIER_ASSERT_OK(policy.Add(Key(1), {}, At(0)));
+  // At 20 what is older than 10 s and not a candidate is forgotten.
+  ReadAndRelease(policy, {Key(3)}, /*session=*/11, /*read=*/20, /*release=*/20,
+                 StopReason::kEndTurn, {.last_turn = true});
+  KVTIER_ASSERT_OK(policy.Add(Key(3), {}, At(20)));
+  EXPECT_EQ(policy.ReuseChance(Key(1), ever, At(20)), 0.0);
+  KVTIER_ASSERT_OK(policy.Remove(Key(1)));
+  KVTIER_ASSERT_OK(policy.Remove(Key(3)));
+  EXPECT_EQ(policy.ReuseChance(Key(1), ever, At(21)), std::nullopt);
+  EXPECT_EQ(policy.ReuseChance(Key(3), ever, At(21)), 0.0);
+}
+
 // last_turn on a superseded release (a later request of the session is live) is not taken: the
 // session is not ending. Block 3 then ranks as any (0 with no data), and the older block 1 goes.
 TEST(ReuseIndexPolicyTest, ASupersededLastTurnIsNotTaken) {

@@ -140,8 +140,12 @@ struct ReleaseObservation {
   // released once its successor attached): no return of its own to wait for.
   bool superseded = false;
   // The caller says the session sends no further request (ReleaseHints::last_turn); not taken
-  // with `superseded`.
+  // with `superseded` or `preempted`.
   bool last_turn = false;
+  // The scheduler preempted the request (ReleaseHints::preempted): it comes back as a
+  // readmission, which no ObserveRequest announces. Not the session letting go: reuse_index
+  // learns nothing from it and leaves its blocks ranked as they were.
+  bool preempted = false;
 };
 
 class EvictionPolicy {

@@ -237,7 +237,8 @@ struct ReleaseHints {
   // >= 0 and finite.
   std::optional<absl::Duration> expected_idle;
   // The scheduler preempted the request (it will come back as a readmission): counted in
-  // KvCacheStats::preemptions, whatever the HintOutcome.
+  // KvCacheStats::preemptions, whatever the HintOutcome. Not the session letting go: reuse_index
+  // learns nothing of the session's return from it (eviction_policy.h ReleaseObservation).
   bool preempted = false;
   // The session sends no further request: an agent framework knows this when a sub-agent's
   // turn ends (kEndTurn: its result goes back to the parent agent) or a conversation is closed.
@@ -564,12 +565,12 @@ class KvCache {
   // tie the hint to) or with caching off (SequenceOptions::enable_caching: its blocks are shared
   // with nobody, so no hint is taken and the session remembers nothing of it), or for an
   // expected_idle that is negative or infinite (the other hints are then still taken, as the
-  // next rule allows); kClipped for an expected_idle given with last_turn
-  // (the estimate is not used; last_turn is), for last_turn given with preempted (last_turn
-  // is not used: the request comes back) and for last_turn while a later request of the
-  // session is live (created or forked after this one: the session goes on, and last_turn is
-  // not used). Where a rejection and a clip apply, the answer is kRejected. blocks = the written
-  // full blocks released. Errors: as Release.
+  // next rule allows); kClipped for last_turn given with preempted (the request comes back) or
+  // while a later request of the session is live (created or forked after this one: the session
+  // goes on), where last_turn is not used and an expected_idle is, and otherwise for an
+  // expected_idle given with last_turn (the estimate is not used; last_turn is). Where a
+  // rejection and a clip apply, the answer is kRejected. blocks = the written full blocks
+  // released. Errors: as Release.
   absl::StatusOr<HintOutcome> Release(SequenceId id, const ReleaseHints& hints);
 
   // ---- Hints

@@ -125,7 +125,7 @@ void KvCache::Impl::SetLeaving(const BlockKey& key, Tier t, bool leaving) {
 
 void KvCache::Impl::ObserveRelease(const Sequence& seq, StopReason stop,
                                    const std::optional<absl::Duration>& expected_idle,
-                                   absl::Time now, bool last_turn) {
+                                   absl::Time now, bool last_turn, bool preempted) {
   // A sequence with caching off shares no block (SequenceOptions::enable_caching): its keys name
   // blocks other requests cached, which its hints must not rank, retain or invalidate.
   if (seq.options.session == 0 || !seq.options.enable_caching) return;
@@ -137,7 +137,8 @@ void KvCache::Impl::ObserveRelease(const Sequence& seq, StopReason stop,
                              .stop_reason = stop,
                              .expected_idle = expected_idle,
                              .superseded = Superseded(seq),
-                             .last_turn = last_turn};
+                             .last_turn = last_turn,
+                             .preempted = preempted};
   for (const std::unique_ptr<EvictionPolicy>& p : policy) {
     if (p != nullptr && p->observes_requests()) p->ObserveRelease(release);
   }

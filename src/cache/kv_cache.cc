@@ -7,6 +7,8 @@
 #include <cmath>
 #include <memory>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -266,6 +268,11 @@ absl::StatusOr<HintOutcome> KvCache::Release(SequenceId id, const ReleaseHints& 
   Impl& I = *impl_;
   HintOutcome outcome;
   ReleaseHints taken = hints;
+  auto clip = [&](std::string_view reason) {
+    if (outcome.result != HintOutcome::Result::kAccepted) return;
+    outcome.result = HintOutcome::Result::kClipped;
+    outcome.reason = std::string(reason);
+  };
   if (hints.expected_idle.has_value() && (*hints.expected_idle < absl::ZeroDuration() ||
                                           *hints.expected_idle == absl::InfiniteDuration())) {
     taken.expected_idle.reset();
@@ -273,17 +280,6 @@ absl::StatusOr<HintOutcome> KvCache::Release(SequenceId id, const ReleaseHints& 
     outcome.reason =
         absl::StrCat("expected_idle = ", absl::FormatDuration(*hints.expected_idle),
                      " must be >= 0 and finite (the other hints are taken where they apply)");
-  } else if (hints.expected_idle.has_value() && hints.last_turn && !hints.preempted) {
-    taken.expected_idle.reset();
-    outcome.result = HintOutcome::Result::kClipped;
-    outcome.reason = "expected_idle is not used with last_turn (no next request to wait for)";
-  }
-  if (hints.last_turn && hints.preempted) {  // it comes back as a readmission
-    taken.last_turn = false;
-    if (outcome.result == HintOutcome::Result::kAccepted) {
-      outcome.result = HintOutcome::Result::kClipped;
-      outcome.reason = "last_turn is not used for a preempted request (it comes back)";
-    }
   }
   Impl::CacheLock lock(I);
   KVTIER_ASSIGN_OR_RETURN(Impl::Sequence * seq, I.FindSeq(id));
@@ -296,11 +292,17 @@ absl::StatusOr<HintOutcome> KvCache::Release(SequenceId id, const ReleaseHints& 
   } else if (!seq->options.enable_caching) {
     outcome.result = HintOutcome::Result::kRejected;
     outcome.reason = "the sequence has caching off: its blocks are shared with nobody";
-  } else if (taken.last_turn && outcome.result == HintOutcome::Result::kAccepted &&
-             I.Superseded(*seq)) {
-    outcome.result = HintOutcome::Result::kClipped;
-    outcome.reason =
-        "last_turn is not used: a later request of the session is live (the session goes on)";
+  }
+  // last_turn is not used where the session goes on; where it is used, an estimate is not.
+  if (hints.last_turn && hints.preempted) {
+    taken.last_turn = false;
+    clip("last_turn is not used for a preempted request (it comes back)");
+  } else if (hints.last_turn && I.Superseded(*seq)) {
+    taken.last_turn = false;
+    clip("last_turn is not used: a later request of the session is live (the session goes on)");
+  } else if (hints.last_turn && taken.expected_idle.has_value()) {
+    taken.expected_idle.reset();
+    clip("expected_idle is not used with last_turn (no next request to wait for)");
   }
   KVTIER_RETURN_IF_ERROR(I.ReleaseSequence(id, taken));
   return outcome;

@@ -639,11 +639,11 @@ struct KvCache::Impl {
   // ---- eviction_candidates.cc: candidacy with each tier's policy, and making room.
 
   // Tells the policies that observe requests that `seq` (of a session) lets its written full
-  // blocks go at `now`, with what is known of its session's return (last_turn: none follows).
-  // Before they are Added.
+  // blocks go at `now`, with what is known of its session's return (last_turn: none follows;
+  // preempted: it comes back as a readmission). Before they are Added.
   void ObserveRelease(const Sequence& seq, StopReason stop,
                       const std::optional<absl::Duration>& expected_idle, absl::Time now,
-                      bool last_turn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+                      bool last_turn, bool preempted) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // A later request of `seq`'s session is live (created or forked after it): `seq`'s release
   // is superseded (ReleaseObservation::superseded).
   bool Superseded(const Sequence& seq) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);

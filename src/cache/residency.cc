@@ -355,7 +355,8 @@ absl::Status KvCache::Impl::PauseSequence(SequenceId id, absl::Duration expected
         "Pause: ", SeqName(id), " has caching off: its blocks cannot move to another tier"));
   }
   seq->paused = true;
-  ObserveRelease(*seq, StopReason::kToolUse, expected_idle, Now(), /*last_turn=*/false);
+  ObserveRelease(*seq, StopReason::kToolUse, expected_idle, Now(), /*last_turn=*/false,
+                 /*preempted=*/false);
   const std::optional<Tier> lower = NextLower(Tier::kHbm);
   const int64_t written_full = seq->written / block_tokens;
   for (int64_t j = 0; lower.has_value() && j < written_full; ++j) {

@@ -381,7 +381,8 @@ absl::Status KvCache::Impl::ReleaseSequence(SequenceId id, const ReleaseHints& h
   DropCopySources(*seq);
   if (hints.preempted) ++counters.preemptions;
   const absl::Time now = Now();
-  ObserveRelease(*seq, hints.stop_reason, hints.expected_idle, now, hints.last_turn);
+  ObserveRelease(*seq, hints.stop_reason, hints.expected_idle, now, hints.last_turn,
+                 hints.preempted);
   const absl::Time until = seq->options.retention == absl::InfiniteDuration()
                                ? absl::InfiniteFuture()
                                : now + seq->options.retention;

@@ -119,9 +119,11 @@ class ReuseIndexPolicy final : public EvictionPolicy {
   }
 
   void ObserveRelease(const ReleaseObservation& release) override {
-    if (release.session == 0) return;
     const absl::Time now = release.now;
     Prune(now);
+    // A preempted request comes back as a readmission, which no ObserveRequest announces: it
+    // is no release of the session, and its return no return.
+    if (release.session == 0 || release.preempted) return;
     AdvanceTables(now);
     Session& s = Touch(release.session, now);
     const int cls = SessionClassOf(release.stop_reason);
@@ -169,14 +171,12 @@ class ReuseIndexPolicy final : public EvictionPolicy {
         continue;
       }
       // The session ends. A block another session let go too (a shared prefix) waits for that
-      // one's return: the latest such claim stays, or comes back.
+      // one's return: the latest such claim stays, or comes back if that session has neither
+      // ended nor moved on since.
       if (r.earlier.session == release.session) r.earlier = Claim{};
       if (r.claim.session != 0 && r.claim.session != release.session) continue;
-      if (r.claim.session == release.session && r.earlier.session != 0) {
-        r.claim = std::exchange(r.earlier, Claim{});
-        continue;
-      }
-      r.claim = mine;
+      const Claim earlier = std::exchange(r.earlier, Claim{});
+      r.claim = r.claim.session == release.session && Waiting(earlier) ? earlier : mine;
     }
   }
 
@@ -227,8 +227,9 @@ class ReuseIndexPolicy final : public EvictionPolicy {
     candidates_[pos]->second.candidate = pos;
     candidates_.pop_back();
     it->second.candidate = -1;
-    // Prune passed it by while it was a candidate: forget it now, as Prune would have.
-    if (it->second.last_access < forgotten_before_) records_.erase(it);
+    // Prune passed it by while it was a candidate: the next Prune forgets it unless it is a
+    // candidate again by then (unregistered for a moment: a transfer reading its copy, say).
+    if (it->second.last_access < forgotten_before_) lapsed_.push_back(key);
     return absl::OkStatus();
   }
 
@@ -372,6 +373,16 @@ class ReuseIndexPolicy final : public EvictionPolicy {
            s->second.ended_at >= std::max(r.claim.released_at, r.last_access);
   }
 
+  // The claim's session may still come back for the block: it is remembered, and has sent no
+  // request and no last_turn release since the claim (a request naming the block would have
+  // claimed it again when it let go).
+  bool Waiting(const Claim& c) const {
+    if (c.session == 0) return false;
+    auto s = sessions_.find(c.session);
+    return s != sessions_.end() && s->second.last_request <= c.released_at &&
+           s->second.ended_at < c.released_at;
+  }
+
   double Rank(const Record& r, absl::Time now) const {
     double index = 0;
     if (r.claim.session != 0) {
@@ -456,11 +467,19 @@ class ReuseIndexPolicy final : public EvictionPolicy {
     return s;
   }
 
-  // Forgets blocks last accessed more than `history` ago that are not candidates (a candidate
-  // then, when Removed), and sessions last heard of that long ago (a return later than that
-  // counts as none).
+  // Forgets blocks last accessed more than `history` ago that are not candidates (one that was
+  // a candidate then, at the first Prune after its Remove), and sessions last heard of that long
+  // ago (a return later than that counts as none).
   void Prune(absl::Time now) {
     forgotten_before_ = std::max(forgotten_before_, now - options_.history);
+    for (const BlockKey& key : lapsed_) {
+      auto it = records_.find(key);
+      if (it != records_.end() && it->second.candidate < 0 &&
+          it->second.last_access < forgotten_before_) {
+        records_.erase(it);
+      }
+    }
+    lapsed_.clear();
     while (!session_history_.empty() && session_history_.front().first < now - options_.history) {
       auto [t, session] = session_history_.front();
       session_history_.pop_front();
@@ -499,6 +518,8 @@ class ReuseIndexPolicy final : public EvictionPolicy {
   std::deque<std::pair<absl::Time, BlockKey>> history_;  // accesses, oldest first
   // Prune's cutoff: a block last accessed before it is forgotten once it is not a candidate.
   absl::Time forgotten_before_ = absl::InfinitePast();
+  // Candidates Removed after their history entry passed (Prune forgets them next time).
+  std::vector<BlockKey> lapsed_;
   std::optional<Follow> follow_;
 };
 

@@ -125,7 +125,11 @@ TEST_F(SessionHintsTest, ALastTurnOfASupersededReleaseIsClipped) {
   Make("reuse_index");
   RunWritten(1, /*session=*/7, Iota(2 * kB, 100));
   RunWritten(2, 7, Iota(2 * kB, 300));
-  HintOutcome o = ReleaseWith(1, {.stop_reason = StopReason::kEndTurn, .last_turn = true});
+  // With an estimate too: it is last_turn that is not used (the estimate is, where last_turn
+  // would have set it aside).
+  HintOutcome o = ReleaseWith(
+      1,
+      {.stop_reason = StopReason::kEndTurn, .expected_idle = absl::Seconds(30), .last_turn = true});
   EXPECT_EQ(o.result, HintOutcome::Result::kClipped);
   EXPECT_NE(o.reason.find("later request"), std::string::npos) << o.reason;
   EXPECT_EQ(o.blocks, 2);

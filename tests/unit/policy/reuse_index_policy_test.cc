@@ -31,6 +31,7 @@ void Observe(EvictionPolicy& p, std::vector<BlockKey> blocks, absl::Time now,
 struct ReleaseHintsForTest {  // in ReleaseObservation's order
   bool superseded = false;
   bool last_turn = false;
+  bool preempted = false;
 };
 void ReadAndRelease(EvictionPolicy& p, const std::vector<BlockKey>& blocks, uint64_t session,
                     double read, double release, StopReason stop = StopReason::kToolUse,
@@ -41,7 +42,8 @@ void ReadAndRelease(EvictionPolicy& p, const std::vector<BlockKey>& blocks, uint
                     .session = session,
                     .stop_reason = stop,
                     .superseded = hints.superseded,
-                    .last_turn = hints.last_turn});
+                    .last_turn = hints.last_turn,
+                    .preempted = hints.preempted});
 }
 
 std::unique_ptr<EvictionPolicy> Make(int sample_size = 0) {
@@ -207,6 +209,38 @@ TEST(ReuseIndexPolicyTest, ASharedBlockGoesBackToTheEarlierSessionWhenTheLaterOn
   EXPECT_EQ(p->Victim(At(8)), Key(1));
 }
 
+// The earlier claim comes back only while its session may still return. Session 10 let block 1
+// go on its last turn; session 20 let block 2 go and then sent a request without it. Sessions 11
+// and 21 read those blocks, let them go, and end: both blocks wait for nobody.
+TEST(ReuseIndexPolicyTest, AnEarlierClaimWhoseSessionEndedOrMovedOnDoesNotComeBack) {
+  auto p = Make();
+  const absl::Duration ever = absl::InfiniteDuration();
+  ReadAndRelease(*p, {Key(1)}, /*session=*/10, /*read=*/0, /*release=*/1, StopReason::kEndTurn,
+                 {.last_turn = true});
+  ReadAndRelease(*p, {Key(1)}, /*session=*/11, /*read=*/2, /*release=*/3);
+  ReadAndRelease(*p, {Key(1)}, /*session=*/11, /*read=*/4, /*release=*/5, StopReason::kEndTurn,
+                 {.last_turn = true});
+  EXPECT_EQ(p->ReuseChance(Key(1), ever, At(6)), 0.0);
+  ReadAndRelease(*p, {Key(2)}, /*session=*/20, /*read=*/6, /*release=*/6);
+  Observe(*p, {Key(9)}, At(7), /*session=*/20);
+  ReadAndRelease(*p, {Key(2)}, /*session=*/21, /*read=*/8, /*release=*/9);
+  ReadAndRelease(*p, {Key(2)}, /*session=*/21, /*read=*/10, /*release=*/11, StopReason::kEndTurn,
+                 {.last_turn = true});
+  EXPECT_EQ(p->ReuseChance(Key(2), ever, At(12)), 0.0);
+}
+
+// A preempted request's release (it comes back as a readmission) is no release of its session:
+// block 1 stays session 10's, so session 11's next request, which does not name it, does not
+// make it a block its session moved on from.
+TEST(ReuseIndexPolicyTest, APreemptedReleaseLeavesTheBlocksClaimsAlone) {
+  auto p = Make();
+  ReadAndRelease(*p, {Key(1)}, /*session=*/10, /*read=*/0, /*release=*/0);
+  ReadAndRelease(*p, {Key(1), Key(2)}, /*session=*/11, /*read=*/1, /*release=*/2,
+                 StopReason::kUnknown, {.preempted = true});
+  Observe(*p, {Key(5)}, At(3), /*session=*/11);
+  EXPECT_NE(p->ReuseChance(Key(1), absl::InfiniteDuration(), At(4)), std::optional<double>(0.0));
+}
+
 // A session not heard of for `history` is forgotten (a return later than that counts as none):
 // the block it let go counts as moved on from, as if the session had said so.
 TEST(ReuseIndexPolicyTest, ABlockOfAForgottenSessionGoesFirst) {
@@ -228,9 +262,10 @@ TEST(ReuseIndexPolicyTest, ABlockOfAForgottenSessionGoesFirst) {
 }
 
 // A candidate whose last access is older than `history` stays remembered while it is a
-// candidate, and is forgotten (no record: ReuseChance nullopt) once it stops being one; a block
-// accessed within `history` is remembered after its Remove. Both were let go on their session's
-// last turn, so a remembered one has reuse chance 0.
+// candidate, and through a brief unregistering (Removed and Added again before the next Prune: a
+// transfer reading its copy); the first Prune after its Remove forgets it (no record:
+// ReuseChance nullopt). A block accessed within `history` is remembered after its Remove. Both
+// were let go on their session's last turn, so a remembered one has reuse chance 0.
 TEST(ReuseIndexPolicyTest, ACandidateOlderThanHistoryIsForgottenOnceRemoved) {
   auto p = MakeReuseIndexPolicy({.history = absl::Seconds(10)});
   ASSERT_TRUE(p.ok()) << p.status();
@@ -245,9 +280,14 @@ TEST(ReuseIndexPolicyTest, ACandidateOlderThanHistoryIsForgottenOnceRemoved) {
   KVTIER_ASSERT_OK(policy.Add(Key(3), {}, At(20)));
   EXPECT_EQ(policy.ReuseChance(Key(1), ever, At(20)), 0.0);
   KVTIER_ASSERT_OK(policy.Remove(Key(1)));
+  KVTIER_ASSERT_OK(policy.Add(Key(1), {}, At(0)));
+  Observe(policy, {Key(4)}, At(21));
+  EXPECT_EQ(policy.ReuseChance(Key(1), ever, At(21)), 0.0);
+  KVTIER_ASSERT_OK(policy.Remove(Key(1)));
   KVTIER_ASSERT_OK(policy.Remove(Key(3)));
-  EXPECT_EQ(policy.ReuseChance(Key(1), ever, At(21)), std::nullopt);
-  EXPECT_EQ(policy.ReuseChance(Key(3), ever, At(21)), 0.0);
+  Observe(policy, {Key(4)}, At(22));
+  EXPECT_EQ(policy.ReuseChance(Key(1), ever, At(22)), std::nullopt);
+  EXPECT_EQ(policy.ReuseChance(Key(3), ever, At(22)), 0.0);
 }
 
 // last_turn on a superseded release (a later request of the session is live) is not taken: the

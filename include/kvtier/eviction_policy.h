@@ -62,23 +62,22 @@
 //               and no request read it since (no request follows; ReuseChance 0, and no birth
 //               in the tables below, so the stop reasons' return times are learned from
 //               sessions that go on; a block another session let go before keeps that one's
-//               rank, or gets it back when the last session to let it go ends: a shared
-//               prefix); otherwise the index of the release's class at the time
-//               since the release, from a life table whose births are releases and whose
-//               outcome is the time to the session's next request. Class: the stop reason;
-//               releases without an expected idle time learn apart from those with one (giving
-//               none may itself say something: an agent's last turn). A release
-//               with an expected idle time E is also a birth in a table whose ages are in units
-//               of E (src/policy/scaled_life_table.h): an exact E puts every return at age E, and
-//               the index there is about 1 / (time left to E), the order of the true next use; a
-//               rough one spreads. Which of the two ranks estimated releases is learned: the
-//               scaled one once 20 returns show the estimates explain the return times better
-//               than the stop reasons do (log(gap / E) spreads less about its mean per stop
-//               reason than log(gap), by more than BIC's price of one parameter), the one in
-//               seconds before that or when they do not, so a worthless or constant estimate
-//               costs nothing. Births with no return after `history` are withdrawn. Source: the
-//               hint-g policy of ../shared/policy/policy_lab_agentic.py; the scaled table is
-//               kvtier's.
+//               rank, or gets it back when the last session to let it go ends, if that one has
+//               neither ended nor moved on since: a shared prefix); otherwise the index of the
+//               release's class at the time since the release, from a life table whose births are
+//               releases and whose outcome is the time to the session's next request. Class: the
+//               stop reason; releases without an expected idle time learn apart from those with one
+//               (giving none may itself say something: an agent's last turn). A release with an
+//               expected idle time E is also a birth in a table whose ages are in units of E
+//               (src/policy/scaled_life_table.h): an exact E puts every return at age E, and the
+//               index there is about 1 / (time left to E), the order of the true next use; a rough
+//               one spreads. Which of the two ranks estimated releases is learned: the scaled one
+//               once 20 returns show the estimates explain the return times better than the stop
+//               reasons do (log(gap / E) spreads less about its mean per stop reason than log(gap),
+//               by more than BIC's price of one parameter), the one in seconds before that or when
+//               they do not, so a worthless or constant estimate costs nothing. Births with no
+//               return after `history` are withdrawn. Source: the hint-g policy of
+//               ../shared/policy/policy_lab_agentic.py; the scaled table is kvtier's.
 //
 // Times are absl::Time (the caller's clock, so a replay can run on trace time). They must not go
 // backwards from call to call: an earlier `now` than one seen is not an error, but may be ranked
@@ -144,7 +143,8 @@ struct ReleaseObservation {
   bool last_turn = false;
   // The scheduler preempted the request (ReleaseHints::preempted): it comes back as a
   // readmission, which no ObserveRequest announces. Not the session letting go: reuse_index
-  // learns nothing from it and leaves its blocks ranked as they were.
+  // learns nothing of the session's return from it (as for `superseded`: no return of its own),
+  // and its blocks wait for the session's return. last_turn is not taken with it.
   bool preempted = false;
 };
 
@@ -230,7 +230,8 @@ struct ReuseIndexOptions {
   int sample_size = 64;  // candidates ranked per Victim call, >= 0; 0: all of them
   uint64_t seed = 1;     // of the sampling RNG (splitmix64): runs repeat exactly
   // How long a block's access history (class, turn, accesses) is kept after its last access while
-  // it is not a candidate (a candidate's, until it is Removed), > 0: bounds the memory to the
+  // it is not a candidate (a candidate's, until the first prune after its Remove; prunes run
+  // at ObserveRequest and ObserveRelease), > 0: bounds the memory to the
   // candidates and the blocks accessed that recently (about 150 bytes each). A request whose
   // predecessor is older than this counts as a first turn. A session not heard of (no request,
   // no release) for this long is forgotten, and the blocks it let go count as moved on from.

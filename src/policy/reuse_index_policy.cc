@@ -119,29 +119,29 @@ class ReuseIndexPolicy final : public EvictionPolicy {
   }
 
   void ObserveRelease(const ReleaseObservation& release) override {
+    if (release.session == 0) return;
     const absl::Time now = release.now;
     Prune(now);
-    // A preempted request comes back as a readmission, which no ObserveRequest announces: it
-    // is no release of the session, and its return no return.
-    if (release.session == 0 || release.preempted) return;
     AdvanceTables(now);
     Session& s = Touch(release.session, now);
     const int cls = SessionClassOf(release.stop_reason);
     const std::optional<absl::Duration>& idle = release.expected_idle;
-    // A later request of the session is live: the session is not ending, whatever it says.
-    const bool ends = release.last_turn && !release.superseded;
+    // One return per request: a release of an earlier request, after a later one started,
+    // waits for no return of its own; nor does a preempted one, which comes back as a
+    // readmission no ObserveRequest announces. Their blocks wait for the session's return.
+    const bool own_return = !release.superseded && !release.preempted;
+    // The session is not ending while it goes on, whatever it says.
+    const bool ends = release.last_turn && own_return;
     const bool scaled = !ends && idle.has_value() && *idle >= absl::ZeroDuration() &&
                         *idle < absl::InfiniteDuration();
-    // One return per request: a release of an earlier request, after a later one started,
-    // waits for no return of its own.
-    if (!release.superseded && s.released) {
+    if (own_return && s.released) {
       Returned(s, now, /*came_back=*/false);  // released again, no request between
     }
     if (ends) {
       // No return to wait for, and none to learn: its blocks go first (MovedOn).
       s.released = false;
       s.ended_at = now;
-    } else if (!release.superseded) {
+    } else if (own_return) {
       // A release with an estimate is a birth in the estimated and the scaled tables, so either
       // can rank it (EstimateHelps decides which); one without, in the session table.
       s.release_birth = (scaled ? estimated_table_ : session_table_).Birth(cls, now);
@@ -337,6 +337,7 @@ class ReuseIndexPolicy final : public EvictionPolicy {
     absl::Time released_at;
     absl::Duration idle;
     absl::Time last_seen;        // its latest request or release
+    absl::Time since;            // when it was first heard of (again, once forgotten)
     // Its latest last_turn release: the blocks it let go then, or before, are not waited for.
     absl::Time ended_at = absl::InfinitePast();
   };
@@ -366,10 +367,12 @@ class ReuseIndexPolicy final : public EvictionPolicy {
 
   // The block's session moved on: it sent a request without the block since, or let it go on its
   // last turn and no request (of any session) read it after, or it was not heard of for
-  // `history` (forgotten: a return later than that counts as none).
+  // `history` (forgotten: a return later than that counts as none, and so does the session
+  // heard of again under its id).
   bool MovedOn(const Record& r) const {
     auto s = sessions_.find(r.claim.session);
-    return s == sessions_.end() || s->second.last_request > r.last_access ||
+    return s == sessions_.end() || s->second.since > r.claim.released_at ||
+           s->second.last_request > r.last_access ||
            s->second.ended_at >= std::max(r.claim.released_at, r.last_access);
   }
 
@@ -379,8 +382,8 @@ class ReuseIndexPolicy final : public EvictionPolicy {
   bool Waiting(const Claim& c) const {
     if (c.session == 0) return false;
     auto s = sessions_.find(c.session);
-    return s != sessions_.end() && s->second.last_request <= c.released_at &&
-           s->second.ended_at < c.released_at;
+    return s != sessions_.end() && s->second.since <= c.released_at &&
+           s->second.last_request <= c.released_at && s->second.ended_at < c.released_at;
   }
 
   double Rank(const Record& r, absl::Time now) const {
@@ -461,7 +464,9 @@ class ReuseIndexPolicy final : public EvictionPolicy {
   }
 
   Session& Touch(uint64_t session, absl::Time now) {
-    Session& s = sessions_[session];
+    auto [it, inserted] = sessions_.try_emplace(session);
+    Session& s = it->second;
+    if (inserted) s.since = now;
     s.last_seen = now;
     session_history_.emplace_back(now, session);
     return s;

@@ -229,19 +229,46 @@ TEST(ReuseIndexPolicyTest, AnEarlierClaimWhoseSessionEndedOrMovedOnDoesNotComeBa
   EXPECT_EQ(p->ReuseChance(Key(2), ever, At(12)), 0.0);
 }
 
-// A preempted request's release (it comes back as a readmission) is no release of its session:
-// block 1 stays session 10's, so session 11's next request, which does not name it, does not
-// make it a block its session moved on from.
-TEST(ReuseIndexPolicyTest, APreemptedReleaseLeavesTheBlocksClaimsAlone) {
+// A preempted request's release (it comes back as a readmission, which no ObserveRequest
+// announces) claims its blocks for its session as any release does: block 1, let go by session
+// 20 and read by session 21's request, waits for 21's return after 21 is preempted, although 20
+// has moved on from it.
+TEST(ReuseIndexPolicyTest, APreemptedReleaseClaimsItsBlocks) {
   auto p = Make();
-  ReadAndRelease(*p, {Key(1)}, /*session=*/10, /*read=*/0, /*release=*/0);
-  ReadAndRelease(*p, {Key(1), Key(2)}, /*session=*/11, /*read=*/1, /*release=*/2,
-                 StopReason::kUnknown, {.preempted = true});
-  Observe(*p, {Key(5)}, At(3), /*session=*/11);
+  ReadAndRelease(*p, {Key(1)}, /*session=*/20, /*read=*/0, /*release=*/0);
+  Observe(*p, {Key(1), Key(2)}, At(1), /*session=*/21);
+  Observe(*p, {Key(5)}, At(2), /*session=*/20);  // 20 moved on from block 1
+  std::vector<BlockKey> blocks = {Key(1), Key(2)};
+  p->ObserveRelease({.blocks = blocks, .now = At(3), .session = 21, .preempted = true});
   EXPECT_NE(p->ReuseChance(Key(1), absl::InfiniteDuration(), At(4)), std::optional<double>(0.0));
 }
 
-// A session not heard of for `history` is forgotten (a return later than that counts as none):
+// ... but it is no release of the session: nothing is learned of its return. 40 sessions each
+// read a block and are preempted; the readmission lets it go 100 s later (tool_use), and no
+// session comes back. Were the preemption a release, each would have "come back" at the
+// readmission's release (released again, no request between), and tool_use releases would look
+// likely to return within 200 s; as it is, every tool_use release is a life with no return.
+TEST(ReuseIndexPolicyTest, APreemptedReleaseTeachesNothingOfItsSession) {
+  auto p = Make();
+  double t = 0;
+  for (uint64_t s = 1; s <= 40; ++s, t += 300) {
+    const std::vector<BlockKey> blocks = {Key(s)};
+    p->ObserveRequest({.blocks = blocks, .now = At(t), .session = s});
+    p->ObserveRelease({.blocks = blocks,
+                       .now = At(t + 1),
+                       .session = s,
+                       .stop_reason = StopReason::kToolUse,
+                       .preempted = true});
+    p->ObserveRelease(
+        {.blocks = blocks, .now = At(t + 101), .session = s, .stop_reason = StopReason::kToolUse});
+  }
+  // The last session's block, 1 s after its release.
+  KVTIER_ASSERT_OK(p->Add(Key(40), {}, At(t - 300)));
+  const std::optional<double> chance = p->ReuseChance(Key(40), absl::Seconds(200), At(t - 198));
+  ASSERT_TRUE(chance.has_value());
+  EXPECT_LT(*chance, 0.1);
+}
+
 // the block it let go counts as moved on from, as if the session had said so.
 TEST(ReuseIndexPolicyTest, ABlockOfAForgottenSessionGoesFirst) {
   auto p = MakeReuseIndexPolicy({.history = absl::Seconds(10)});
@@ -259,6 +286,11 @@ TEST(ReuseIndexPolicyTest, ABlockOfAForgottenSessionGoesFirst) {
   ReadAndRelease(policy, {Key(7)}, /*session=*/11, /*read=*/12, /*release=*/12);
   EXPECT_EQ(policy.ReuseChance(Key(1), absl::InfiniteDuration(), At(12)), 0.0);
   EXPECT_EQ(policy.Victim(At(12)), Key(1));
+  // Heard of again under its id by a release alone (a readmission's, which no request
+  // announces): a session new to the policy, which never let block 1 go.
+  const std::vector<BlockKey> other = {Key(8)};
+  policy.ObserveRelease({.blocks = other, .now = At(13), .session = 10});
+  EXPECT_EQ(policy.ReuseChance(Key(1), absl::InfiniteDuration(), At(13)), 0.0);
 }
 
 // A candidate whose last access is older than `history` stays remembered while it is a

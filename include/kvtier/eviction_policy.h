@@ -17,7 +17,7 @@
 //     - Each candidate's life ends in a hit (a Remove that does not follow Victim for it, or a
 //       Touch at a later time: the block was used again; the age is taken at the latest time
 //       any call gave) or an eviction (the Remove of the block Victim returned, or a Discard:
-//       dropped unused on the caller's word). An evicted
+//       dropped unused on the caller's word, which leaves no ghost). An evicted
 //       block is remembered as a ghost for ghost_horizon: if it becomes a candidate again, or
 //       its parent (BlockTraits::parent), left a leaf by its eviction, is used again, the
 //       eviction becomes a hit at that age, so the estimate is not limited to the ages the

@@ -152,6 +152,11 @@ class ReuseIndexPolicy final : public EvictionPolicy {
       s.idle = scaled ? *idle : absl::ZeroDuration();
       s.released = true;
     }
+    const Claim mine{.session = release.session,
+                     .released_at = now,
+                     .idle_scale = scaled ? *idle : absl::ZeroDuration(),
+                     .session_cls = static_cast<uint8_t>(cls),
+                     .scaled = scaled};
     for (const BlockKey& key : release.blocks) {
       auto [it, inserted] = records_.try_emplace(key);
       Record& r = it->second;
@@ -160,13 +165,10 @@ class ReuseIndexPolicy final : public EvictionPolicy {
         r.accesses = 1;
         Access(key, r, now);
       }
-      const Claim mine{.session = release.session,
-                       .released_at = now,
-                       .idle_scale = scaled ? *idle : absl::ZeroDuration(),
-                       .session_cls = static_cast<uint8_t>(cls),
-                       .scaled = scaled};
       if (!ends) {
-        if (r.claim.session != 0 && r.claim.session != release.session) r.earlier = r.claim;
+        // Another session's claim is kept for later while that session may still come back
+        // (a dead one would push out a live earlier claim).
+        if (r.claim.session != release.session && Waiting(r.claim)) r.earlier = r.claim;
         r.claim = mine;
         continue;
       }
@@ -176,7 +178,7 @@ class ReuseIndexPolicy final : public EvictionPolicy {
       if (r.earlier.session == release.session) r.earlier = Claim{};
       if (r.claim.session != 0 && r.claim.session != release.session) continue;
       const Claim earlier = std::exchange(r.earlier, Claim{});
-      r.claim = r.claim.session == release.session && Waiting(earlier) ? earlier : mine;
+      r.claim = Waiting(earlier) ? earlier : mine;
     }
   }
 
@@ -368,12 +370,12 @@ class ReuseIndexPolicy final : public EvictionPolicy {
   // The block's session moved on: it sent a request without the block since, or let it go on its
   // last turn and no request (of any session) read it after, or it was not heard of for
   // `history` (forgotten: a return later than that counts as none, and so does the session
-  // heard of again under its id).
+  // heard of again under its id, unless a request read the block then or after).
   bool MovedOn(const Record& r) const {
     auto s = sessions_.find(r.claim.session);
-    return s == sessions_.end() || s->second.since > r.claim.released_at ||
-           s->second.last_request > r.last_access ||
-           s->second.ended_at >= std::max(r.claim.released_at, r.last_access);
+    const absl::Time last = std::max(r.claim.released_at, r.last_access);
+    return s == sessions_.end() || s->second.since > last ||
+           s->second.last_request > r.last_access || s->second.ended_at >= last;
   }
 
   // The claim's session may still come back for the block: it is remembered, and has sent no

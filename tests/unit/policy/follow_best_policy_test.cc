@@ -188,6 +188,55 @@ TEST(FollowBestPolicyTest, LearnedIsLruAndReuseIndex) {
   EXPECT_EQ(FollowedPolicy(*MakeLruPolicy()), "");
 }
 
+// LRU that counts the Removes and Discards it is told of, in counts shared by every instance.
+struct CallCounts {
+  int removes = 0;
+  int discards = 0;
+};
+class CountingLru final : public EvictionPolicy {
+ public:
+  explicit CountingLru(std::shared_ptr<CallCounts> counts) : counts_(std::move(counts)) {}
+  std::string_view name() const override { return "counting_lru"; }
+  absl::Status Add(const BlockKey& key, const BlockTraits& t, absl::Time now) override {
+    return lru_->Add(key, t, now);
+  }
+  absl::Status Touch(const BlockKey& key, const BlockTraits& t, absl::Time now) override {
+    return lru_->Touch(key, t, now);
+  }
+  absl::Status Remove(const BlockKey& key) override {
+    ++counts_->removes;
+    return lru_->Remove(key);
+  }
+  absl::Status Discard(const BlockKey& key) override {
+    ++counts_->discards;
+    return lru_->Remove(key);
+  }
+  std::optional<BlockKey> Victim(absl::Time now) override { return lru_->Victim(now); }
+  int64_t size() const override { return lru_->size(); }
+
+ private:
+  std::shared_ptr<CallCounts> counts_;
+  std::unique_ptr<EvictionPolicy> lru_ = MakeLruPolicy();
+};
+
+// A Discard (a block dropped unused: an invalidation) reaches every live candidate as a Discard,
+// not as a Remove, which cost_aware would count as a reuse.
+TEST(FollowBestPolicyTest, ADiscardReachesEveryCandidateAsADiscard) {
+  auto counts = std::make_shared<CallCounts>();
+  std::vector<EvictionPolicyFactory> c(
+      2, [counts]() -> absl::StatusOr<std::unique_ptr<EvictionPolicy>> {
+        return std::unique_ptr<EvictionPolicy>(std::make_unique<CountingLru>(counts));
+      });
+  auto p = MakeFollowBestPolicy(std::move(c), {.capacity_blocks = 8, .sample_rate = 1});
+  ASSERT_TRUE(p.ok()) << p.status();
+  KVTIER_ASSERT_OK((*p)->Add(Key(1), {}, At(0)));
+  KVTIER_ASSERT_OK((*p)->Discard(Key(1)));
+  EXPECT_EQ(counts->discards, 2);
+  EXPECT_EQ(counts->removes, 0);
+  EXPECT_EQ((*p)->size(), 0);
+  EXPECT_THAT((*p)->Discard(Key(1)), IsError(StatusCode::kNotFound, ""));
+}
+
 TEST(FollowBestPolicyTest, Errors) {
   EXPECT_THAT(MakeFollowBestPolicy({}, {.capacity_blocks = 8}).status(),
               IsError(StatusCode::kInvalidArgument, "no candidates"));

@@ -269,6 +269,7 @@ TEST(ReuseIndexPolicyTest, APreemptedReleaseTeachesNothingOfItsSession) {
   EXPECT_LT(*chance, 0.1);
 }
 
+// A session not heard of for `history` is forgotten (a return later than that counts as none):
 // the block it let go counts as moved on from, as if the session had said so.
 TEST(ReuseIndexPolicyTest, ABlockOfAForgottenSessionGoesFirst) {
   auto p = MakeReuseIndexPolicy({.history = absl::Seconds(10)});
@@ -291,6 +292,36 @@ TEST(ReuseIndexPolicyTest, ABlockOfAForgottenSessionGoesFirst) {
   const std::vector<BlockKey> other = {Key(8)};
   policy.ObserveRelease({.blocks = other, .now = At(13), .session = 10});
   EXPECT_EQ(policy.ReuseChance(Key(1), absl::InfiniteDuration(), At(13)), 0.0);
+}
+
+// A session forgotten (not heard of for `history`) that comes back with a request naming its
+// block: the block is read now, so it is not one the session moved on from.
+TEST(ReuseIndexPolicyTest, AForgottenSessionBackWithARequestKeepsTheBlocksItReads) {
+  auto p = MakeReuseIndexPolicy({.history = absl::Seconds(10)});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EvictionPolicy& policy = **p;
+  ReadAndRelease(policy, {Key(1), Key(2)}, /*session=*/10, /*read=*/0, /*release=*/0);
+  // Both candidates (block 1's copy in a lower tier, say), so their records stay.
+  KVTIER_ASSERT_OK(policy.Add(Key(1), {}, At(0)));
+  KVTIER_ASSERT_OK(policy.Add(Key(2), Child(Key(1)), At(0)));
+  Observe(policy, {Key(1)}, At(20), /*session=*/10);  // forgotten at 20, then back
+  EXPECT_NE(policy.ReuseChance(Key(1), absl::InfiniteDuration(), At(20)),
+            std::optional<double>(0.0));
+  EXPECT_EQ(policy.ReuseChance(Key(2), absl::InfiniteDuration(), At(20)), 0.0);
+}
+
+// A claim of a session that has moved on does not push out a live earlier one: session 10 lets
+// block 1 go and may come back; 11 lets it go and moves on; 12 lets it go and ends. Block 1
+// waits for session 10 again.
+TEST(ReuseIndexPolicyTest, ADeadClaimDoesNotPushOutALiveEarlierOne) {
+  auto p = Make();
+  ReadAndRelease(*p, {Key(1)}, /*session=*/10, /*read=*/0, /*release=*/1);
+  ReadAndRelease(*p, {Key(1)}, /*session=*/11, /*read=*/1.5, /*release=*/2);
+  Observe(*p, {Key(5)}, At(2.5), /*session=*/11);
+  ReadAndRelease(*p, {Key(1)}, /*session=*/12, /*read=*/3, /*release=*/3.5);
+  ReadAndRelease(*p, {Key(1)}, /*session=*/12, /*read=*/4, /*release=*/5, StopReason::kEndTurn,
+                 {.last_turn = true});
+  EXPECT_NE(p->ReuseChance(Key(1), absl::InfiniteDuration(), At(6)), std::optional<double>(0.0));
 }
 
 // A candidate whose last access is older than `history` stays remembered while it is a

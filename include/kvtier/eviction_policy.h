@@ -125,9 +125,15 @@ struct RequestObservation {
   absl::Span<const BlockKey> blocks;
   absl::Time now;
   uint64_t session = 0;  // the agent session it belongs to; 0: none
+  // The session's paused sequence resumed (KvCache::Resume after a tool wait): the session is
+  // back, with `blocks` empty. Its sequence reads the blocks it holds, which no request names
+  // here: none is accessed, and none counts as one the session moved on from. Otherwise an
+  // empty `blocks` is a request naming no full block.
+  bool resumed = false;
 };
 
-// A request of a session that let its blocks go (KvCache::Release, or Pause: a tool wait).
+// A request of a session that let its blocks go (KvCache::Release, or Pause: a tool wait, stop
+// reason kToolUse; a swap preemption, kUnknown and `preempted`).
 struct ReleaseObservation {
   absl::Span<const BlockKey> blocks;  // its written full blocks, root first
   absl::Time now;
@@ -141,7 +147,8 @@ struct ReleaseObservation {
   // The caller says the session sends no further request (ReleaseHints::last_turn); not taken
   // with `superseded` or `preempted`.
   bool last_turn = false;
-  // The scheduler preempted the request (ReleaseHints::preempted): it comes back as a
+  // The scheduler preempted the request (ReleaseHints::preempted; or swapped it out,
+  // PauseHints::preempted, when it comes back by Resume): it comes back as a
   // readmission, which no ObserveRequest announces. Not the session letting go: reuse_index
   // learns nothing of the session's return from it (as for `superseded`: no return of its own),
   // and its blocks wait for the session's return. last_turn is not taken with it.

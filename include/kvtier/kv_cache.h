@@ -105,6 +105,14 @@ struct KvCacheOptions {
   // each AttachPrefix's prompt blocks and each release's session signals
   // (EvictionPolicy::ObserveRequest, ObserveRelease) in every tier.
   std::string eviction_policy = "lru";
+  // A policy of the caller's own, in place of `eviction_policy` (not read then) when set. Called
+  // during Create only, once per configured tier, top down, with the tier and the blocks of the
+  // configured tiers down to it (the most distinct blocks they hold together, what a learned
+  // policy's shadows model). A null result or an error fails Create (kInvalidArgument, naming
+  // the tier, with the error's message). The cache owns what it returns and calls it under the
+  // cache's lock, one call at a time (eviction_policy.h's contract).
+  std::function<absl::StatusOr<std::unique_ptr<EvictionPolicy>>(Tier tier, int64_t stack_blocks)>
+      make_eviction_policy;
   CostAwareOptions cost_aware;    // for "cost_aware"
   ReuseIndexOptions reuse_index;  // for "reuse_index"
   WritePolicy write_policy = WritePolicy::kWriteBack;
@@ -250,6 +258,20 @@ struct ReleaseHints {
   // a later request of the session is live (a superseded release).
   // lru and cost_aware ignore it. With an expected_idle too, the estimate is not used.
   bool last_turn = false;
+};
+
+// What is known when a sequence pauses (KvCache::Pause).
+struct PauseHints {
+  // About how long the sequence will be idle (a tool's expected run time), if known; >= 0 and
+  // finite.
+  std::optional<absl::Duration> expected_idle;
+  // The scheduler swapped the request out to make room (vLLM's swap preemption): it resumes when
+  // there is room again, not when the session's next request comes. Counted in
+  // KvCacheStats::preemptions, whatever the HintOutcome. reuse_index learns nothing of the
+  // session's return from the pause or from its Resume (a readmission); the blocks wait for the
+  // Resume, as a preempted release's do (ReleaseObservation::preempted). Not preempted: an agent
+  // waiting on a tool (stop reason kToolUse), whose Resume is the session's next request.
+  bool preempted = false;
 };
 
 // A prompt with the keys of its full blocks, hashed once (KvCache::HashPrompt) for the calls that
@@ -584,10 +606,20 @@ class KvCache {
   // kFailedPrecondition if already paused.
   // kFailedPrecondition too for a sequence with enable_caching false.
   absl::Status Pause(SequenceId id, absl::Duration expected_idle);
+  // Pause, with what is known of the pause: a tool wait (Pause(id, expected_idle) is this with
+  // the estimate) or the scheduler's swap preemption (PauseHints::preempted). The pause itself
+  // happens whatever the hints are. Outcome: kAccepted; kRejected for a sequence without a
+  // session (nothing to tie the hint to; a preemption is still counted), or for an expected_idle
+  // that is negative or infinite (the pause happens without it). blocks = the written full
+  // blocks paused. Errors: kNotFound for an unknown id; kFailedPrecondition if already paused or
+  // for a sequence with enable_caching false.
+  absl::StatusOr<HintOutcome> Pause(SequenceId id, const PauseHints& hints);
   // Ends a pause and starts onboarding the sequence's blocks into HBM. The Completion fires when
   // they are resident (OK) or not all could be (kUnavailable naming the first: e.g. HBM was full
   // of held blocks); the caller may ignore it and EnsureResident later. May block up to
-  // room_wait while demotions free HBM; never waits for the onboarding itself.
+  // room_wait while demotions free HBM; never waits for the onboarding itself. After a tool
+  // wait (not PauseHints::preempted), the policy hears the session is back
+  // (RequestObservation::resumed): the return reuse_index learns the stop reason's idle time from.
   // Errors: as Release; kFailedPrecondition if not paused.
   absl::StatusOr<Completion> Resume(SequenceId id);
   // Starts onboarding the cached prefix of a future request (found as AttachPrefix would) into

@@ -129,8 +129,7 @@ void KvCache::Impl::ObserveRelease(const Sequence& seq, StopReason stop,
   // A sequence with caching off shares no block (SequenceOptions::enable_caching): its keys name
   // blocks other requests cached, which its hints must not rank, retain or invalidate.
   if (seq.options.session == 0 || !seq.options.enable_caching) return;
-  const size_t written_full =
-      std::min(seq.keys.size(), static_cast<size_t>(seq.written / block_tokens));
+  const size_t written_full = static_cast<size_t>(WrittenFullBlocks(seq));
   ReleaseObservation release{.blocks = absl::MakeConstSpan(seq.keys).first(written_full),
                              .now = now,
                              .session = seq.options.session,
@@ -143,6 +142,14 @@ void KvCache::Impl::ObserveRelease(const Sequence& seq, StopReason stop,
     if (p != nullptr && p->observes_requests()) p->ObserveRelease(release);
   }
   if (!release.superseded) RememberSession(seq.options.session, release.blocks);
+}
+
+void KvCache::Impl::ObserveResume(const Sequence& seq) {
+  if (seq.options.session == 0 || !seq.options.enable_caching) return;
+  const RequestObservation back{.now = Now(), .session = seq.options.session, .resumed = true};
+  for (const std::unique_ptr<EvictionPolicy>& p : policy) {
+    if (p != nullptr && p->observes_requests()) p->ObserveRequest(back);
+  }
 }
 
 bool KvCache::Impl::Superseded(const Sequence& seq) const {

@@ -105,8 +105,7 @@ HintOutcome KvCache::Impl::InvalidateKeys(absl::Span<const BlockKey> keys, int64
       if (leaf && !(IsLastCopy(m->second, t) && HasChildCopy(m->second))) {
         // Dropped unused on the caller's word: for the policy neither a reuse nor its own
         // eviction (Discard). A copy DropCopy could not drop is registered again.
-        (void)policy[t]->Discard(key);
-        m->second.candidate &= static_cast<uint8_t>(~bit);
+        DropCandidacy(*m, static_cast<Tier>(t), /*discard=*/true);
         DropCopy(key, static_cast<Tier>(t));
         UpdateCandidate(key, static_cast<Tier>(t));
         any = true;

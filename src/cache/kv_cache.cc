@@ -264,6 +264,25 @@ absl::Status KvCache::Release(SequenceId id) {
   return I.ReleaseSequence(id);
 }
 
+namespace {
+
+// An expected_idle out of range is not taken (reset); the call goes on with the other hints.
+void TakeExpectedIdle(std::optional<absl::Duration>& idle, HintOutcome& outcome) {
+  if (!idle.has_value() || (*idle >= absl::ZeroDuration() && *idle != absl::InfiniteDuration())) {
+    return;
+  }
+  outcome.result = HintOutcome::Result::kRejected;
+  outcome.reason =
+      absl::StrCat("expected_idle = ", absl::FormatDuration(*idle),
+                   " must be >= 0 and finite (the other hints are taken where they apply)");
+  idle.reset();
+}
+
+constexpr std::string_view kNoSession =
+    "the sequence has no session (SequenceOptions::session): nothing to tie the hint to";
+
+}  // namespace
+
 absl::StatusOr<HintOutcome> KvCache::Release(SequenceId id, const ReleaseHints& hints) {
   Impl& I = *impl_;
   HintOutcome outcome;
@@ -273,22 +292,13 @@ absl::StatusOr<HintOutcome> KvCache::Release(SequenceId id, const ReleaseHints& 
     outcome.result = HintOutcome::Result::kClipped;
     outcome.reason = std::string(reason);
   };
-  if (hints.expected_idle.has_value() && (*hints.expected_idle < absl::ZeroDuration() ||
-                                          *hints.expected_idle == absl::InfiniteDuration())) {
-    taken.expected_idle.reset();
-    outcome.result = HintOutcome::Result::kRejected;
-    outcome.reason =
-        absl::StrCat("expected_idle = ", absl::FormatDuration(*hints.expected_idle),
-                     " must be >= 0 and finite (the other hints are taken where they apply)");
-  }
+  TakeExpectedIdle(taken.expected_idle, outcome);
   Impl::CacheLock lock(I);
   KVTIER_ASSIGN_OR_RETURN(Impl::Sequence * seq, I.FindSeq(id));
-  outcome.blocks = std::min(static_cast<int64_t>(seq->keys.size()), seq->written / I.block_tokens);
+  outcome.blocks = I.WrittenFullBlocks(*seq);
   if (seq->options.session == 0) {
     outcome.result = HintOutcome::Result::kRejected;
-    outcome.reason =
-        "the sequence has no session (SequenceOptions::session): nothing to tie the "
-        "hint to";
+    outcome.reason = std::string(kNoSession);
   } else if (!seq->options.enable_caching) {
     outcome.result = HintOutcome::Result::kRejected;
     outcome.reason = "the sequence has caching off: its blocks are shared with nobody";
@@ -311,13 +321,27 @@ absl::StatusOr<HintOutcome> KvCache::Release(SequenceId id, const ReleaseHints& 
 // ---- Hints ------------------------------------------------------------------------------------
 
 absl::Status KvCache::Pause(SequenceId id, absl::Duration expected_idle) {
-  Impl& I = *impl_;
   if (expected_idle < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Pause: expected_idle = ", absl::FormatDuration(expected_idle), " must not be negative"));
   }
+  return Pause(id, PauseHints{.expected_idle = expected_idle}).status();
+}
+
+absl::StatusOr<HintOutcome> KvCache::Pause(SequenceId id, const PauseHints& hints) {
+  Impl& I = *impl_;
+  HintOutcome outcome;
+  PauseHints taken = hints;
+  TakeExpectedIdle(taken.expected_idle, outcome);
   Impl::CacheScope scope(I);
-  return I.PauseSequence(id, expected_idle, scope.deferred());
+  KVTIER_ASSIGN_OR_RETURN(Impl::Sequence * seq, I.FindSeq(id));
+  outcome.blocks = I.WrittenFullBlocks(*seq);
+  if (seq->options.session == 0) {
+    outcome.result = HintOutcome::Result::kRejected;
+    outcome.reason = std::string(kNoSession);
+  }
+  KVTIER_RETURN_IF_ERROR(I.PauseSequence(id, taken, scope.deferred()));
+  return outcome;
 }
 
 absl::StatusOr<Completion> KvCache::Resume(SequenceId id) {

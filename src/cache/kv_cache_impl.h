@@ -254,6 +254,9 @@ struct KvCache::Impl {
     std::vector<SeqBlock> blocks;  // one reference each
     int64_t written = 0;
     bool paused = false;
+    // Paused by a swap preemption (PauseHints::preempted): its Resume is a readmission, not the
+    // session's return.
+    bool pause_preempted = false;
     uint64_t generation = 0;  // unique per CreateSequence/Fork, so a re-created id is told apart
     // Blocks a Truncate cut inside, still referenced (one reference each) until the caller has
     // issued its BlockCopy: dropped at the sequence's next Append, ReportWritten, Truncate or
@@ -644,6 +647,9 @@ struct KvCache::Impl {
   void ObserveRelease(const Sequence& seq, StopReason stop,
                       const std::optional<absl::Duration>& expected_idle, absl::Time now,
                       bool last_turn, bool preempted) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Tells the policies that observe requests that `seq`'s session is back: its paused sequence
+  // resumed after a tool wait (RequestObservation::resumed).
+  void ObserveResume(const Sequence& seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // A later request of `seq`'s session is live (created or forked after it): `seq`'s release
   // is superseded (ReleaseObservation::superseded).
   bool Superseded(const Sequence& seq) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
@@ -699,6 +705,10 @@ struct KvCache::Impl {
     }
     SyncCandidate(entry, t, slot_state);
   }
+  // The sequence's written full blocks: those a release or a pause lets go.
+  int64_t WrittenFullBlocks(const Sequence& seq) const {
+    return std::min(static_cast<int64_t>(seq.keys.size()), seq.written / block_tokens);
+  }
   // UpdateCandidate's general case.
   void SyncCandidate(BlockMap::value_type& entry, Tier t, std::optional<SlotState> slot_state)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
@@ -706,10 +716,13 @@ struct KvCache::Impl {
   // candidacy for sure (a holder acquired it), without re-deriving WantCandidate.
   void DropCandidacy(const BlockKey& key, Tier t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Inline: called for every block an attach pins, most of which are not registered.
-  void DropCandidacy(BlockMap::value_type& entry, Tier t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+  // `discard`: dropped unused on the caller's word (EvictionPolicy::Discard), not Removed.
+  void DropCandidacy(BlockMap::value_type& entry, Tier t, bool discard = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     const uint8_t bit = static_cast<uint8_t>(1u << TierIndex(t));
     if ((entry.second.candidate & bit) == 0) return;
-    (void)policy[TierIndex(t)]->Remove(entry.first.key());
+    EvictionPolicy& p = *policy[TierIndex(t)];
+    (void)(discard ? p.Discard(entry.first.key()) : p.Remove(entry.first.key()));
     entry.second.candidate &= static_cast<uint8_t>(~bit);
   }
   // Marks the copy of `key` in `t` as being demoted away (or no longer), and tells its parent.
@@ -944,7 +957,7 @@ struct KvCache::Impl {
   struct TicketHolder;
   std::shared_ptr<internal::TicketState> HandOut(std::shared_ptr<internal::TicketState> t);
   // The bodies of Pause, Resume and Prefetch (kv_cache.h), arguments checked.
-  absl::Status PauseSequence(SequenceId id, absl::Duration expected_idle, Deferred& d)
+  absl::Status PauseSequence(SequenceId id, const PauseHints& hints, Deferred& d)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::Status ResumeSequence(SequenceId id, const std::shared_ptr<internal::OnboardBatch>& t,
                               Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);

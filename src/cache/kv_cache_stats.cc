@@ -106,8 +106,8 @@ std::string RenderPrometheus(const KvCacheStats& stats) {
          stats.attached_tokens);
   Scalar(out, "cached_but_recomputed_blocks_total", "counter",
          "Matched blocks the cost model chose to recompute.", stats.cached_but_recomputed_blocks);
-  Scalar(out, "preemptions_total", "counter", "Releases of requests the scheduler preempted.",
-         stats.preemptions);
+  Scalar(out, "preemptions_total", "counter",
+         "Releases and swap-outs (pauses) of requests the scheduler preempted.", stats.preemptions);
   Scalar(out, "readmitted_blocks_total", "counter",
          "Blocks attached by readmissions of preempted requests (not hits).",
          stats.readmitted_blocks);

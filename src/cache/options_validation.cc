@@ -7,6 +7,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -47,8 +48,9 @@ absl::Status KvCache::Impl::ValidateOptions(const CacheNamespace& ns,
     return absl::InvalidArgumentError(absl::StrCat("KvCache: the HBM tier ", hbm->info().name,
                                                    " has no device pool for block tables"));
   }
-  if (options.eviction_policy != "lru" && options.eviction_policy != "cost_aware" &&
-      options.eviction_policy != "reuse_index" && options.eviction_policy != "learned") {
+  if (!options.make_eviction_policy && options.eviction_policy != "lru" &&
+      options.eviction_policy != "cost_aware" && options.eviction_policy != "reuse_index" &&
+      options.eviction_policy != "learned") {
     return absl::InvalidArgumentError(
         absl::StrCat("KvCache: eviction_policy \"", options.eviction_policy,
                      "\" is not one of \"lru\", \"cost_aware\", \"reuse_index\", \"learned\""));
@@ -156,7 +158,17 @@ absl::StatusOr<KvCache::Impl::Policies> KvCache::Impl::MakePolicies(const KvCach
     stack_blocks = tier_blocks > std::numeric_limits<int64_t>::max() - stack_blocks
                        ? std::numeric_limits<int64_t>::max()
                        : stack_blocks + tier_blocks;
-    if (options.eviction_policy == "lru") {
+    if (options.make_eviction_policy) {
+      const Tier tier = static_cast<Tier>(t);
+      absl::StatusOr<std::unique_ptr<EvictionPolicy>> made =
+          options.make_eviction_policy(tier, stack_blocks);
+      if (!made.ok() || *made == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "KvCache: make_eviction_policy gave no policy for the ", std::string(TierName(tier)),
+            " tier", made.ok() ? std::string() : absl::StrCat(": ", made.status().message())));
+      }
+      policies[t] = *std::move(made);
+    } else if (options.eviction_policy == "lru") {
       policies[t] = MakeLruPolicy();
     } else if (options.eviction_policy == "learned") {
       KVTIER_ASSIGN_OR_RETURN(

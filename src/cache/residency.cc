@@ -344,8 +344,7 @@ absl::Status KvCache::Impl::CloseTicket(const std::shared_ptr<internal::TicketSt
   return absl::OkStatus();
 }
 
-absl::Status KvCache::Impl::PauseSequence(SequenceId id, absl::Duration expected_idle,
-                                          Deferred& d) {
+absl::Status KvCache::Impl::PauseSequence(SequenceId id, const PauseHints& hints, Deferred& d) {
   KVTIER_ASSIGN_OR_RETURN(Sequence * seq, FindSeq(id));
   if (seq->paused) {
     return absl::FailedPreconditionError(absl::StrCat("Pause: ", SeqName(id), " is paused"));
@@ -355,8 +354,10 @@ absl::Status KvCache::Impl::PauseSequence(SequenceId id, absl::Duration expected
         "Pause: ", SeqName(id), " has caching off: its blocks cannot move to another tier"));
   }
   seq->paused = true;
-  ObserveRelease(*seq, StopReason::kToolUse, expected_idle, Now(), /*last_turn=*/false,
-                 /*preempted=*/false);
+  seq->pause_preempted = hints.preempted;
+  if (hints.preempted) ++counters.preemptions;
+  ObserveRelease(*seq, hints.preempted ? StopReason::kUnknown : StopReason::kToolUse,
+                 hints.expected_idle, Now(), /*last_turn=*/false, hints.preempted);
   const std::optional<Tier> lower = NextLower(Tier::kHbm);
   const int64_t written_full = seq->written / block_tokens;
   for (int64_t j = 0; lower.has_value() && j < written_full; ++j) {
@@ -412,6 +413,7 @@ absl::Status KvCache::Impl::ResumeSequence(SequenceId id,
     (void)MakeHbmRoom(missing, absl::Now() + room_wait, d);
   }
   seq->paused = false;
+  if (!seq->pause_preempted) ObserveResume(*seq);
   t->sequence = id;
   t->first_block = 0;
   const int64_t full = static_cast<int64_t>(seq->keys.size());

@@ -211,6 +211,22 @@ kvtier_status_code kvtier_pause(kvtier_cache* cache, uint64_t id, int64_t expect
   });
 }
 
+kvtier_status_code kvtier_pause_with_hints(kvtier_cache* cache, uint64_t id,
+                                           const kvtier_pause_hints* hints,
+                                           kvtier_hint_outcome* outcome, kvtier_error* error) {
+  return Guard(error, [&]() -> absl::Status {
+    if (cache == nullptr) return Null("kvtier_pause_with_hints", "cache");
+    if (hints == nullptr) return Null("kvtier_pause_with_hints", "hints");
+    PauseHints h;
+    if (hints->has_expected_idle) h.expected_idle = absl::Nanoseconds(hints->expected_idle_ns);
+    h.preempted = hints->preempted;
+    absl::StatusOr<HintOutcome> r = cache->cache->Pause(SequenceId(id), h);
+    if (!r.ok()) return r.status();
+    capi::ToHintOutcome(*r, outcome);
+    return absl::OkStatus();
+  });
+}
+
 kvtier_status_code kvtier_resume(kvtier_cache* cache, uint64_t id, kvtier_completion** onboarded,
                                  kvtier_error* error) {
   return Guard(error, [&]() -> absl::Status {

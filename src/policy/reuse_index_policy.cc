@@ -98,6 +98,8 @@ class ReuseIndexPolicy final : public EvictionPolicy {
       Session& s = Touch(request.session, now);
       if (s.released) Returned(s, now, /*came_back=*/true);
       s.released = false;
+      // A resumed sequence reads what it holds: no sign the session moved on from any block.
+      if (request.resumed) return;
       s.last_request = now;
     }
     // h: the leading blocks an earlier request named; the predecessor holds block h-1.

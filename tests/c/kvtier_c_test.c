@@ -775,6 +775,41 @@ static void Preemption(const kvtier_namespace* ns) {
   kvtier_cache_destroy(cache);
 }
 
+/* A swap preemption (kvtier_pause_with_hints, preempted) counts a preemption and the sequence
+ * resumes; a tool pause with hints counts none; a negative idle is REJECTED, the pause happens;
+ * a null hints is INVALID_ARGUMENT. */
+static void SwapPreemption(const kvtier_namespace* ns) {
+  kvtier_error err;
+  kvtier_cache* cache = SmallCache(ns, 16, 16, 10 * 1000 * 1000 * 1000LL);
+  kvtier_sequence_options so;
+  kvtier_sequence_options_init(&so);
+  so.session = 7;
+  int32_t t[8];
+  Tokens(t, 8, 500);
+  Add(cache, 1, t, 8, 8, &so);
+  kvtier_pause_hints hints = {false, 0, true};
+  kvtier_hint_outcome outcome;
+  MUST_FAIL(KVTIER_INVALID_ARGUMENT, kvtier_pause_with_hints(cache, 1, NULL, &outcome, &err));
+  MUST(kvtier_pause_with_hints(cache, 1, &hints, &outcome, &err));
+  CHECK_EQ(outcome.result, KVTIER_HINT_ACCEPTED);
+  CHECK_EQ(outcome.blocks, 2);
+  CHECK_EQ(Stats(cache).preemptions, 1);
+  MUST_FAIL(KVTIER_FAILED_PRECONDITION, kvtier_pause_with_hints(cache, 1, &hints, NULL, &err));
+  kvtier_completion* onboarded = NULL;
+  MUST(kvtier_resume(cache, 1, &onboarded, &err));
+  MUST(kvtier_completion_wait(onboarded, 10 * 1000 * 1000 * 1000LL, &err));
+  kvtier_completion_destroy(onboarded);
+  kvtier_pause_hints tool = {true, -1, false};
+  MUST(kvtier_pause_with_hints(cache, 1, &tool, &outcome, &err));
+  CHECK_EQ(outcome.result, KVTIER_HINT_REJECTED);
+  CHECK(strstr(outcome.reason, "expected_idle") != NULL);
+  CHECK_EQ(Stats(cache).preemptions, 1);
+  MUST_FAIL(KVTIER_NOT_FOUND, kvtier_pause_with_hints(cache, 9, &tool, NULL, &err));
+  MUST(kvtier_release(cache, 1, &err));
+  MUST(kvtier_check_invariants(cache, &err));
+  kvtier_cache_destroy(cache);
+}
+
 int main(void) {
   kvtier_error err;
   CHECK_EQ(kvtier_c_abi_version(), KVTIER_C_ABI_VERSION);
@@ -1210,6 +1245,7 @@ int main(void) {
   CachingOff(ns);
   AdapterEvents(ns);
   Preemption(ns);
+  SwapPreemption(ns);
   LastTurn(ns);
   kvtier_namespace_destroy(ns);
   kvtier_namespace_destroy(NULL);

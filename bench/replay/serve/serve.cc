@@ -679,7 +679,7 @@ absl::Status Simulation::Preempt(int i, int64_t victim) {
     StopRunning(i, victim);
     in.waiting.push_front(victim);
   };
-  if (CanSwap(v) && in.cache->Pause(v.seq, absl::ZeroDuration()).ok()) {
+  if (CanSwap(v) && in.cache->Pause(v.seq, PauseHints{.preempted = true}).ok()) {
     // Swapped out: its KV stays, one tier down; it comes back to decode, not to prefill.
     r_.preemptions++;
     r_.swap_preemptions++;
@@ -740,7 +740,7 @@ absl::Status Simulation::SwapIn(int i, int64_t r) {
   if (!resumed->Wait().ok()) {
     // Not all of it could come back (HBM full of held blocks): down again, try later; with
     // nothing else running there is no later.
-    if (absl::Status s = cache.Pause(l.seq, absl::ZeroDuration()); !s.ok()) return s;
+    if (auto s = cache.Pause(l.seq, PauseHints{.preempted = true}); !s.ok()) return s.status();
     if (absl::Status s = Settle(i); !s.ok()) return s;
     if (in.running.empty()) return absl::OutOfRangeError("the request no longer fits HBM");
     return absl::ResourceExhaustedError("no room yet");

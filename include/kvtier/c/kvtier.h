@@ -16,6 +16,7 @@
  *   kvtier_report_written(cache, id, n, ready)      the new full blocks become shareable
  *   kvtier_release_ticket(cache, ticket); kvtier_ticket_destroy(ticket)
  *   kvtier_pause / kvtier_resume                     an agent waiting on a tool
+ *   kvtier_pause_with_hints (preempted)              a scheduler swapping a request out
  *   kvtier_release_with_hints(cache, id, hints)      blocks stay cached for the next turn
  * And for a scheduler between steps: kvtier_check_room (does a request fit now?), the
  * ROOM_NEVER mode of kvtier_append / kvtier_fork / kvtier_truncate (answer at once, never block),
@@ -596,6 +597,23 @@ kvtier_status_code kvtier_release_with_hints(kvtier_cache* cache, uint64_t id,
  * INVALID_ARGUMENT for a negative duration; FAILED_PRECONDITION if already paused. */
 kvtier_status_code kvtier_pause(kvtier_cache* cache, uint64_t id, int64_t expected_idle_ns,
                                 kvtier_error* error);
+/* What is known when a sequence pauses (PauseHints in kvtier/kv_cache.h). */
+typedef struct kvtier_pause_hints {
+  bool has_expected_idle;   /* false: expected_idle_ns is not looked at */
+  int64_t expected_idle_ns; /* about how long the sequence will be idle, >= 0 */
+  /* The scheduler swapped the request out to make room (it resumes when there is room, not at
+   * the session's next request): counted in kvtier_cache_stats.preemptions, whatever the
+   * outcome; its kvtier_resume is a readmission, not the session's return. false: a tool wait. */
+  bool preempted;
+} kvtier_pause_hints;
+
+/* kvtier_pause with hints; the pause happens whatever the hints are. A hint the cache cannot use
+ * (a sequence without a session, a negative idle) is answered REJECTED in `outcome` (may be
+ * NULL), not as an error. Errors: as kvtier_release; FAILED_PRECONDITION if already paused or
+ * for a sequence with caching off; INVALID_ARGUMENT for a null hints. */
+kvtier_status_code kvtier_pause_with_hints(kvtier_cache* cache, uint64_t id,
+                                           const kvtier_pause_hints* hints,
+                                           kvtier_hint_outcome* outcome, kvtier_error* error);
 /* Ends a pause and starts onboarding the sequence's blocks. *onboarded (if not NULL) receives a
  * new completion handle, which the caller destroys, firing OK when they are resident or
  * UNAVAILABLE naming the first that is not. May block up to room_wait. Errors: as kvtier_release;

@@ -310,6 +310,45 @@ TEST(ReuseIndexPolicyTest, AForgottenSessionBackWithARequestKeepsTheBlocksItRead
   EXPECT_EQ(policy.ReuseChance(Key(2), absl::InfiniteDuration(), At(20)), 0.0);
 }
 
+// A session whose paused sequence resumed (RequestObservation::resumed, no blocks) is back, and
+// has not moved on from the blocks it let go: they keep their claim. A request naming no block
+// is a move away from them.
+TEST(ReuseIndexPolicyTest, AResumedSessionHasNotMovedOnFromItsBlocks) {
+  auto p = Make();
+  ReadAndRelease(*p, {Key(1)}, /*session=*/10, /*read=*/0, /*release=*/1);
+  KVTIER_ASSERT_OK(p->Add(Key(1), {}, At(1)));
+  p->ObserveRequest({.now = At(5), .session = 10, .resumed = true});
+  EXPECT_NE(p->ReuseChance(Key(1), absl::InfiniteDuration(), At(6)), std::optional<double>(0.0));
+  Observe(*p, {}, At(7), /*session=*/10);
+  EXPECT_EQ(p->ReuseChance(Key(1), absl::InfiniteDuration(), At(8)), 0.0);
+}
+
+// A resume is the session's return: tool-use releases resumed 2 s later teach that the session
+// comes back within seconds, as requests naming the blocks would.
+TEST(ReuseIndexPolicyTest, AResumeTeachesTheSessionsReturn) {
+  auto resumed = Make();
+  auto silent = Make();
+  for (int i = 0; i < 40; ++i) {
+    const double t = 10.0 * i;
+    const std::vector<BlockKey> blocks = {Key(static_cast<uint64_t>(100 + i))};
+    for (EvictionPolicy* p : {resumed.get(), silent.get()}) {
+      ReadAndRelease(*p, blocks, /*session=*/static_cast<uint64_t>(1 + i), t, t + 1);
+    }
+    resumed->ObserveRequest(
+        {.now = At(t + 3), .session = static_cast<uint64_t>(1 + i), .resumed = true});
+  }
+  const std::vector<BlockKey> last = {Key(1000)};
+  for (EvictionPolicy* p : {resumed.get(), silent.get()}) {
+    ReadAndRelease(*p, last, /*session=*/99, 500, 501);
+    KVTIER_ASSERT_OK(p->Add(Key(1000), {}, At(501)));
+  }
+  const std::optional<double> back = resumed->ReuseChance(Key(1000), absl::Seconds(5), At(501));
+  ASSERT_TRUE(back.has_value());
+  EXPECT_GT(*back, 0.9);
+  const std::optional<double> unknown = silent->ReuseChance(Key(1000), absl::Seconds(5), At(501));
+  EXPECT_TRUE(!unknown.has_value() || *unknown < 0.1) << *unknown;
+}
+
 // A claim of a session that has moved on does not push out a live earlier one: session 10 lets
 // block 1 go and may come back; 11 lets it go and moves on; 12 lets it go and ends. Block 1
 // waits for session 10 again.

@@ -166,7 +166,8 @@ class EvictionPolicy {
   // Whether the policy learns from ObserveRequest and ObserveRelease (reuse_index: true). A
   // caller may skip the calls (and building their arguments) for a policy that does not.
   virtual bool observes_requests() const { return false; }
-  // A request named request.blocks: each is accessed, cached or not. Called once per request,
+  // A request named request.blocks: each is accessed, cached or not. Called once per request
+  // (and, with `resumed` and no blocks, once per Resume of a tool wait),
   // before its blocks are Added or Touched at request.now. Default: ignored.
   virtual void ObserveRequest(const RequestObservation& request) { (void)request; }
   // A session's request finished (or paused) and let its blocks go, with what is known of when

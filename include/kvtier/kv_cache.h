@@ -14,6 +14,7 @@
 //   ReleaseTicket(ticket)
 //   Append(id, {token}) ... per decode step, EnsureResident / ReportWritten as above
 //   Pause(id, expected_idle) / Resume(id)                  an agent waiting on a tool
+//   Pause(id, PauseHints{.preempted = true}) / Resume(id)  a scheduler swapping a request out
 //   Release(id)                                            blocks stay cached for the next turn
 //
 // Residency of a block in HBM (DESIGN section 8): locked (a ticket pins it: the kernel may be
@@ -102,8 +103,8 @@ struct KvCacheOptions {
   // run by the learned ranking where its shadow loses to LRU; a tier's shadows model a cache of
   // the capacity of the stack down to it, HBM's of HBM, DRAM's of HBM + DRAM, ..., the most
   // distinct blocks those tiers hold), one instance per tier. reuse_index and learned are given
-  // each AttachPrefix's prompt blocks and each release's session signals
-  // (EvictionPolicy::ObserveRequest, ObserveRelease) in every tier.
+  // each AttachPrefix's prompt blocks, each release's and pause's session signals and each tool
+  // wait's Resume (EvictionPolicy::ObserveRequest, ObserveRelease) in every tier.
   std::string eviction_policy = "lru";
   // A policy of the caller's own, in place of `eviction_policy` (not read then) when set. Called
   // during Create only, once per configured tier, top down, with the tier and the blocks of the
@@ -604,10 +605,12 @@ class KvCache {
   // references move there, so its HBM copies become droppable: kept while HBM has room, evicted
   // without loss when it does not. Errors: as Release; kInvalidArgument for a negative duration;
   // kFailedPrecondition if already paused.
-  // kFailedPrecondition too for a sequence with enable_caching false.
+  // kFailedPrecondition too for a sequence with enable_caching false. The same as
+  // Pause(id, PauseHints{.expected_idle = expected_idle}) but for the negative estimate (an error
+  // here, a rejected hint there); an infinite one is taken as no estimate.
   absl::Status Pause(SequenceId id, absl::Duration expected_idle);
-  // Pause, with what is known of the pause: a tool wait (Pause(id, expected_idle) is this with
-  // the estimate) or the scheduler's swap preemption (PauseHints::preempted). The pause itself
+  // Pause, with what is known of the pause: a tool wait or the scheduler's swap preemption
+  // (PauseHints::preempted). The pause itself
   // happens whatever the hints are. Outcome: kAccepted; kRejected for a sequence without a
   // session (nothing to tie the hint to; a preemption is still counted), or for an expected_idle
   // that is negative or infinite (the pause happens without it). blocks = the written full
@@ -619,7 +622,8 @@ class KvCache {
   // of held blocks); the caller may ignore it and EnsureResident later. May block up to
   // room_wait while demotions free HBM; never waits for the onboarding itself. After a tool
   // wait (not PauseHints::preempted), the policy hears the session is back
-  // (RequestObservation::resumed): the return reuse_index learns the stop reason's idle time from.
+  // (RequestObservation::resumed): the return reuse_index learns the stop reason's idle time from;
+  // not when a later request of the session is live (that request was the return).
   // Errors: as Release; kFailedPrecondition if not paused.
   absl::StatusOr<Completion> Resume(SequenceId id);
   // Starts onboarding the cached prefix of a future request (found as AttachPrefix would) into

@@ -359,8 +359,7 @@ void BindKvCache(py::module_& m) {
       .def(
           "release",
           [](const PyKvCache& c, uint64_t id, std::optional<StopReason> stop_reason,
-             std::optional<double> expected_idle_s, bool preempted,
-             bool last_turn) -> py::object {
+             std::optional<double> expected_idle_s, bool preempted, bool last_turn) -> py::object {
             if (!stop_reason.has_value() && !expected_idle_s.has_value() && !preempted &&
                 !last_turn) {
               ThrowIfError(Unlocked([&] { return Cache(c).Release(SequenceId(id)); }));
@@ -390,11 +389,26 @@ void BindKvCache(py::module_& m) {
       // ---- Hints
       .def(
           "pause",
-          [](const PyKvCache& c, uint64_t id, double expected_idle_s) {
-            const absl::Duration idle = SecondsToDuration(expected_idle_s);
-            ThrowIfError(Unlocked([&] { return Cache(c).Pause(SequenceId(id), idle); }));
+          [](const PyKvCache& c, uint64_t id, std::optional<double> expected_idle_s,
+             bool preempted) -> py::object {
+            if (expected_idle_s.has_value() && !preempted) {
+              const absl::Duration idle = SecondsToDuration(*expected_idle_s);
+              ThrowIfError(Unlocked([&] { return Cache(c).Pause(SequenceId(id), idle); }));
+              return py::none();
+            }
+            PauseHints hints;
+            hints.expected_idle = OptionalSeconds(expected_idle_s);
+            hints.preempted = preempted;
+            return py::cast(
+                Unwrap(Unlocked([&] { return Cache(c).Pause(SequenceId(id), hints); })));
           },
-          py::arg("id"), py::arg("expected_idle_s"))
+          py::arg("id"), py::arg("expected_idle_s") = py::none(), py::kw_only(),
+          py::arg("preempted") = false,
+          "Pauses the sequence (its written full blocks get a copy one tier down; its HBM copies "
+          "become droppable). An agent's tool wait of about expected_idle_s: returns None "
+          "(ValueError for a negative estimate). preempted=True (the scheduler swaps the request "
+          "out; counted in stats().preemptions, its resume is a readmission) or no estimate: "
+          "returns the HintOutcome (a negative estimate is rejected there, the pause happens).")
       .def(
           "resume",
           [](const PyKvCache& c, uint64_t id) {

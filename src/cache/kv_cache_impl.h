@@ -706,7 +706,7 @@ struct KvCache::Impl {
     SyncCandidate(entry, t, slot_state);
   }
   // The sequence's written full blocks: those a release or a pause lets go.
-  int64_t WrittenFullBlocks(const Sequence& seq) const {
+  int64_t WrittenFullBlocks(const Sequence& seq) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     return std::min(static_cast<int64_t>(seq.keys.size()), seq.written / block_tokens);
   }
   // UpdateCandidate's general case.

@@ -413,7 +413,9 @@ absl::Status KvCache::Impl::ResumeSequence(SequenceId id,
     (void)MakeHbmRoom(missing, absl::Now() + room_wait, d);
   }
   seq->paused = false;
-  if (!seq->pause_preempted) ObserveResume(*seq);
+  // A readmission is no return; nor is the resume of a request a later one of its session
+  // superseded (that one's request was the return).
+  if (!seq->pause_preempted && !Superseded(*seq)) ObserveResume(*seq);
   t->sequence = id;
   t->first_block = 0;
   const int64_t full = static_cast<int64_t>(seq->keys.size());

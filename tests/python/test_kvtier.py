@@ -539,6 +539,22 @@ def test_a_sequence_with_caching_off_is_never_matched():
     cache.check_invariants()
 
 
+def test_a_swap_preemption_is_a_counted_pause_and_resumes():
+    cache = make_cache(hbm=16, dram=16)
+    cache.create_sequence(1, session=7)
+    cache.append(1, tokens(2 * B, seed=15))
+    cache.report_written(1, 2 * B)
+    out = cache.pause(1, preempted=True)
+    assert out.result == kvtier.HintResult.ACCEPTED and out.blocks == 2
+    assert cache.stats().preemptions == 1 and cache.get_sequence(1).paused
+    cache.resume(1).wait(timeout_s=30)
+    out = cache.pause(1)  # a tool wait of unknown length
+    assert out.result == kvtier.HintResult.ACCEPTED
+    assert cache.stats().preemptions == 1
+    cache.resume(1).wait(timeout_s=30)
+    cache.release(1)
+
+
 def test_a_readmission_after_preemption_counts_readmitted_blocks_not_hits():
     cache = make_cache(hbm=16)
     toks = tokens(3 * B, seed=14)

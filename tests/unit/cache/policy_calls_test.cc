@@ -30,6 +30,7 @@ using ::kvtier::testing::KvCacheEnv;
 using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 using ::testing::Not;
 
 constexpr int kB = KvCacheEnv::kTokensPerBlock;
@@ -237,7 +238,34 @@ TEST_F(PolicyCallsTest, APauseAndItsResumeTellThePolicyWhatKindOfWaitItWas) {
   KVTIER_ASSERT_OK(resumed.status());
   KVTIER_ASSERT_OK(resumed->Wait());
   EXPECT_THAT(Take(), Not(Contains(::testing::StartsWith("Request"))));
+  // A tool wait after a preemption is a tool wait again.
+  KVTIER_ASSERT_OK(cache_->Pause(SequenceId(1), PauseHints{}).status());
+  KVTIER_ASSERT_OK(cache_->WaitIdle());
+  resumed = cache_->Resume(SequenceId(1));
+  KVTIER_ASSERT_OK(resumed.status());
+  KVTIER_ASSERT_OK(resumed->Wait());
+  EXPECT_THAT(Take(), Contains("Request session=7 blocks=0 resumed"));
+  // A failed Resume tells nothing.
+  EXPECT_THAT(cache_->Resume(SequenceId(1)),
+              IsError(StatusCode::kFailedPrecondition, "not paused"));
+  EXPECT_THAT(Take(), IsEmpty());
   KVTIER_ASSERT_OK(cache_->Release(SequenceId(1)));
+}
+
+// A paused request whose session went on (a later request of it is live) resumes without
+// announcing the session's return: the later request was it.
+TEST_F(PolicyCallsTest, TheResumeOfASupersededPauseIsNoReturn) {
+  Make(/*hbm_blocks=*/16, /*dram_blocks=*/16);
+  RunWritten(1, /*session=*/7, Iota(2 * kB, 100));
+  KVTIER_ASSERT_OK(cache_->Pause(SequenceId(1), absl::Seconds(3)));
+  KVTIER_ASSERT_OK(cache_->WaitIdle());
+  RunWritten(2, /*session=*/7, Iota(3 * kB, 100));
+  Take();
+  auto resumed = cache_->Resume(SequenceId(1));
+  KVTIER_ASSERT_OK(resumed.status());
+  KVTIER_ASSERT_OK(resumed->Wait());
+  EXPECT_THAT(Take(), Not(Contains(::testing::StartsWith("Request"))));
+  for (uint64_t id : {1, 2}) KVTIER_ASSERT_OK(cache_->Release(SequenceId(id)));
 }
 
 // Pause's outcomes: a sequence without a session is paused, the hint rejected; an estimate out
@@ -252,6 +280,12 @@ TEST_F(PolicyCallsTest, PauseAnswersItsHintsWithTheirOutcome) {
   EXPECT_EQ(cache_->stats().preemptions, 1);  // counted whatever the outcome
   EXPECT_THAT(cache_->Pause(SequenceId(1), PauseHints{}),
               IsError(StatusCode::kFailedPrecondition, "is paused"));
+  // Caching off: an error, and no preemption counted.
+  KVTIER_ASSERT_OK(cache_->CreateSequence(SequenceId(4), {.session = 7, .enable_caching = false}));
+  KVTIER_ASSERT_OK(cache_->Append(SequenceId(4), Iota(kB, 700)).status());
+  EXPECT_THAT(cache_->Pause(SequenceId(4), PauseHints{.preempted = true}),
+              IsError(StatusCode::kFailedPrecondition, "caching off"));
+  EXPECT_EQ(cache_->stats().preemptions, 1);
   RunWritten(2, /*session=*/7, Iota(kB, 300));
   Take();
   o = cache_->Pause(SequenceId(2), PauseHints{.expected_idle = -absl::Seconds(1)});
@@ -264,7 +298,7 @@ TEST_F(PolicyCallsTest, PauseAnswersItsHintsWithTheirOutcome) {
   RunWritten(3, /*session=*/7, Iota(kB, 500));
   EXPECT_THAT(cache_->Pause(SequenceId(3), -absl::Seconds(1)),
               IsError(StatusCode::kInvalidArgument, "must not be negative"));
-  for (uint64_t id : {1, 2, 3}) KVTIER_ASSERT_OK(cache_->Release(SequenceId(id)));
+  for (uint64_t id : {1, 2, 3, 4}) KVTIER_ASSERT_OK(cache_->Release(SequenceId(id)));
 }
 
 }  // namespace

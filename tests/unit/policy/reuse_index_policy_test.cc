@@ -315,12 +315,15 @@ TEST(ReuseIndexPolicyTest, AForgottenSessionBackWithARequestKeepsTheBlocksItRead
 // is a move away from them.
 TEST(ReuseIndexPolicyTest, AResumedSessionHasNotMovedOnFromItsBlocks) {
   auto p = Make();
-  ReadAndRelease(*p, {Key(1)}, /*session=*/10, /*read=*/0, /*release=*/1);
-  KVTIER_ASSERT_OK(p->Add(Key(1), {}, At(1)));
+  Observe(*p, {Key(2)}, At(0));  // older, and waiting for nobody
+  ReadAndRelease(*p, {Key(1)}, /*session=*/10, /*read=*/1, /*release=*/2);
+  KVTIER_ASSERT_OK(p->Add(Key(2), {}, At(0)));
+  KVTIER_ASSERT_OK(p->Add(Key(1), {}, At(2)));
   p->ObserveRequest({.now = At(5), .session = 10, .resumed = true});
-  EXPECT_NE(p->ReuseChance(Key(1), absl::InfiniteDuration(), At(6)), std::optional<double>(0.0));
+  EXPECT_EQ(p->Victim(At(6)), Key(2));  // no data: oldest first
   Observe(*p, {}, At(7), /*session=*/10);
   EXPECT_EQ(p->ReuseChance(Key(1), absl::InfiniteDuration(), At(8)), 0.0);
+  EXPECT_EQ(p->Victim(At(8)), Key(1));
 }
 
 // A resume is the session's return: tool-use releases resumed 2 s later teach that the session

@@ -113,7 +113,9 @@ class PolicyCallsTest : public ::testing::Test {
     cache_ = *std::move(cache);
   }
   void TearDown() override {
-    if (cache_ != nullptr) KVTIER_EXPECT_OK(cache_->CheckInvariants());
+    if (cache_ != nullptr) {
+      KVTIER_EXPECT_OK(cache_->CheckInvariants());
+    }
   }
   // A request of `session` with `tokens`, computed and written, not released.
   void RunWritten(uint64_t id, uint64_t session, const std::vector<int32_t>& tokens) {

@@ -295,6 +295,14 @@ inline int64_t BlockPatternMismatches(const KvGeometry& g, const DeviceBlockTabl
   return bad;
 }
 
+// A request of `session` with `tokens`, computed and written, not released (sequence `id`).
+inline void RunWritten(KvCache& cache, uint64_t id, uint64_t session,
+                       const std::vector<int32_t>& tokens) {
+  KVTIER_ASSERT_OK(cache.CreateSequence(SequenceId(id), {.session = session}));
+  KVTIER_ASSERT_OK(cache.Append(SequenceId(id), tokens).status());
+  KVTIER_ASSERT_OK(cache.ReportWritten(SequenceId(id), static_cast<int64_t>(tokens.size())));
+}
+
 // A test of one cache: Build makes a fresh KvCacheEnv and its cache; the cache the test leaves is
 // checked when it is dropped (TearDown, or the next Build): idle within 10 s, every invariant,
 // the stats' accounting.

@@ -44,9 +44,7 @@ class SessionHintsTest : public ::testing::Test {
 
   // A request of `session` with `tokens`, computed and written, not released.
   void RunWritten(uint64_t id, uint64_t session, const std::vector<int32_t>& tokens) {
-    KVTIER_ASSERT_OK(cache_->CreateSequence(SequenceId(id), {.session = session}));
-    KVTIER_ASSERT_OK(cache_->Append(SequenceId(id), tokens).status());
-    KVTIER_ASSERT_OK(cache_->ReportWritten(SequenceId(id), static_cast<int64_t>(tokens.size())));
+    testing::RunWritten(*cache_, id, session, tokens);
   }
   // A request of `session` that attaches what the cache has of `tokens`, computes the rest and
   // writes it, not released; returns the attached tokens (-1 on error, which it reports).

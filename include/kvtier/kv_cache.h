@@ -109,9 +109,10 @@ struct KvCacheOptions {
   // A policy of the caller's own, in place of `eviction_policy` (not read then) when set. Called
   // during Create only, once per configured tier, top down, with the tier and the blocks of the
   // configured tiers down to it (the most distinct blocks they hold together, what a learned
-  // policy's shadows model). A null result or an error fails Create (kInvalidArgument, naming
-  // the tier, with the error's message). The cache owns what it returns and calls it under the
-  // cache's lock, one call at a time (eviction_policy.h's contract).
+  // policy's shadows model; 0 where those tiers report no capacity). A null result or an error
+  // fails Create (kInvalidArgument, naming the tier, with the error's message). The cache owns what
+  // it returns and calls it under the cache's lock, one call at a time (eviction_policy.h's
+  // contract).
   std::function<absl::StatusOr<std::unique_ptr<EvictionPolicy>>(Tier tier, int64_t stack_blocks)>
       make_eviction_policy;
   CostAwareOptions cost_aware;    // for "cost_aware"
@@ -601,10 +602,13 @@ class KvCache {
   // The sequence will be idle for about `expected_idle` (an agent waiting on a tool: stop reason
   // kToolUse). The policy ranks its HBM copies, droppable from now on, by it as by a Release's
   // hints (for a sequence with a session). Its
-  // written full blocks get a copy one tier down (started now, if missing), and the sequence's
-  // references move there, so its HBM copies become droppable: kept while HBM has room, evicted
-  // without loss when it does not. Errors: as Release; kInvalidArgument for a negative duration;
-  // kFailedPrecondition if already paused.
+  // written full blocks get a copy one tier down (started now, if missing; further down where
+  // that tier has no room now, as when its own victims are still being demoted), and the
+  // sequence's references move there, so its HBM copies become droppable: kept while HBM has
+  // room, evicted without loss when it does not. A block no lower tier has room for now stays
+  // held in HBM until Resume. A Pause while its Resume still onboards leaves the references
+  // where they are (the landing onboards do not move them back to HBM). Errors: as Release;
+  // kInvalidArgument for a negative duration; kFailedPrecondition if already paused.
   // kFailedPrecondition too for a sequence with enable_caching false. The same as
   // Pause(id, PauseHints{.expected_idle = expected_idle}) but for the negative estimate (an error
   // here, a rejected hint there); an infinite one is taken as no estimate.
@@ -648,7 +652,9 @@ class KvCache {
   // `tokens` from block floor(from_token / B) on are dropped from every tier now, deepest first,
   // where nobody holds or reads them and no cached child outside them needs them (a child with a
   // copy in any tier keeps its parent's last copy); the blocks before stay (a shared system
-  // prompt, the kept part of the context). A copy in a shared remote store is deleted too.
+  // prompt, the kept part of the context). A copy in a shared remote store that this cache has
+  // indexed is deleted too; one another worker published that this cache never found stays
+  // there (a later remote probe may find it again).
   // Outcome: kAccepted, blocks = the blocks dropped from every tier;
   // kClipped when some kept a copy (reason: how many, and why); kRejected for from_token < 0.
   // Errors: kInvalidArgument for bad extras.

@@ -85,7 +85,8 @@ struct KvCacheStats {
   int64_t attached_tokens = 0;               // of those, restored (the rest is recomputed)
   int64_t cached_but_recomputed_blocks = 0;  // matched blocks the cost model chose to recompute
   int64_t indexed_blocks = 0;                // blocks with a copy in some tier (gauge)
-  // Releases with ReleaseHints::preempted and pauses with PauseHints::preempted.
+  // Releases with ReleaseHints::preempted and pauses with PauseHints::preempted (each call: a
+  // request swapped out again after its swap-in failed counts again).
   int64_t preemptions = 0;
   int64_t readmitted_blocks = 0;  // blocks attached by readmissions (not counted as hits)
   // Block copies that arrived, by source and destination tier: blocks_moved[from][to] (index

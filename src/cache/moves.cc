@@ -225,7 +225,9 @@ void KvCache::Impl::OnMoveDone(const std::shared_ptr<Move>& move, const absl::St
         for (const Move::Waiter& w : move->waiters) {
           if (w.sequence.valid()) {
             auto s = seqs.find(w.sequence);
-            if (s != seqs.end() && w.block < static_cast<int64_t>(s->second->keys.size()) &&
+            // A sequence paused again while its Resume onboarded keeps its reference below.
+            if (s != seqs.end() && !s->second->paused &&
+                w.block < static_cast<int64_t>(s->second->keys.size()) &&
                 s->second->keys[static_cast<size_t>(w.block)] == key &&
                 s->second->blocks[static_cast<size_t>(w.block)].tier != Tier::kHbm) {
               (void)RepointBlock(*s->second, w.block, Tier::kHbm, move->dst);

@@ -388,8 +388,16 @@ absl::Status KvCache::Impl::PauseSequence(SequenceId id, const PauseHints& hints
         continue;
       }
     }
-    if (rec->state(*lower) != CopyState::kAbsent || !RoomBelowNow(*lower, d)) continue;
-    auto move = StartMove(key, Tier::kHbm, b.slot, *lower, false, d);
+    // The next tier down with room now, or further down: a full tier whose victims are
+    // demoted makes room only when those copies land, and the pause does not wait for them
+    // (nothing would copy the block later, and it would stay held in HBM).
+    std::optional<Tier> to = lower;
+    while (to.has_value() && rec->state(*to) == CopyState::kAbsent && !RoomBelowNow(*to, d)) {
+      to = NextLower(*to);
+    }
+    // No tier has room now, or a copy is on its way there: stays held in HBM.
+    if (!to.has_value() || rec->state(*to) != CopyState::kAbsent) continue;
+    auto move = StartMove(key, Tier::kHbm, b.slot, *to, false, d);
     if (move.ok()) (*move)->pause_waiters.emplace_back(id, j);
   }
   return absl::OkStatus();

@@ -1403,6 +1403,60 @@ TEST_F(KvCacheTest, PausedBlocksSurviveEvictionFromHbmByteForByte) {
   KVTIER_EXPECT_OK(cache_->ReleaseTicket(t));
 }
 
+TEST_F(KvCacheTest, PauseCopiesFurtherDownWhenTheTierBelowIsFullAndItsVictimsStillMoving) {
+  // DRAM holds 4 blocks, all sequence 1's, demoted there; its victims go on to NVMe, which
+  // frees their DRAM slots only when the copies land.
+  Rebuild({.hbm_blocks = 16, .dram_blocks = 4, .nvme_blocks = 32});
+  KVTIER_ASSERT_OK(AddReleased(1, Iota(16)));
+  KVTIER_ASSERT_OK(EvictAllOfHbm(99));
+  ASSERT_EQ(TierStats(Tier::kDram).droppable_blocks, 4);
+  ASSERT_EQ(TierStats(Tier::kNvme).free_blocks, 32);
+
+  KVTIER_ASSERT_OK(Add(2, Iota(16, 5000)));
+  KVTIER_ASSERT_OK(cache_->Pause(Seq(2), absl::Seconds(1)));
+  KVTIER_ASSERT_OK(cache_->WaitIdle());
+  // Every paused block has a copy below and the sequence's references are there: none held in
+  // HBM (before, one DRAM demotion under way stopped the pause from copying any block).
+  KVTIER_ASSERT_OK_AND_ASSIGN(SequenceInfo info, cache_->GetSequence(Seq(2)));
+  EXPECT_EQ(info.blocks_by_tier[kHbm], 0);
+  EXPECT_EQ(info.blocks_by_tier[kDram] + info.blocks_by_tier[kNvme], 4);
+  EXPECT_EQ(TierStats(Tier::kHbm).held_blocks, 0) << StatsString(cache_->stats());
+
+  KVTIER_ASSERT_OK_AND_ASSIGN(Completion resumed, cache_->Resume(Seq(2)));
+  KVTIER_ASSERT_OK(resumed.WaitFor(absl::Seconds(30)));
+  KVTIER_ASSERT_OK_AND_ASSIGN(info, cache_->GetSequence(Seq(2)));
+  EXPECT_EQ(info.blocks_by_tier[kHbm], 4);
+}
+
+TEST_F(KvCacheTest, APauseWhileItsResumeOnboardsKeepsTheReferencesBelow) {
+  Rebuild({.hbm_blocks = 8, .dram_blocks = 0, .nvme_blocks = 16, .fault_injectors = true});
+  KVTIER_ASSERT_OK(Add(1, Iota(16)));
+  KVTIER_ASSERT_OK(cache_->Pause(Seq(1), absl::Seconds(1)));
+  KVTIER_ASSERT_OK(cache_->WaitIdle());
+  KVTIER_ASSERT_OK(EvictAllOfHbm(99));  // its HBM copies go: Resume onboards from NVMe
+  KVTIER_ASSERT_OK_AND_ASSIGN(SequenceInfo info, cache_->GetSequence(Seq(1)));
+  ASSERT_EQ(info.blocks_by_tier[kNvme], 4);
+
+  env_->fault(Tier::kNvme)->SetDelay(absl::Milliseconds(200));
+  KVTIER_ASSERT_OK_AND_ASSIGN(Completion resumed, cache_->Resume(Seq(1)));
+  KVTIER_ASSERT_OK(cache_->Pause(Seq(1), absl::Seconds(1)));  // before the reads land
+  KVTIER_ASSERT_OK(cache_->WaitIdle());
+  env_->fault(Tier::kNvme)->SetDelay(absl::ZeroDuration());
+  (void)resumed.WaitFor(absl::Seconds(30));
+  // The landed onboards leave the paused sequence's references in NVMe (before, they moved
+  // them to HBM, held there by a paused sequence).
+  KVTIER_ASSERT_OK_AND_ASSIGN(info, cache_->GetSequence(Seq(1)));
+  EXPECT_TRUE(info.paused);
+  EXPECT_EQ(info.blocks_by_tier[kHbm], 0);
+  EXPECT_EQ(info.blocks_by_tier[kNvme], 4);
+  EXPECT_EQ(TierStats(Tier::kHbm).held_blocks, 0) << StatsString(cache_->stats());
+
+  KVTIER_ASSERT_OK_AND_ASSIGN(Completion again, cache_->Resume(Seq(1)));
+  KVTIER_ASSERT_OK(again.WaitFor(absl::Seconds(30)));
+  KVTIER_ASSERT_OK_AND_ASSIGN(info, cache_->GetSequence(Seq(1)));
+  EXPECT_EQ(info.blocks_by_tier[kHbm], 4);
+}
+
 // ---------------------------------------------------------------- Faults below
 
 TEST_F(KvCacheTest, FailedLoadIsNotResidentCountedAndRetryable) {

@@ -49,7 +49,8 @@
 //               class at its age (time since its last access); while a retention priority p
 //               lasts, index x (1 + p) + p: above every block without one whose index is
 //               below p, and above itself without it (a block of a session that moved on, below,
-//               ranks -1 whatever its priority). Victim ranks sample_size random
+//               ranks -1, or p while a priority p lasts: a retention outranks what the policy
+//               infers). Victim ranks sample_size random
 //               candidates (all when fewer, or when 0) and returns the lowest, the oldest on
 //               ties; with no data yet it is oldest-first. Parent follows: when the victim's parent
 //               becomes a candidate (the caller Added it after Removing the victim) and ranks no
@@ -205,8 +206,9 @@ class EvictionPolicy {
   // The chance, as this policy has learned it, that candidate `key` is used again within
   // `within` of `now` (InfiniteDuration: ever), in [0, 1]; nullopt where the policy has no
   // estimate it trusts (lru and cost_aware never do; reuse_index not before enough outcomes of
-  // the block's class at its age; follow_best asks the candidate it follows). KvCache asks it of
-  // a victim before demoting it: a copy not worth restoring later is dropped (kv_cache.h).
+  // the block's class at its age, nor while a retention priority lasts; follow_best asks the
+  // candidate it follows). KvCache asks it of a victim before demoting it: a copy not worth
+  // restoring later is dropped (kv_cache.h).
   virtual std::optional<double> ReuseChance(const BlockKey& key, absl::Duration within,
                                             absl::Time now) const {
     (void)key;

@@ -639,7 +639,8 @@ class KvCache {
   // `tokens` (hashed under `identity`, matched as AttachPrefix would) count as retention
   // priority `priority` more valuable for `ttl` from now (eviction_policy.h: lru keeps them as if
   // used priority x 30 min later, cost_aware scales its rank by 1 + priority, reuse_index ranks
-  // them above every block without retention).
+  // them above every block without retention whose index is below the priority, even where it
+  // infers their session moved on, and demotes them rather than drop them).
   // It orders eviction only: a retained block is still evicted when nothing else can go. A later
   // release of a sequence with its own retention overrides it. Outcome: kAccepted, blocks = the
   // prompt's full blocks; kClipped when only the first `blocks` of them are cached; kRejected for

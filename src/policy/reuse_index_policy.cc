@@ -272,14 +272,17 @@ class ReuseIndexPolicy final : public EvictionPolicy {
 
   std::unique_ptr<EvictionPolicy> MakeSharedShadow() override;
 
-  // A block its session moved on from: 0. Otherwise the life table of how it was last let go
-  // (the session-return table for a block a session released, the block table else), once
-  // kMinLives outcomes of its class at its age are in.
+  // None while a retention lasts. A block its session moved on from: 0. Otherwise the life table of
+  // how it was last let go (the session-return table for a block a session released, the block
+  // table else), once kMinLives outcomes of its class at its age are in.
   std::optional<double> ReuseChance(const BlockKey& key, absl::Duration within,
                                     absl::Time now) const override {
     auto it = records_.find(key);
     if (it == records_.end()) return std::nullopt;
     const Record& r = it->second;
+    // A retained block is worth keeping below for as long as the retention lasts, whatever
+    // was learned: no estimate (the cache demotes it).
+    if (r.retention_priority > 0 && now < r.priority_until) return std::nullopt;
     const double w = within == absl::InfiniteDuration() ? std::numeric_limits<double>::infinity()
                                                         : internal::FastSeconds(within);
     if (r.claim.session != 0) {
@@ -391,9 +394,12 @@ class ReuseIndexPolicy final : public EvictionPolicy {
   }
 
   double Rank(const Record& r, absl::Time now) const {
+    const bool boosted = r.retention_priority > 0 && now < r.priority_until;
     double index = 0;
     if (r.claim.session != 0) {
-      if (MovedOn(r)) return -1;
+      // A retention is the caller's word, moving on only what the policy infers: a retained
+      // block of a session that moved on ranks as index 0 with its priority.
+      if (MovedOn(r)) return boosted ? r.retention_priority : -1;
       index = r.claim.scaled && EstimateHelps()
                   ? scaled_table_.Index(r.claim.session_cls, now - r.claim.released_at,
                                         r.claim.idle_scale)
@@ -401,7 +407,6 @@ class ReuseIndexPolicy final : public EvictionPolicy {
     } else {
       index = table_.Index(r.cls, now - r.last_access);
     }
-    const bool boosted = r.retention_priority > 0 && now < r.priority_until;
     // Retention lifts a block above itself without it, and above every block without it whose
     // index is below the priority (eviction_policy.h); a session that moved on still goes first.
     return boosted ? index * (1 + r.retention_priority) + r.retention_priority : index;

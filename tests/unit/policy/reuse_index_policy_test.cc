@@ -151,6 +151,25 @@ TEST(ReuseIndexPolicyTest, ABlockReleasedOnTheLastTurnGoesFirst) {
   EXPECT_EQ(p->Victim(At(7)), Key(1));  // no data: oldest first again
 }
 
+// A retention outranks what the policy infers: a retained block of a session that moved on
+// (here, a last_turn release) keeps its priority and is not first to go, and while the
+// retention lasts the policy gives no reuse chance (the cache demotes it rather than drop it).
+// When the retention ends it goes first again.
+TEST(ReuseIndexPolicyTest, ARetainedBlockOfASessionThatMovedOnKeepsItsPriority) {
+  auto p = Make();
+  ReadAndRelease(*p, {Key(1)}, /*session=*/10, /*read=*/0, /*release=*/0);
+  ReadAndRelease(*p, {Key(3)}, /*session=*/11, /*read=*/1, /*release=*/1, StopReason::kEndTurn,
+                 {.last_turn = true});
+  KVTIER_ASSERT_OK(p->Add(Key(1), {}, At(0)));
+  KVTIER_ASSERT_OK(p->Add(Key(3), {}, At(1)));
+  ASSERT_EQ(p->Victim(At(2)), Key(3));
+  KVTIER_ASSERT_OK(p->Touch(Key(3), {.retention_priority = 2, .priority_until = At(100)}, At(1)));
+  EXPECT_EQ(p->Victim(At(2)), Key(1));
+  EXPECT_EQ(p->ReuseChance(Key(3), absl::InfiniteDuration(), At(2)), std::nullopt);
+  EXPECT_EQ(p->Victim(At(101)), Key(3));
+  EXPECT_EQ(p->ReuseChance(Key(3), absl::InfiniteDuration(), At(101)), 0.0);
+}
+
 // A block another session let go before (a shared prefix) keeps that session's rank when a
 // sub-agent releases it on its last turn. Blocks 5 (session 12, accessed at 0) and 1 (session 10,
 // then read by 11 at 1) are candidates; with no data both rank 0 and the older, 5, goes first.

@@ -419,7 +419,7 @@ absl::Status Simulation::Settle(int i) {
   fleet_cached_ += cached - in.cached;
   in.held = held;
   in.cached = cached;
-  r_.hbm_running_blocks_max = std::max(r_.hbm_running_blocks_max, in.held);
+  r_.hbm_running_blocks_max = std::max(r_.hbm_running_blocks_max, fleet_held_);
   in.last_stats = st;
   return absl::OkStatus();
 }
@@ -799,6 +799,7 @@ absl::Status Simulation::Finish(int i, int64_t r) {
       const TraceRequest& n = trace_.requests[static_cast<size_t>(next)];
       const double idle = o_.closed_loop ? n.think_seconds : n.arrival_seconds - now_;
       hints.expected_idle = absl::Seconds(std::max(0.0, idle));
+      r_.oracle_idle_releases++;
     }
   }
   auto released = cache.Release(l.seq, hints);
@@ -992,8 +993,10 @@ absl::StatusOr<ServeReport> Simulation::Run() {
   absl::flat_hash_map<uint64_t, int64_t> latest;
   for (int64_t k = 0; k < n_; ++k) {
     const TraceRequest& q = trace_.requests[static_cast<size_t>(k)];
+    // Each session's next request, in both loops: the oracle's idle time reads it (open loop:
+    // its arrival). Closed loop, only a session's first request arrives by the trace's clock.
     bool first = true;
-    if (q.session != 0 && o_.closed_loop) {
+    if (q.session != 0) {
       auto [it, inserted] = latest.try_emplace(q.session, k);
       if (!inserted) {
         next_in_session_[static_cast<size_t>(it->second)] = k;
@@ -1001,7 +1004,7 @@ absl::StatusOr<ServeReport> Simulation::Run() {
         first = false;
       }
     }
-    if (first) Push(q.arrival_seconds, Event::kArrival, -1, k);
+    if (first || !o_.closed_loop) Push(q.arrival_seconds, Event::kArrival, -1, k);
   }
 
   while (true) {

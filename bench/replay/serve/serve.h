@@ -198,6 +198,9 @@ struct ServeReport {
   int64_t output_tokens = 0;
   int64_t preemptions = 0;
   int64_t swap_preemptions = 0;  // of which by swap (SchedulerOptions::swap); the rest recompute
+  // Releases told the time to the session's next request (--hints oracle-idle), closed loop or
+  // open.
+  int64_t oracle_idle_releases = 0;
   double ttft_p50_ms = 0, ttft_p90_ms = 0, ttft_p99_ms = 0;
   // The TTFT distribution of the finished requests in 101 points, ms: element k is the k-th
   // percentile (the ceil(k n / 100)-th fastest of n, element 0 the fastest, 100 the slowest),

@@ -48,6 +48,7 @@ nlohmann::json ToJson(const ServeReport& r, bool deterministic) {
   j["output_tokens"] = r.output_tokens;
   j["preemptions"] = r.preemptions;
   j["swap_preemptions"] = r.swap_preemptions;
+  j["oracle_idle_releases"] = r.oracle_idle_releases;
   j["ttft_ms"] = {{"p50", r.ttft_p50_ms}, {"p90", r.ttft_p90_ms}, {"p99", r.ttft_p99_ms}};
   j["ttft_percentiles_ms"] = r.ttft_percentiles_ms;
   j["itl_ms"] = {{"p50", r.itl_p50_ms}, {"p99", r.itl_p99_ms}};

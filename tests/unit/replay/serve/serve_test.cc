@@ -403,6 +403,37 @@ TEST(ServeTest, ClosedLoopSessionsWaitForTheirPreviousRequest) {
   EXPECT_EQ(r->served_hit_tokens, 128);
 }
 
+// The oracle's idle time is the session's next arrival, open loop as closed: each of the
+// session's first two releases is told it (before, the open loop told none, under the oracle's
+// name).
+TEST(ServeTest, TheOracleTellsTheIdleTimeInEitherLoop) {
+  const Trace trace = MakeTrace({Req(0, 128, 2, {1, 2}, 1), Req(5, 192, 1, {1, 2, 3}, 1, 1.0),
+                                 Req(9, 256, 1, {1, 2, 3, 4}, 1, 1.0)});
+  for (bool closed : {true, false}) {
+    SCOPED_TRACE(closed ? "closed loop" : "open loop");
+    ServeOptions o = HandOptions(ServeProfile::kKvtier, 100, 100);
+    o.kvtier_hints = ServeHints::kOracleIdle;
+    o.closed_loop = closed;
+    auto r = RunServe(trace, o);
+    KVTIER_ASSERT_OK(r.status());
+    EXPECT_EQ(r->finished, 3);
+    EXPECT_EQ(r->oracle_idle_releases, 2);  // the last request has no next one
+  }
+}
+
+// Two requests at once on two instances: the most HBM blocks running requests held, summed
+// over the fleet as serve.h says (before, the largest single instance's).
+TEST(ServeTest, TheRunningMaximumIsSummedOverTheFleet) {
+  const Trace trace = MakeTrace({Req(0, 256, 2, {1, 2, 3, 4}), Req(0, 256, 2, {5, 6, 7, 8})});
+  ServeOptions o = HandOptions(ServeProfile::kHbmLru, 100);
+  o.instances = 2;
+  o.router = RouterKind::kRoundRobin;
+  auto r = RunServe(trace, o);
+  KVTIER_ASSERT_OK(r.status());
+  EXPECT_EQ(r->finished, 2);
+  EXPECT_GE(r->hbm_running_blocks_max, 2 * 4);
+}
+
 TEST(ServeTest, TheAgenticWorkloadKeepsTheTokenIdentityAndHbmBoundsAndRunsAlike) {
   AgenticOptions a;
   a.sessions = 12;

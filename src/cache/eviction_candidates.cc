@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -348,18 +349,37 @@ absl::Status KvCache::Impl::MakeHbmRoom(int64_t need, absl::Time deadline, Defer
 }
 
 RoomCheck KvCache::Impl::RoomFor(int64_t need) {
+  // Cached HBM slots no eviction can take now: those a ticket locks, and those a copy out of
+  // HBM reads (a demotion's source is counted as in flight instead). Only cached ones: most
+  // locked slots and copy sources are held by a sequence, which a.cached does not count.
+  std::vector<uint32_t> read_unlocked;  // copy sources no ticket locks
+  for (const auto& [key, moves] : offloading) {
+    for (const std::shared_ptr<Move>& m : moves) {
+      if (m->from == Tier::kHbm && ticket_refs[m->src.value()] == 0) {
+        read_unlocked.push_back(m->src.value());
+      }
+    }
+  }
+  std::sort(read_unlocked.begin(), read_unlocked.end());  // a slot two copies read counts once
+  read_unlocked.erase(std::unique(read_unlocked.begin(), read_unlocked.end()),
+                      read_unlocked.end());
+  // The lambda runs under mu (held here); the analysis cannot see that through the call.
+  const std::vector<uint32_t>* refs = &ticket_refs;
+  const bool any_locked = locked > 0;
   SlotCounts a;
+  int64_t busy = 0;
   (void)Alloc(Tier::kHbm, [&](BlockAllocator& alloc) {
     a = alloc.counts();
+    for (const uint32_t s : read_unlocked) {
+      busy += alloc.state_or_free(SlotId(s)) == SlotState::kCached ? 1 : 0;
+    }
+    for (size_t s = 0; any_locked && s < refs->size(); ++s) {
+      if ((*refs)[s] != 0) {
+        busy += alloc.state_or_free(SlotId(static_cast<uint32_t>(s))) == SlotState::kCached;
+      }
+    }
     return absl::OkStatus();
   });
-  // Cached HBM slots a ticket locks, or a copy out of HBM reads (a demotion's source is
-  // counted as in flight instead).
-  int64_t busy = 0;
-  for (const auto& [key, moves] : offloading) {
-    for (const std::shared_ptr<Move>& m : moves) busy += m->from == Tier::kHbm ? 1 : 0;
-  }
-  busy += locked;
   RoomCheck r;
   r.needed_slots = std::max<int64_t>(need, 0);
   r.free_slots = a.free;

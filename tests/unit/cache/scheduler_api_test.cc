@@ -147,6 +147,35 @@ TEST_F(SchedulerApiTest, CheckRoomCountsFreeEvictableAndMissingSlots) {
   EXPECT_THAT(cache_->CheckRoom(Seq(9), 1), IsError(StatusCode::kNotFound, ""));
 }
 
+// A ticket open on a running sequence's blocks locks held slots, not cached ones: the cached
+// blocks of another request are still evictable (before, every locked slot was taken off them).
+// A ticket on a released sequence's blocks locks cached slots, which no eviction may take.
+TEST_F(SchedulerApiTest, CheckRoomTakesOnlyCachedSlotsATicketLocksOffTheEvictable) {
+  Build({.hbm_blocks = 16, .dram_blocks = 0});
+  Add(1, Iota(4 * kB, 100), 4 * kB);  // running, 4 held blocks
+  KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket running, cache_->EnsureResident(Seq(1), 0, 4 * kB));
+  Add(2, Iota(4 * kB, 300), 4 * kB);
+  KVTIER_ASSERT_OK(cache_->Release(Seq(2)));  // 4 cached blocks
+  KVTIER_ASSERT_OK_AND_ASSIGN(RoomCheck r, cache_->CheckRoom(12));
+  EXPECT_EQ(r.free_slots, 8);
+  EXPECT_EQ(r.evictable_slots, 4);
+  EXPECT_TRUE(r.fits_after_evictions);
+  EXPECT_EQ(r.missing_slots, 0);
+  // What CheckRoom promised, an Append that drops what it may at once gets.
+  KVTIER_ASSERT_OK(cache_->CreateSequence(Seq(3)));
+  KVTIER_EXPECT_OK(cache_->Append(Seq(3), Iota(12 * kB, 900), RoomWait::kNever).status());
+  KVTIER_ASSERT_OK(cache_->Release(Seq(3)));
+
+  // Sequence 1 lets go with its ticket still open: its 4 blocks are cached and locked.
+  KVTIER_ASSERT_OK(cache_->Release(Seq(1)));
+  KVTIER_ASSERT_OK_AND_ASSIGN(r, cache_->CheckRoom(1));
+  EXPECT_EQ(r.free_slots, 12);  // sequence 3's 12 unwritten blocks were freed
+  EXPECT_EQ(r.evictable_slots, 0);
+  KVTIER_ASSERT_OK(cache_->ReleaseTicket(running));
+  KVTIER_ASSERT_OK_AND_ASSIGN(r, cache_->CheckRoom(1));
+  EXPECT_EQ(r.evictable_slots, 4);
+}
+
 TEST_F(SchedulerApiTest, RoomWaitNeverAnswersAtOnceWhenHbmIsHeld) {
   // room_wait is long: a call that waited would hold the test for a minute.
   Build({.hbm_blocks = 8}, [](KvCacheOptions& o) { o.room_wait = absl::Seconds(60); });

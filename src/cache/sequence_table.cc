@@ -405,7 +405,9 @@ absl::Status KvCache::Impl::ReleaseSequence(SequenceId id, const ReleaseHints& h
   }
   for (size_t i = seq->blocks.size(); i-- > 0;) {
     BlockMap::value_type* entry = i < found.size() ? found[i] : nullptr;
-    if (entry != nullptr) {
+    // A caching-off sequence read none of the cached blocks its keys name (other requests'):
+    // its release neither touches nor retains them.
+    if (entry != nullptr && seq->options.enable_caching) {
       BlockEntry& m = entry->second;
       m.set_last_use(now);  // in use until now
       if (seq->options.retention_priority > 0) {

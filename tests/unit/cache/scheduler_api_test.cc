@@ -302,6 +302,29 @@ TEST_F(SchedulerApiTest, ASequenceWithCachingOffSharesNothing) {
   EXPECT_EQ(Matched(tokens), 3 * kB);
 }
 
+// A caching-off sequence whose tokens equal another request's cached block read none of it: its
+// release neither makes that block recent nor gives it the sequence's retention. With LRU, the
+// block cached first is still the first to go (before, the release touched and retained it,
+// and the other one went).
+TEST_F(SchedulerApiTest, ACachingOffReleaseLeavesOtherRequestsBlocksAlone) {
+  Build({.hbm_blocks = 4, .dram_blocks = 0});
+  const std::vector<int32_t> a = Iota(kB, 100);
+  const std::vector<int32_t> b = Iota(kB, 300);
+  Add(1, a, kB);
+  KVTIER_ASSERT_OK(cache_->Release(Seq(1)));
+  env_->clock().Advance(absl::Seconds(1));
+  Add(2, b, kB);
+  KVTIER_ASSERT_OK(cache_->Release(Seq(2)));
+  env_->clock().Advance(absl::Seconds(1));
+  Add(3, a, kB,
+      {.retention_priority = 5, .retention = absl::Minutes(10), .enable_caching = false});
+  KVTIER_ASSERT_OK(cache_->Release(Seq(3)));
+  env_->clock().Advance(absl::Seconds(1));
+  Add(4, Iota(3 * kB, 900), 0);  // one of the two cached blocks must go
+  EXPECT_EQ(Matched(a), 0);
+  EXPECT_EQ(Matched(b), kB);
+}
+
 // ---------------------------------------------------------------- preemption
 
 TEST_F(SchedulerApiTest, AReadmissionAfterPreemptionIsCountedAsSuchNotAsHits) {

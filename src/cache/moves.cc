@@ -268,7 +268,13 @@ void KvCache::Impl::OnMoveDone(const std::shared_ptr<Move>& move, const absl::St
           // keep their (now private) reference, freed when they let go.
           ++(status.code() == absl::StatusCode::kDataLoss ? counters.tiers[from].corrupt_reads
                                                           : counters.tiers[from].missing_reads);
-          RemoveCopy(key, move->from);
+          // Only the copy read: a holder's private slot failing says nothing of the indexed
+          // copy of the same key elsewhere in that tier (computed again since).
+          if (const std::optional<BlockRecord> src = IndexedCopies(key);
+              src.has_value() && src->state(move->from) != CopyState::kAbsent &&
+              src->slots[from] == move->src) {
+            RemoveCopy(key, move->from);
+          }
           // Another transfer may still read it; the last reader's callback settles it.
           auto mm = blocks.find(key);
           if (mm == blocks.end() || Readers(mm->second, from) == 0) {
@@ -332,6 +338,14 @@ void KvCache::Impl::OnMoveDone(const std::shared_ptr<Move>& move, const absl::St
     auto src_meta = blocks.find(key);
     if (src_meta == blocks.end() || Readers(src_meta->second, from) == 0) {
       SettleSlot(move->from, move->src);
+      // Readers count by key and tier: a holder's private copy read here kept the indexed copy
+      // of the key in that tier (another slot, which SettleSlot does not visit) from being a
+      // candidate, and it may be one again.
+      if (const std::optional<BlockRecord> rec = IndexedCopies(key);
+          rec.has_value() && rec->state(move->from) == CopyState::kReady &&
+          rec->slots[from] != move->src) {
+        UpdateCandidate(key, move->from);
+      }
     }
   }
   CacheLock lock(*this);

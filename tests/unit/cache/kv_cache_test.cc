@@ -1496,6 +1496,50 @@ TEST_F(KvCacheTest, FailedLoadIsNotResidentCountedAndRetryable) {
   KVTIER_EXPECT_OK(cache_->ReleaseTicket(retry));
 }
 
+// A sequence keeps its reference to a copy whose read found damaged bytes (now private). The
+// block is computed again and demoted to another NVMe slot, indexed. The holder's next read of
+// its private slot fails again: that must not take the good indexed copy out of the index
+// (before, it did, and leaked its slot).
+TEST_F(KvCacheTest, AFailedReadOfAPrivateCopyLeavesTheIndexedOneAlone) {
+  Rebuild({.hbm_blocks = 8, .dram_blocks = 0, .nvme_blocks = 16, .fault_injectors = true});
+  const std::vector<int32_t> prompt = Iota(kB, 100);
+  KVTIER_ASSERT_OK(AddReleased(1, prompt));
+  KVTIER_ASSERT_OK(EvictAllOfHbm(99));
+  KVTIER_ASSERT_OK(cache_->CreateSequence(Seq(2)));
+  std::vector<int32_t> query = prompt;
+  query.push_back(1);
+  KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult r, cache_->AttachPrefix(Seq(2), query));
+  ASSERT_EQ(r.attached_blocks_by_tier[kNvme], 1);
+
+  env_->fault(Tier::kNvme)->FailNextReads(1, absl::DataLossError("injected bad bytes"));
+  KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket t, Resident(2, 0, kB));
+  EXPECT_EQ(t.block_status()[0], BlockResidency::kNotResident);
+  KVTIER_ASSERT_OK(cache_->ReleaseTicket(t));
+  KVTIER_ASSERT_OK(cache_->WaitIdle());
+  KVTIER_ASSERT_OK_AND_ASSIGN(PrefixLookup where, cache_->Lookup(prompt));
+  ASSERT_EQ(where.matched_tokens, 0);  // the damaged copy is matched no more
+
+  KVTIER_ASSERT_OK(AddReleased(3, prompt));  // computed again
+  KVTIER_ASSERT_OK(EvictAllOfHbm(100));      // and demoted to another NVMe slot
+  KVTIER_ASSERT_OK_AND_ASSIGN(where, cache_->Lookup(prompt));
+  ASSERT_EQ(where.blocks_by_tier[kNvme], 1);
+
+  env_->fault(Tier::kNvme)->FailNextReads(1, absl::DataLossError("injected bad bytes"));
+  KVTIER_ASSERT_OK_AND_ASSIGN(t, Resident(2, 0, kB));
+  KVTIER_ASSERT_OK(cache_->ReleaseTicket(t));
+  KVTIER_ASSERT_OK(cache_->WaitIdle());
+  KVTIER_ASSERT_OK_AND_ASSIGN(where, cache_->Lookup(prompt));
+  EXPECT_EQ(where.blocks_by_tier[kNvme], 1);
+  KVTIER_EXPECT_OK(cache_->CheckInvariants());  // the indexed copy is a candidate again
+
+  // A read of the private copy that succeeds leaves the indexed one a candidate too.
+  KVTIER_ASSERT_OK_AND_ASSIGN(t, Resident(2, 0, kB));
+  EXPECT_EQ(t.block_status()[0], BlockResidency::kResident);
+  KVTIER_ASSERT_OK(cache_->ReleaseTicket(t));
+  KVTIER_ASSERT_OK(cache_->WaitIdle());
+  KVTIER_EXPECT_OK(cache_->CheckInvariants());
+}
+
 TEST_F(KvCacheTest, RemoteTierTakesDemotedBlocks) {
   Rebuild({.hbm_blocks = 8, .dram_blocks = 0, .remote_blocks = 16});
   const std::vector<int32_t> prompt = Iota(16, 100);

@@ -297,6 +297,10 @@ struct KvCache::Impl {
     // Onboards: the tiers (bit TierIndex) earlier attempts of this block read from and failed;
     // a retry reads from a ready copy in another (RetryOnboard).
     uint8_t tried_tiers = 0;
+    // The copy's deadline (TransferOptions::deadline), and whether it retries one that ran
+    // past its own deadline from the same tier (at most once: RetryOnboard).
+    absl::Time deadline = absl::InfiniteFuture();
+    bool deadline_retry = false;
     uint64_t batch = 0;  // the Deferred::batch it started in; a retry keeps it (RetryOnboard)
     std::vector<std::pair<SequenceId, int64_t>> pause_waiters;  // offloads: refs to move down
   };
@@ -806,7 +810,7 @@ struct KvCache::Impl {
   // there is none, the deadline has passed, or the move cannot start.
   // Adds `w` to the onboard `m`'s waiters; a ticket's block follows its layers as they land.
   void AddWaiter(Move& m, Move::Waiter w, Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  std::shared_ptr<Move> RetryOnboard(const Move& failed, Deferred& d)
+  std::shared_ptr<Move> RetryOnboard(const Move& failed, const absl::Status& status, Deferred& d)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::StatusOr<std::shared_ptr<Move>> StartMove(const BlockKey& key, Tier from, SlotId src,
                                                   Tier to, bool pin, Deferred& d,

@@ -65,6 +65,7 @@ absl::StatusOr<std::shared_ptr<KvCache::Impl::Move>> KvCache::Impl::StartMove(co
   move->to = to;
   move->dst = transfer.destination;
   move->pin = pin;
+  move->deadline = options.deadline;
   move->completion = transfer.completion;
   const BlockKey parent = ParentKey(m->second);
   // Cannot fail: the destination tier was checked to have no copy above.
@@ -174,15 +175,24 @@ void KvCache::Impl::AddWaiter(Move& m, Move::Waiter w, Deferred& d) {
   m.waiters.push_back(std::move(w));
 }
 
-std::shared_ptr<KvCache::Impl::Move> KvCache::Impl::RetryOnboard(const Move& failed, Deferred& d) {
+std::shared_ptr<KvCache::Impl::Move> KvCache::Impl::RetryOnboard(const Move& failed,
+                                                                 const absl::Status& status,
+                                                                 Deferred& d) {
   const std::optional<BlockRecord> rec = IndexedCopies(failed.key);
   if (!rec.has_value() || failed.waiters.empty()) return nullptr;
-  const uint8_t tried = static_cast<uint8_t>(failed.tried_tiers | (1u << TierIndex(failed.from)));
   absl::Time deadline = absl::InfinitePast();
   for (const Move::Waiter& w : failed.waiters) {
     deadline = std::max(deadline, w.batch != nullptr ? w.batch->deadline : absl::InfiniteFuture());
   }
   if (absl::Now() >= deadline) return nullptr;
+  // A copy that could not start before its own deadline failed no tier: a waiter that joined
+  // it with a later deadline (another caller's onboard of the same block) reads from the same
+  // tier again, once.
+  const bool ran_out = status.code() == absl::StatusCode::kDeadlineExceeded &&
+                       !failed.deadline_retry && failed.deadline < deadline &&
+                       absl::Now() >= failed.deadline;
+  const uint8_t tried =
+      static_cast<uint8_t>(failed.tried_tiers | (ran_out ? 0u : 1u << TierIndex(failed.from)));
   // The retries of one request's failed batch (a remote Get that failed whole) read together.
   if (d.batch == 0) d.batch = failed.batch;
   for (int t = TierIndex(Tier::kDram); t < kNumTiers; ++t) {
@@ -192,6 +202,7 @@ std::shared_ptr<KvCache::Impl::Move> KvCache::Impl::RetryOnboard(const Move& fai
     if (!retry.ok()) continue;
     for (const Move::Waiter& w : failed.waiters) AddWaiter(**retry, w, d);
     (*retry)->tried_tiers = tried;
+    (*retry)->deadline_retry = failed.deadline_retry || (ran_out && t == TierIndex(failed.from));
     return *retry;
   }
   return nullptr;
@@ -306,7 +317,7 @@ void KvCache::Impl::OnMoveDone(const std::shared_ptr<Move>& move, const absl::St
         }
         // Another tier may still have the block (the store lost it, NVMe did not): its waiters
         // get it from there rather than recompute it.
-        if (RetryOnboard(*move, d) == nullptr) {
+        if (RetryOnboard(*move, status, d) == nullptr) {
           for (const Move::Waiter& w : move->waiters) {
             if (w.batch != nullptr) {
               ResolveOnboard(w.batch, w.batch_index, std::nullopt, status, d);

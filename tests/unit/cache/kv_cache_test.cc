@@ -1540,6 +1540,38 @@ TEST_F(KvCacheTest, AFailedReadOfAPrivateCopyLeavesTheIndexedOneAlone) {
   KVTIER_EXPECT_OK(cache_->CheckInvariants());
 }
 
+// Two sequences read the same NVMe blocks. The first asks with a short deadline; with one
+// bounce buffer and slow reads, its second block's copy cannot start in time and fails
+// kDeadlineExceeded. The second sequence, which asked with no deadline and joined that copy,
+// gets the block from NVMe again (before, the tier counted as failed and it was not resident).
+TEST_F(KvCacheTest, AJoinedOnboardOutlivesTheDeadlineOfTheCallThatStartedIt) {
+  Rebuild({.hbm_blocks = 8, .dram_blocks = 0, .nvme_blocks = 16, .fault_injectors = true},
+          [](KvCacheOptions& o) { o.bounce_buffers = 1; });
+  const std::vector<int32_t> prompt = Iota(2 * kB, 100);
+  KVTIER_ASSERT_OK(AddReleased(1, prompt));
+  KVTIER_ASSERT_OK(EvictAllOfHbm(99));
+  std::vector<int32_t> query = prompt;
+  query.push_back(1);
+  for (uint64_t id : {2, 3}) {
+    KVTIER_ASSERT_OK(cache_->CreateSequence(Seq(id)));
+    KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult r, cache_->AttachPrefix(Seq(id), query));
+    ASSERT_EQ(r.attached_blocks_by_tier[kNvme], 2);
+  }
+  env_->fault(Tier::kNvme)->SetDelay(absl::Milliseconds(300));
+  KVTIER_ASSERT_OK_AND_ASSIGN(
+      ResidencyTicket hurried,
+      cache_->EnsureResident(
+          Seq(2), 0, 2 * kB,
+          {.deadline = absl::Now() + absl::Milliseconds(50), .mode = ResidencyMode::kAsync}));
+  KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket patient, Resident(3, 0, 2 * kB));
+  EXPECT_THAT(patient.block_status(), Each(BlockResidency::kResident));
+  (void)hurried.completion().WaitFor(absl::Seconds(30));
+  EXPECT_EQ(hurried.block_status()[1], BlockResidency::kNotResident);
+  env_->fault(Tier::kNvme)->SetDelay(absl::ZeroDuration());
+  KVTIER_ASSERT_OK(cache_->ReleaseTicket(patient));
+  KVTIER_ASSERT_OK(cache_->ReleaseTicket(hurried));
+}
+
 TEST_F(KvCacheTest, RemoteTierTakesDemotedBlocks) {
   Rebuild({.hbm_blocks = 8, .dram_blocks = 0, .remote_blocks = 16});
   const std::vector<int32_t> prompt = Iota(16, 100);

@@ -573,8 +573,8 @@ class KvCache {
 
   // Whether `num_new_tokens` more tokens of sequence `id` fit in HBM now (RoomCheck), or, for
   // a request not yet created, `num_slots` new blocks. Never blocks on transfers; takes the
-  // cache lock briefly (O(HBM slots) while a residency ticket is open, else O(copies in flight)). Errors: kNotFound / kFailedPrecondition as Append; kInvalidArgument
-  // for a negative count.
+  // cache lock briefly (O(HBM slots) while a residency ticket is open, else O(copies in flight)).
+  // Errors: kNotFound / kFailedPrecondition as Append; kInvalidArgument for a negative count.
   absl::StatusOr<RoomCheck> CheckRoom(SequenceId id, int64_t num_new_tokens) const;
   absl::StatusOr<RoomCheck> CheckRoom(int64_t num_slots) const;
 

@@ -361,8 +361,7 @@ RoomCheck KvCache::Impl::RoomFor(int64_t need) {
     }
   }
   std::sort(read_unlocked.begin(), read_unlocked.end());  // a slot two copies read counts once
-  read_unlocked.erase(std::unique(read_unlocked.begin(), read_unlocked.end()),
-                      read_unlocked.end());
+  read_unlocked.erase(std::unique(read_unlocked.begin(), read_unlocked.end()), read_unlocked.end());
   // The lambda runs under mu (held here); the analysis cannot see that through the call.
   const std::vector<uint32_t>* refs = &ticket_refs;
   const bool any_locked = locked > 0;

@@ -316,8 +316,7 @@ TEST_F(SchedulerApiTest, ACachingOffReleaseLeavesOtherRequestsBlocksAlone) {
   Add(2, b, kB);
   KVTIER_ASSERT_OK(cache_->Release(Seq(2)));
   env_->clock().Advance(absl::Seconds(1));
-  Add(3, a, kB,
-      {.retention_priority = 5, .retention = absl::Minutes(10), .enable_caching = false});
+  Add(3, a, kB, {.retention_priority = 5, .retention = absl::Minutes(10), .enable_caching = false});
   KVTIER_ASSERT_OK(cache_->Release(Seq(3)));
   env_->clock().Advance(absl::Seconds(1));
   Add(4, Iota(3 * kB, 900), 0);  // one of the two cached blocks must go

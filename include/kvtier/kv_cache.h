@@ -208,7 +208,9 @@ struct SequenceOptions {
   bool enable_caching = true;
   // true: this request re-admits one the scheduler preempted (ReleaseHints::preempted): what it
   // attaches is its own KV coming back, counted as KvCacheStats::readmitted_blocks, not as hits,
-  // and not told to the policy as a reuse.
+  // and not told to the policy as a reuse: no request is observed and no lower copy touched
+  // (cost_aware, which counts a Remove not after Victim as a reuse, still counts the HBM copies
+  // the attach takes out of candidacy as one).
   bool readmission = false;
 };
 

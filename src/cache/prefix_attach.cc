@@ -149,9 +149,13 @@ absl::StatusOr<AttachResult> KvCache::Impl::AttachKeys(SequenceId id, uint64_t g
   pinned.resize(static_cast<size_t>(plan.restore_blocks));
   for (size_t i = 0; i < pinned.size(); ++i) {
     BlockEntry& m = entries[i]->second;
-    if (!readmission) AddUse(m);
-    m.set_last_use(now);
-    TouchCandidates(*entries[i]);
+    // A readmission's blocks are its own KV coming back: no use, and no news for the policies
+    // of the tiers that keep other copies (kv_cache.h); its release makes them recent again.
+    if (!readmission) {
+      AddUse(m);
+      m.set_last_use(now);
+      TouchCandidates(*entries[i]);
+    }
     ++result.attached_blocks_by_tier[TierIndex(pinned[i].tier)];
     if (readmission) {
       ++counters.readmitted_blocks;

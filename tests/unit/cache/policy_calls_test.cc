@@ -96,16 +96,21 @@ class RecordingPolicy final : public EvictionPolicy {
 
 class PolicyCallsTest : public ::testing::Test {
  protected:
-  // A cache of `hbm_blocks` HBM (and `dram_blocks` DRAM) blocks whose HBM policy logs to hbm_.
-  void Make(int64_t hbm_blocks = 16, int64_t dram_blocks = 0) {
+  // A cache of `hbm_blocks` HBM (and `dram_blocks` DRAM) blocks whose HBM policy logs to hbm_
+  // and DRAM policy to dram_.
+  void Make(int64_t hbm_blocks = 16, int64_t dram_blocks = 0,
+            WritePolicy write_policy = WritePolicy::kWriteBack) {
     env_ = std::make_unique<KvCacheEnv>(
         testing::KvCacheTestConfig{.hbm_blocks = hbm_blocks, .dram_blocks = dram_blocks});
     auto cache = env_->NewCache([&](KvCacheOptions& o) {
+      o.write_policy = write_policy;
       o.make_eviction_policy =
           [this](Tier tier,
                  int64_t stack_blocks) -> absl::StatusOr<std::unique_ptr<EvictionPolicy>> {
         made_.push_back(absl::StrCat(std::string(TierName(tier)), ":", stack_blocks));
-        auto log = tier == Tier::kHbm ? hbm_ : std::make_shared<std::vector<std::string>>();
+        auto log = tier == Tier::kHbm    ? hbm_
+                   : tier == Tier::kDram ? dram_
+                                         : std::make_shared<std::vector<std::string>>();
         return std::make_unique<RecordingPolicy>(std::move(log));
       };
     });
@@ -129,6 +134,7 @@ class PolicyCallsTest : public ::testing::Test {
   }
 
   std::shared_ptr<std::vector<std::string>> hbm_ = std::make_shared<std::vector<std::string>>();
+  std::shared_ptr<std::vector<std::string>> dram_ = std::make_shared<std::vector<std::string>>();
   std::vector<std::string> made_;
   std::unique_ptr<KvCacheEnv> env_;
   std::unique_ptr<KvCache> cache_;
@@ -299,6 +305,28 @@ TEST_F(PolicyCallsTest, PauseAnswersItsHintsWithTheirOutcome) {
   EXPECT_THAT(cache_->Pause(SequenceId(3), -absl::Seconds(1)),
               IsError(StatusCode::kInvalidArgument, "must not be negative"));
   for (uint64_t id : {1, 2, 3, 4}) KVTIER_ASSERT_OK(cache_->Release(SequenceId(id)));
+}
+
+// A readmission's attach is its own KV coming back: the DRAM policy hears no Touch of the
+// blocks' lower copies (before, each was touched as a use). Another request's attach of the
+// same blocks is a use, and touches them.
+TEST_F(PolicyCallsTest, AReadmissionTouchesNoLowerCopy) {
+  Make(/*hbm_blocks=*/16, /*dram_blocks=*/16, WritePolicy::kWriteThrough);
+  const std::vector<int32_t> context = Iota(2 * kB, 100);
+  RunWritten(1, /*session=*/7, context);
+  KVTIER_ASSERT_OK(cache_->WaitIdle());  // the write-through copies are in DRAM
+  KVTIER_ASSERT_OK(cache_->Release(SequenceId(1), {.preempted = true}).status());
+  std::vector<int32_t> query = context;
+  query.push_back(1);
+  dram_->clear();
+  KVTIER_ASSERT_OK(cache_->CreateSequence(SequenceId(2), {.session = 7, .readmission = true}));
+  KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult r, cache_->AttachPrefix(SequenceId(2), query));
+  EXPECT_EQ(r.attached_tokens, 2 * kB);
+  EXPECT_EQ(Count(*dram_, "Touch"), 0);
+  KVTIER_ASSERT_OK(cache_->CreateSequence(SequenceId(3), {.session = 8}));
+  KVTIER_ASSERT_OK(cache_->AttachPrefix(SequenceId(3), query).status());
+  EXPECT_EQ(Count(*dram_, "Touch"), 1);  // the leaf's copy: the only DRAM candidate
+  for (uint64_t id : {2, 3}) KVTIER_ASSERT_OK(cache_->Release(SequenceId(id)));
 }
 
 }  // namespace

@@ -691,7 +691,9 @@ class KvCache {
   // never silently missing; an onboard still running at the deadline goes on, and its block
   // lands for the sequence (a later call finds it resident) but is not pinned by this ticket;
   // one not yet started by then (waiting for a staging buffer) gives up. A store read waits at
-  // most until the deadline (room_wait's bound without one).
+  // most until the deadline (room_wait's bound without one). A block whose HBM copy another
+  // sequence's kernel is still writing (ReportWritten before its `ready` fired) waits for that
+  // write and then shares its slot; if the write fails, it is onboarded from its own copy below.
   // kWait blocks until done or the deadline; a kAsync ticket completes by its deadline, except
   // that a block of which some layer has landed by then is not given up: its copy into HBM has
   // started and is not cut, and a kernel may already read its landed layers, so it stays kPending

@@ -82,6 +82,12 @@ KvCache::KvCache(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 KvCache::~KvCache() {
   (void)WaitIdle();
+  {
+    // Blocks waiting for a kernel's write that has not landed (its `ready` may never fire now):
+    // their tickets complete, not resident, rather than never.
+    Impl::CacheScope scope(*impl_);
+    impl_->FailWriteWaiters(scope.deferred());
+  }
   impl_->lifeline->Close();  // later callbacks (e.g. a ReportWritten completion) do nothing
   impl_->timer.reset();
   impl_->engine.reset();  // waits for anything still in flight, before the tiers go

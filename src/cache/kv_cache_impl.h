@@ -24,7 +24,9 @@
 //     block computed twice, never written, or found corrupt) is private: freed when its last
 //     holder lets go. A block
 //     computed twice (a twin) is private only until settled (SettleTwins): its holders then take
-//     the indexed copy, or it becomes the indexed copy if that one failed.
+//     the indexed copy, or it becomes the indexed copy if that one failed. Until its own
+//     `ready` fires a twin's slot is not freed, even with no holder left (its kernel may still
+//     write it).
 #ifndef KVTIER_CACHE_KV_CACHE_IMPL_H_
 #define KVTIER_CACHE_KV_CACHE_IMPL_H_
 
@@ -428,6 +430,10 @@ struct KvCache::Impl {
   // moves.cc: transfers in flight.
   absl::flat_hash_map<BlockKey, std::shared_ptr<Move>> onboarding ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<BlockKey, std::vector<std::shared_ptr<Move>>> offloading ABSL_GUARDED_BY(mu);
+  // residency.cc: onboards of a block whose indexed HBM copy a kernel is still writing (another
+  // sequence's ReportWritten before its `ready` fired): they adopt that copy once it is written,
+  // or read it from below if the write fails (WakeWriteWaiters); a deadline gives up on them.
+  absl::flat_hash_map<BlockKey, std::vector<Move::Waiter>> write_waiters ABSL_GUARDED_BY(mu);
   int64_t moves_in_flight ABSL_GUARDED_BY(mu) = 0;
   uint64_t next_batch ABSL_GUARDED_BY(mu) = 0;  // the last Deferred::batch handed out
   // Counted by every part; read by stats() (kv_cache_stats.cc).
@@ -863,6 +869,9 @@ struct KvCache::Impl {
   // The `ready` of HBM slot `slot`, published for `key`, fired with `status`. If that slot is a
   // twin of `key` (not the indexed copy): marks it written (or, on an error, forgets it: it
   // stays private), settles the twins of `key` and returns true; otherwise false.
+  // Whether HBM slot `slot` is a twin whose `ready` has not fired: its kernel may still write
+  // it, so it is not freed when its holders let go (SettleSlot). O(twins), usually none.
+  bool UnwrittenTwin(SlotId slot) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   bool TwinWritten(const BlockKey& key, SlotId slot, const absl::Status& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
@@ -943,6 +952,11 @@ struct KvCache::Impl {
   // lands): adopts an HBM copy, joins an onboard in flight, or starts one.
   void Onboard(Sequence& seq, int64_t i, const std::shared_ptr<internal::OnboardBatch>& t,
                int64_t ti, Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // The write of `key`'s pending HBM copy settled (OnWritten): each onboard waiting for it
+  // (write_waiters) onboards again, adopting the copy if it is ready now.
+  void WakeWriteWaiters(const BlockKey& key, Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // The cache is going: every onboard in write_waiters is reported not resident.
+  void FailWriteWaiters(Deferred& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // EnsureResident under the lock, arguments checked: fills and registers ticket `t`.
   absl::Status IssueTicket(SequenceId id, int64_t begin_token, int64_t end_token,
                            const EnsureResidentOptions& options,

@@ -164,6 +164,7 @@ void KvCache::Impl::OnWritten(const std::vector<std::pair<BlockKey, SlotId>>& wr
     }
     SettleTwins(key);  // written twins' holders take this copy
   }
+  for (const auto& [key, slot] : written) WakeWriteWaiters(key, d);
 }
 
 void KvCache::Impl::AddWaiter(Move& m, Move::Waiter w, Deferred& d) {

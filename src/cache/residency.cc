@@ -159,8 +159,10 @@ void KvCache::Impl::Onboard(Sequence& seq, int64_t i,
                             const std::shared_ptr<internal::OnboardBatch>& t, int64_t ti,
                             Deferred& d) {
   const SeqBlock b = seq.blocks[static_cast<size_t>(i)];
+  // A ticket released while its block waited for a write (WakeWriteWaiters) pins nothing.
+  const bool pin = t->ticket != nullptr && !t->ticket->released;
   if (b.tier == Tier::kHbm) {  // also the partial last block, which has no key
-    if (t->ticket != nullptr) PinTicket(b.slot);
+    if (pin) PinTicket(b.slot);
     ResolveOnboard(t, ti, b.slot, absl::OkStatus(), d);
     return;
   }
@@ -170,7 +172,7 @@ void KvCache::Impl::Onboard(Sequence& seq, int64_t i,
     const SlotId hbm = rec->slots[0];
     if (RepointBlock(seq, i, Tier::kHbm, hbm)) {  // an HBM copy exists: adopt it, no bytes move
       if (inclusion == TierInclusion::kExclusive) DropIfDroppable(key, b.tier);
-      if (t->ticket != nullptr) PinTicket(hbm);
+      if (pin) PinTicket(hbm);
       ResolveOnboard(t, ti, hbm, absl::OkStatus(), d);
       return;
     }
@@ -181,8 +183,9 @@ void KvCache::Impl::Onboard(Sequence& seq, int64_t i,
     return;
   }
   if (rec.has_value() && rec->state(Tier::kHbm) == CopyState::kPending) {
-    ResolveOnboard(t, ti, std::nullopt,
-                   absl::UnavailableError("another sequence is still writing this block"), d);
+    // Another sequence's kernel is writing this block into HBM: wait for it rather than copy
+    // the same bytes in again (WakeWriteWaiters; the batch's deadline still bounds the wait).
+    write_waiters[key].push_back(Move::Waiter{seq.id, i, t, ti});
     return;
   }
   auto move = StartMove(key, b.tier, b.slot, Tier::kHbm, /*pin=*/true, d, t->deadline);
@@ -191,6 +194,45 @@ void KvCache::Impl::Onboard(Sequence& seq, int64_t i,
     return;
   }
   AddWaiter(**move, Move::Waiter{seq.id, i, t, ti}, d);
+}
+
+void KvCache::Impl::WakeWriteWaiters(const BlockKey& key, Deferred& d) {
+  auto it = write_waiters.find(key);
+  if (it == write_waiters.end()) return;
+  const std::optional<BlockRecord> rec = IndexedCopies(key);
+  if (rec.has_value() && rec->state(Tier::kHbm) == CopyState::kPending &&
+      !onboarding.contains(key)) {
+    return;  // still being written (a twin settled, not the indexed copy)
+  }
+  std::vector<Move::Waiter> waiters = std::move(it->second);
+  write_waiters.erase(it);
+  for (const Move::Waiter& w : waiters) {
+    if (w.batch == nullptr || !OnboardPending(*w.batch, w.batch_index)) continue;  // expired
+    auto s = seqs.find(w.sequence);
+    if (s == seqs.end() || s->second->paused ||
+        w.block >= static_cast<int64_t>(s->second->keys.size()) ||
+        s->second->keys[static_cast<size_t>(w.block)] != key) {
+      ResolveOnboard(w.batch, w.batch_index, std::nullopt,
+                     absl::UnavailableError(
+                         "the sequence was released, paused or cut while the block was written"),
+                     d);
+      continue;
+    }
+    Onboard(*s->second, w.block, w.batch, w.batch_index, d);
+  }
+}
+
+void KvCache::Impl::FailWriteWaiters(Deferred& d) {
+  for (const auto& [key, waiters] : write_waiters) {
+    for (const Move::Waiter& w : waiters) {
+      if (w.batch == nullptr) continue;
+      ResolveOnboard(w.batch, w.batch_index, std::nullopt,
+                     absl::UnavailableError("the cache was destroyed before the block's write "
+                                            "landed"),
+                     d);
+    }
+  }
+  write_waiters.clear();
 }
 
 absl::Status KvCache::Impl::IssueTicket(SequenceId id, int64_t begin_token, int64_t end_token,

@@ -184,6 +184,15 @@ absl::Status KvCache::Impl::PublishWritten(SequenceId id, int64_t num_tokens, Co
   return absl::OkStatus();
 }
 
+bool KvCache::Impl::UnwrittenTwin(SlotId slot) const {
+  for (const auto& [key, list] : twins) {
+    for (const Twin& tw : list) {
+      if (tw.slot == slot && !tw.written) return true;
+    }
+  }
+  return false;
+}
+
 bool KvCache::Impl::TwinWritten(const BlockKey& key, SlotId slot, const absl::Status& status) {
   auto it = twins.find(key);
   if (it == twins.end()) return false;
@@ -198,6 +207,7 @@ bool KvCache::Impl::TwinWritten(const BlockKey& key, SlotId slot, const absl::St
     t->written = true;  // its bytes are final
   } else {
     it->second.erase(t);  // not the block's bytes: it stays private
+    SettleSlot(Tier::kHbm, slot);  // freed now if its holders let go while it was written
   }
   SettleTwins(key);
   return true;
@@ -230,6 +240,8 @@ void KvCache::Impl::SettleTwins(const BlockKey& key) {
       }
       (void)RepointBlock(*seq, static_cast<int64_t>(j), Tier::kHbm, rec->slots[0]);
     }
+    // Freed now if no holder is left: they let go while it was written (SettleSlot kept it).
+    SettleSlot(Tier::kHbm, tw.slot);
   }
 }
 

@@ -51,6 +51,9 @@ void KvCache::Impl::SettleSlot(Tier t, SlotId slot, std::optional<SlotState> kno
   const SlotOwner& o = owner[TierIndex(t)][slot.value()];
   if (o.indexed()) {
     UpdateCandidate(*o.entry, t, state);
+  } else if (t == Tier::kHbm && UnwrittenTwin(slot)) {
+    // A twin whose kernel may still be writing it: kept until its `ready` fires (TwinWritten),
+    // as a pending indexed copy is, so no other block is written into it meanwhile.
   } else {
     // A private copy (computed twice, never written, or found corrupt): nothing to keep.
     (void)Alloc(t, [&](BlockAllocator& a) { return a.Evict(slot); });

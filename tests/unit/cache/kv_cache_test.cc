@@ -1572,6 +1572,143 @@ TEST_F(KvCacheTest, AJoinedOnboardOutlivesTheDeadlineOfTheCallThatStartedIt) {
   KVTIER_ASSERT_OK(cache_->ReleaseTicket(hurried));
 }
 
+// A sequence computed a block the index already has in HBM (a twin) and let it go before its
+// kernel's `ready` fired: the slot stays allocated until then, so no other block is written
+// into it under that kernel (before, Truncate freed it at once and the next Append took it).
+TEST_F(KvCacheTest, ATwinLetGoWhileItsKernelWritesKeepsItsSlotUntilReady) {
+  const std::vector<int32_t> block = Iota(kB, 100);
+  KVTIER_ASSERT_OK(AddReleased(1, block));  // the indexed HBM copy
+  KVTIER_ASSERT_OK(cache_->CreateSequence(Seq(2)));
+  KVTIER_ASSERT_OK(cache_->Append(Seq(2), block).status());
+  int32_t twin = -1;
+  {
+    KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket t, Resident(2, 0, kB));
+    twin = t.block_table().slots[0];
+    KVTIER_ASSERT_OK(cache_->ReleaseTicket(t));
+  }
+  Completion kernel;
+  KVTIER_ASSERT_OK(cache_->ReportWritten(Seq(2), kB, kernel));
+  const int64_t free_before = TierStats(Tier::kHbm).free_blocks;
+  KVTIER_ASSERT_OK(cache_->Truncate(Seq(2), 0).status());
+  EXPECT_EQ(TierStats(Tier::kHbm).free_blocks, free_before) << "the twin's slot was freed";
+  KVTIER_ASSERT_OK(cache_->CheckInvariants());
+
+  // The same tokens again: another slot, whose own `ready` publishes it.
+  KVTIER_ASSERT_OK(cache_->Append(Seq(2), block).status());
+  {
+    KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket t, Resident(2, 0, kB));
+    EXPECT_NE(t.block_table().slots[0], twin);
+    KVTIER_ASSERT_OK(cache_->ReleaseTicket(t));
+  }
+  Completion kernel2;
+  KVTIER_ASSERT_OK(cache_->ReportWritten(Seq(2), kB, kernel2));
+  kernel.Complete(absl::OkStatus());  // the first kernel is done: its slot is freed
+  EXPECT_EQ(TierStats(Tier::kHbm).free_blocks, free_before) << StatsString(cache_->stats());
+  kernel2.Complete(absl::OkStatus());  // the second twin's holder takes the indexed copy
+  EXPECT_EQ(TierStats(Tier::kHbm).free_blocks, free_before + 1) << StatsString(cache_->stats());
+  KVTIER_ASSERT_OK(cache_->CheckInvariants());
+}
+
+TEST_F(KvCacheTest, AFailedWriteOfATwinNobodyHoldsFreesItsSlot) {
+  const std::vector<int32_t> block = Iota(kB, 100);
+  KVTIER_ASSERT_OK(AddReleased(1, block));
+  KVTIER_ASSERT_OK(cache_->CreateSequence(Seq(2)));
+  KVTIER_ASSERT_OK(cache_->Append(Seq(2), block).status());
+  Completion kernel;
+  KVTIER_ASSERT_OK(cache_->ReportWritten(Seq(2), kB, kernel));
+  const int64_t free_before = TierStats(Tier::kHbm).free_blocks;
+  KVTIER_ASSERT_OK(cache_->Release(Seq(2)));
+  EXPECT_EQ(TierStats(Tier::kHbm).free_blocks, free_before);
+  kernel.Complete(absl::InternalError("the kernel failed"));
+  EXPECT_EQ(TierStats(Tier::kHbm).free_blocks, free_before + 1);
+  KVTIER_ASSERT_OK(cache_->CheckInvariants());
+}
+
+// Sequence `reader` attaches `prompt` (cached in DRAM only) while sequence `writer` computes
+// the same prompt itself: its kernel has not fired `kernel` yet, so the indexed HBM copy of
+// every block is the writer's, still pending.
+class KvCacheWriteWaitTest : public KvCacheTest {
+ protected:
+  void SetUpWrite(const std::vector<int32_t>& prompt, uint64_t reader, uint64_t writer,
+                  const Completion& kernel) {
+    KVTIER_ASSERT_OK(AddReleased(1, prompt));
+    KVTIER_ASSERT_OK(EvictAllOfHbm(99));
+    std::vector<int32_t> query = prompt;
+    query.push_back(7);
+    KVTIER_ASSERT_OK(cache_->CreateSequence(Seq(reader)));
+    KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult r, cache_->AttachPrefix(Seq(reader), query));
+    ASSERT_EQ(r.attached_blocks_by_tier[kDram], 4);
+    KVTIER_ASSERT_OK(cache_->CreateSequence(Seq(writer)));
+    KVTIER_ASSERT_OK(cache_->Append(Seq(writer), prompt).status());
+    KVTIER_ASSERT_OK(cache_->ReportWritten(Seq(writer), 16, kernel));
+  }
+};
+
+TEST_F(KvCacheWriteWaitTest, EnsureResidentWaitsForTheWriteAndSharesItsSlots) {
+  Completion kernel;
+  ASSERT_NO_FATAL_FAILURE(SetUpWrite(Iota(16, 100), 2, 3, kernel));
+  KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket t, Resident(2, 0, 16, ResidencyMode::kAsync));
+  // Before, every block failed at once ("another sequence is still writing this block").
+  EXPECT_FALSE(t.completion().done()) << t.completion().status();
+  EXPECT_THAT(t.block_status(), Each(BlockResidency::kPending));
+  kernel.Complete(absl::OkStatus());
+  KVTIER_ASSERT_OK(t.completion().WaitFor(absl::Seconds(30)));
+  EXPECT_THAT(t.block_status(), Each(BlockResidency::kResident));
+  KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket w, Resident(3, 0, 16));
+  EXPECT_EQ(t.block_table().slots, w.block_table().slots);  // the writer's slots, shared
+  KVTIER_ASSERT_OK(cache_->WaitIdle());
+  EXPECT_EQ(cache_->stats().blocks_moved[kDram][kHbm], 0);  // nothing read from DRAM
+  KVTIER_ASSERT_OK_AND_ASSIGN(SequenceInfo info, cache_->GetSequence(Seq(2)));
+  EXPECT_EQ(info.blocks_by_tier[kHbm], 4);
+  KVTIER_ASSERT_OK(cache_->ReleaseTicket(t));
+  KVTIER_ASSERT_OK(cache_->ReleaseTicket(w));
+}
+
+TEST_F(KvCacheWriteWaitTest, AFailedWriteOnboardsTheBlocksFromBelow) {
+  Completion kernel;
+  ASSERT_NO_FATAL_FAILURE(SetUpWrite(Iota(16, 100), 2, 3, kernel));
+  KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket t, Resident(2, 0, 16, ResidencyMode::kAsync));
+  EXPECT_FALSE(t.completion().done()) << t.completion().status();
+  kernel.Complete(absl::InternalError("the kernel failed"));
+  KVTIER_ASSERT_OK(t.completion().WaitFor(absl::Seconds(30)));
+  EXPECT_THAT(t.block_status(), Each(BlockResidency::kResident));
+  KVTIER_ASSERT_OK(cache_->WaitIdle());
+  EXPECT_EQ(cache_->stats().blocks_moved[kDram][kHbm], 4);
+  KVTIER_ASSERT_OK(cache_->ReleaseTicket(t));
+}
+
+TEST_F(KvCacheWriteWaitTest, TheDeadlineBoundsTheWaitAndAReleasedTicketPinsNothing) {
+  Completion kernel;
+  ASSERT_NO_FATAL_FAILURE(SetUpWrite(Iota(16, 100), 2, 3, kernel));
+  const absl::Time start = absl::Now();
+  KVTIER_ASSERT_OK_AND_ASSIGN(
+      ResidencyTicket t,
+      cache_->EnsureResident(Seq(2), 0, 16, {.deadline = absl::Now() + absl::Milliseconds(50)}));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(50));  // it waited, to its deadline
+  EXPECT_THAT(t.block_status(), Each(BlockResidency::kNotResident));
+  EXPECT_EQ(t.block_error(0).code(), absl::StatusCode::kDeadlineExceeded) << t.block_error(0);
+  KVTIER_ASSERT_OK(cache_->ReleaseTicket(t));
+  // The write lands after the ticket is gone: the reader's blocks adopt nothing for it, and
+  // nothing stays locked.
+  kernel.Complete(absl::OkStatus());
+  KVTIER_ASSERT_OK(cache_->WaitIdle());
+  EXPECT_EQ(TierStats(Tier::kHbm).locked_blocks, 0) << StatsString(cache_->stats());
+  KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket again, Resident(2, 0, 16));
+  EXPECT_THAT(again.block_status(), Each(BlockResidency::kResident));
+  KVTIER_ASSERT_OK(cache_->ReleaseTicket(again));
+}
+
+TEST_F(KvCacheWriteWaitTest, ATicketWaitingForAWriteCompletesWhenTheCacheGoes) {
+  Completion kernel;
+  ASSERT_NO_FATAL_FAILURE(SetUpWrite(Iota(16, 100), 2, 3, kernel));
+  KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket t, Resident(2, 0, 16, ResidencyMode::kAsync));
+  EXPECT_FALSE(t.completion().done());
+  cache_.reset();  // the kernel never reports
+  ASSERT_TRUE(t.completion().done());
+  EXPECT_EQ(t.completion().status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(t.block_status(), Each(BlockResidency::kNotResident));
+}
+
 TEST_F(KvCacheTest, RemoteTierTakesDemotedBlocks) {
   Rebuild({.hbm_blocks = 8, .dram_blocks = 0, .remote_blocks = 16});
   const std::vector<int32_t> prompt = Iota(16, 100);

@@ -49,7 +49,11 @@ struct RemoteTierOptions {
   std::shared_ptr<Transport> transport;  // shared: one store connection may serve many tiers
   int64_t capacity_blocks = 0;           // >= 1
   std::string key_prefix = "kvtier:";
-  Codec codec = Codec::kNone;  // kFp8E4m3 is lossy (codec.h) and needs bf16 KV
+  // The codec this tier writes with. kFp8E4m3 is lossy (codec.h) and needs bf16 KV. Reads
+  // accept every lossless codec; a lossy frame only if this codec is lossy too: a lossless
+  // worker reads another worker's fp8 frame as kDataLoss (a corrupt read, which its next write
+  // of the block replaces), never as a block.
+  Codec codec = Codec::kNone;
   // A per-deployment secret: frames carry HMAC-SHA256 instead of XXH3-128. Empty: no MAC.
   std::string hmac_secret;
   // Consecutive store failures that open the circuit breaker; 0 never opens it.

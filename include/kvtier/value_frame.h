@@ -53,28 +53,34 @@ absl::StatusOr<absl::Span<const std::byte>> EncodeFrameParts(
 // `block`, which must be exactly the original size. Errors: kDataLoss naming the first field
 // that is wrong (too short, magic, version, flags, namespace, key, length, checksum or MAC,
 // payload that does not decode): a corrupt or foreign value, never a block. `block` must be
-// ignored on error.
+// ignored on error. `accept_lossy` false: a frame encoded with a lossy codec (CodecIsLossy) is
+// kDataLoss too, so a reader that did not opt into one never gets approximate KV from a writer
+// that did (the namespace does not include the codec). Lossless codecs are always accepted.
 absl::Status DecodeFrame(absl::Span<const std::byte> frame,
                          const std::array<uint8_t, 16>& ns_digest, const BlockKey& key,
-                         std::string_view hmac_secret, absl::Span<std::byte> block);
+                         std::string_view hmac_secret, absl::Span<std::byte> block,
+                         bool accept_lossy = true);
 
 // DecodeFrame for a frame received in two pieces: `header` (kFrameHeaderBytes) and `payload`,
 // which may be `block` itself (a payload received straight into the block: checked in place,
-// and decoded from a copy if it is encoded). Errors: as DecodeFrame.
+// and decoded from a copy if it is encoded). Errors and `accept_lossy`: as DecodeFrame.
 absl::Status DecodeFrameParts(absl::Span<const std::byte> header,
                               absl::Span<const std::byte> payload,
                               const std::array<uint8_t, 16>& ns_digest, const BlockKey& key,
-                              std::string_view hmac_secret, absl::Span<std::byte> block);
+                              std::string_view hmac_secret, absl::Span<std::byte> block,
+                              bool accept_lossy = true);
 
 // DecodeFrameParts for a frame that arrives in pieces (a transport receiving it straight into
 // the block): Header once the header has arrived, Payload with each payload piece in order while
 // it is still in cache, then Finish with the whole payload (which may be `block` itself). The
 // checksum is computed from the pieces, so a payload received into the block is not read again.
-// Same checks and errors as DecodeFrameParts. Not thread-safe; one frame per verifier.
+// Same checks, errors and `accept_lossy` as DecodeFrameParts. Not thread-safe; one frame per
+// verifier.
 class FrameVerifier {
  public:
   FrameVerifier(const std::array<uint8_t, 16>& ns_digest, const BlockKey& key,
-                std::string_view hmac_secret, absl::Span<std::byte> block);
+                std::string_view hmac_secret, absl::Span<std::byte> block,
+                bool accept_lossy = true);
   ~FrameVerifier();
   FrameVerifier(const FrameVerifier&) = delete;
   FrameVerifier& operator=(const FrameVerifier&) = delete;

@@ -329,8 +329,12 @@ void RunBatch(internal::CircuitBreaker& breaker, std::shared_ptr<const void> kee
 class FrameReceiver final : public TransportReceiver {
  public:
   FrameReceiver(std::shared_ptr<const void> keep, const std::array<uint8_t, 16>& ns_digest,
-                const std::string& secret, const BlockKey& key, absl::Span<std::byte> dst)
-      : keep_(std::move(keep)), key_(key), dst_(dst), verifier_(ns_digest, key, secret, dst) {}
+                const std::string& secret, const BlockKey& key, absl::Span<std::byte> dst,
+                bool accept_lossy)
+      : keep_(std::move(keep)),
+        key_(key),
+        dst_(dst),
+        verifier_(ns_digest, key, secret, dst, accept_lossy) {}
 
   absl::StatusOr<std::vector<absl::Span<std::byte>>> Begin(int64_t length) override {
     if (length < static_cast<int64_t>(kFrameHeaderBytes)) {
@@ -451,8 +455,10 @@ std::vector<Completion> RemoteTier::ReadBlocks(absl::Span<const BlockRead> reads
     TransportGet get;
     get.key = impl_->StoreKey(r.key);
     get.max_bytes = impl_->MaxFrameBytes();
-    get.receiver = std::make_shared<FrameReceiver>(impl_, impl_->ns_digest,
-                                                   impl_->options.hmac_secret, r.key, r.dst);
+    // A lossy frame (another worker's fp8) is foreign to a reader that did not opt into it.
+    get.receiver =
+        std::make_shared<FrameReceiver>(impl_, impl_->ns_digest, impl_->options.hmac_secret, r.key,
+                                        r.dst, CodecIsLossy(impl_->options.codec));
     gets.push_back(std::move(get));
     index.push_back(i);
   }

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "internal/byte_writer.h"
 #include "internal/status_macros.h"
+#include "internal/strings.h"
 #include "internal/xxh3_update.h"
 
 namespace kvtier {
@@ -150,12 +151,13 @@ absl::Status EncodeFrame(const std::array<uint8_t, 16>& ns_digest, const BlockKe
 
 absl::Status DecodeFrame(absl::Span<const std::byte> frame,
                          const std::array<uint8_t, 16>& ns_digest, const BlockKey& key,
-                         std::string_view hmac_secret, absl::Span<std::byte> block) {
+                         std::string_view hmac_secret, absl::Span<std::byte> block,
+                         bool accept_lossy) {
   if (frame.size() < kFrameHeaderBytes) {
     return Corrupt(key, absl::StrCat(frame.size(), " bytes, shorter than a frame header"));
   }
   return DecodeFrameParts(frame.first(kFrameHeaderBytes), frame.subspan(kFrameHeaderBytes),
-                          ns_digest, key, hmac_secret, block);
+                          ns_digest, key, hmac_secret, block, accept_lossy);
 }
 
 namespace {
@@ -164,8 +166,8 @@ namespace {
 // keyed come back for the rest of the check.
 absl::Status CheckHeader(absl::Span<const std::byte> header, size_t payload_size,
                          const std::array<uint8_t, 16>& ns_digest, const BlockKey& key,
-                         std::string_view hmac_secret, size_t block_size, Codec* codec,
-                         bool* keyed_out) {
+                         std::string_view hmac_secret, size_t block_size, bool accept_lossy,
+                         Codec* codec, bool* keyed_out) {
   if (header.size() != kFrameHeaderBytes) {
     return Corrupt(key, absl::StrCat("a header of ", header.size(), " bytes"));
   }
@@ -175,6 +177,11 @@ absl::Status CheckHeader(absl::Span<const std::byte> header, size_t payload_size
     return Corrupt(key, absl::StrCat("unsupported frame version ", LoadLe(h + 4, 2)));
   }
   *codec = static_cast<Codec>(h[6]);
+  if (!accept_lossy && CodecIsLossy(*codec)) {
+    return Corrupt(
+        key, absl::StrCat("encoded with the lossy codec ", internal::ToAbsl(CodecName(*codec)),
+                          ", which this reader did not opt into"));
+  }
   if ((static_cast<uint8_t>(h[7]) & ~kFlagKeyed) != 0) {
     return Corrupt(key, absl::StrCat("unknown flags ", static_cast<int>(h[7])));
   }
@@ -227,8 +234,9 @@ absl::Status DecodeChecked(Codec codec, absl::Span<const std::byte> payload, con
 absl::Status DecodeFrameParts(absl::Span<const std::byte> header,
                               absl::Span<const std::byte> payload,
                               const std::array<uint8_t, 16>& ns_digest, const BlockKey& key,
-                              std::string_view hmac_secret, absl::Span<std::byte> block) {
-  FrameVerifier verifier(ns_digest, key, hmac_secret, block);
+                              std::string_view hmac_secret, absl::Span<std::byte> block,
+                              bool accept_lossy) {
+  FrameVerifier verifier(ns_digest, key, hmac_secret, block, accept_lossy);
   KVTIER_RETURN_IF_ERROR(verifier.Header(header, payload.size()));
   // Codec none from another buffer: copy and check in one pass, a cache-sized piece at a time,
   // so the digest reads what was just written; the block then is the payload. A mismatch
@@ -248,12 +256,13 @@ absl::Status DecodeFrameParts(absl::Span<const std::byte> header,
 
 struct FrameVerifier::State {
   State(const std::array<uint8_t, 16>& n, const BlockKey& k, std::string_view secret,
-        absl::Span<std::byte> b)
-      : ns_digest(n), key(k), hmac_secret(secret), block(b), digest(secret) {}
+        absl::Span<std::byte> b, bool lossy)
+      : ns_digest(n), key(k), hmac_secret(secret), block(b), accept_lossy(lossy), digest(secret) {}
   std::array<uint8_t, 16> ns_digest;
   BlockKey key;
   std::string hmac_secret;
   absl::Span<std::byte> block;
+  bool accept_lossy;
   FrameDigest digest;
   std::array<std::byte, kFrameHeaderBytes> header{};
   absl::Status header_status = absl::DataLossError("no frame header");
@@ -263,14 +272,15 @@ struct FrameVerifier::State {
 };
 
 FrameVerifier::FrameVerifier(const std::array<uint8_t, 16>& ns_digest, const BlockKey& key,
-                             std::string_view hmac_secret, absl::Span<std::byte> block)
-    : state_(std::make_unique<State>(ns_digest, key, hmac_secret, block)) {}
+                             std::string_view hmac_secret, absl::Span<std::byte> block,
+                             bool accept_lossy)
+    : state_(std::make_unique<State>(ns_digest, key, hmac_secret, block, accept_lossy)) {}
 FrameVerifier::~FrameVerifier() = default;
 
 absl::Status FrameVerifier::Header(absl::Span<const std::byte> header, size_t payload_bytes) {
   State& s = *state_;
   s.header_status = CheckHeader(header, payload_bytes, s.ns_digest, s.key, s.hmac_secret,
-                                s.block.size(), &s.codec, &s.keyed);
+                                s.block.size(), s.accept_lossy, &s.codec, &s.keyed);
   if (s.header_status.ok()) {
     std::memcpy(s.header.data(), header.data(), kFrameHeaderBytes);
     s.digest.Update(s.header.data(), kChecksumOffset);

@@ -27,11 +27,14 @@ KvGeometry Geometry() {
       {.num_layers = 2, .num_kv_heads = 2, .head_dim = 64, .tokens_per_block = 16});
 }
 
-std::unique_ptr<RemoteTier> Tier(std::shared_ptr<Transport> store, bool if_absent = true) {
+std::unique_ptr<RemoteTier> Tier(std::shared_ptr<Transport> store, bool if_absent = true,
+                                 Codec codec = Codec::kNone) {
   auto ns = CacheNamespace::Create(Geometry(), {.model_id = "m", .weights_fingerprint = "w"});
   EXPECT_TRUE(ns.ok());
-  auto tier = RemoteTier::Create(
-      *ns, {.transport = std::move(store), .capacity_blocks = 4, .write_if_absent = if_absent});
+  auto tier = RemoteTier::Create(*ns, {.transport = std::move(store),
+                                       .capacity_blocks = 4,
+                                       .codec = codec,
+                                       .write_if_absent = if_absent});
   EXPECT_TRUE(tier.ok()) << tier.status();
   return std::move(*tier);
 }
@@ -98,6 +101,37 @@ TEST_P(RemoteTierDedupeTest, CorruptStoredValueIsReplacedByTheNextWrite) {
   EXPECT_EQ(b->writes_skipped(), 1);
   EXPECT_GT(b->bytes_written(), 0);
   KVTIER_ASSERT_OK(b->ReadBlock(SlotId(1), key, absl::MakeSpan(out)).Wait());
+  EXPECT_TRUE(out == block);
+}
+
+// Workers of one namespace that differ in codec: the lossy fp8 writer's frame is foreign to a
+// lossless reader (before, it was served: bf16 rounded to fp8 precision, never opted into).
+TEST_P(RemoteTierDedupeTest, ALosslessReaderRefusesALossyFrameAndItsNextWriteReplacesIt) {
+  testing::TempDir dir;
+  std::shared_ptr<Transport> store = GetParam().make(dir);
+  auto lossy = Tier(store, true, Codec::kFp8E4m3);
+  auto exact = Tier(store);
+  const BlockKey key{31, 32};
+  // bf16 values in [0.5, 1) with all 7 mantissa bits used: fp8 e4m3 keeps 3 of them.
+  std::vector<std::byte> block(static_cast<size_t>(Geometry().bytes_per_block()));
+  for (size_t i = 0; i < block.size(); i += 2) {
+    block[i] = static_cast<std::byte>((i / 2) % 128);
+    block[i + 1] = std::byte{0x3F};
+  }
+  KVTIER_ASSERT_OK(lossy->WriteBlock(SlotId(0), key, block).Wait());
+  std::vector<std::byte> out(block.size());
+  KVTIER_ASSERT_OK(lossy->ReadBlock(SlotId(0), key, absl::MakeSpan(out)).Wait());
+  ASSERT_FALSE(out == block) << "the test needs values fp8 cannot hold";
+
+  KVTIER_ASSERT_OK(exact->WriteBlock(SlotId(1), key, block).Wait());  // skipped: the key exists
+  EXPECT_EQ(exact->writes_skipped(), 1);
+  EXPECT_THAT(exact->ReadBlock(SlotId(1), key, absl::MakeSpan(out)).Wait(),
+              testing::IsError(absl::StatusCode::kDataLoss, "lossy codec fp8_e4m3"));
+  // Its next write replaces the lossy value with the exact one, which both read back.
+  KVTIER_ASSERT_OK(exact->WriteBlock(SlotId(1), key, block).Wait());
+  KVTIER_ASSERT_OK(exact->ReadBlock(SlotId(1), key, absl::MakeSpan(out)).Wait());
+  EXPECT_TRUE(out == block);
+  KVTIER_ASSERT_OK(lossy->ReadBlock(SlotId(0), key, absl::MakeSpan(out)).Wait());
   EXPECT_TRUE(out == block);
 }
 

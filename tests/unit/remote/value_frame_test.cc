@@ -40,6 +40,20 @@ TEST(ValueFrameTest, RoundTripsWithEveryCodecAndKeyed) {
   EXPECT_EQ(Frame(block, Codec::kNone).size(), kFrameHeaderBytes + block.size());
 }
 
+TEST(ValueFrameTest, ALossyFrameIsForeignToAReaderThatDidNotOptIn) {
+  std::vector<std::byte> block(512);
+  for (size_t i = 0; i < block.size(); i += 2) block[i + 1] = std::byte{0x3F};  // bf16 ~0.5
+  std::vector<std::byte> back(block.size());
+  const std::vector<std::byte> fp8 = Frame(block, Codec::kFp8E4m3);
+  KVTIER_EXPECT_OK(DecodeFrame(fp8, kNs, kKey, "", absl::MakeSpan(back)));
+  EXPECT_THAT(DecodeFrame(fp8, kNs, kKey, "", absl::MakeSpan(back), /*accept_lossy=*/false),
+              IsError(StatusCode::kDataLoss, "lossy codec fp8_e4m3"));
+  for (Codec c : {Codec::kNone, Codec::kZstd}) {
+    KVTIER_EXPECT_OK(DecodeFrame(Frame(block, c), kNs, kKey, "", absl::MakeSpan(back), false));
+    EXPECT_TRUE(back == block) << CodecName(c);
+  }
+}
+
 TEST(ValueFrameTest, EveryFlippedBitIsDataLoss) {
   const std::vector<std::byte> block = testing::RandomBytes(512, 2);
   const std::vector<std::byte> good = Frame(block, Codec::kNone);

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -334,7 +335,7 @@ absl::Status RedisConnection::ReadLine(std::string_view* line, absl::Time deadli
 
 absl::Status RedisConnection::ReadInto(
     absl::Span<std::byte> out, absl::Time deadline,
-    const std::function<void(absl::Span<const std::byte>)>* on_bytes) {
+    const std::function<void(absl::Span<const std::byte>)>* on_bytes, size_t* read) {
   // What is buffered first, then straight from the socket into `out`.
   const size_t buffered = std::min(out.size(), rend_ - rpos_);
   if (buffered > 0) {
@@ -343,6 +344,9 @@ absl::Status RedisConnection::ReadInto(
   }
   rpos_ += buffered;
   size_t done = buffered;
+  size_t unused = 0;
+  if (read == nullptr) read = &unused;
+  *read = done;
   while (done < out.size()) {
     const ssize_t n = recv(ctx_->fd, out.data() + done, out.size() - done, MSG_DONTWAIT);
     if (n > 0) {
@@ -350,6 +354,7 @@ absl::Status RedisConnection::ReadInto(
         (*on_bytes)(out.subspan(done, static_cast<size_t>(n)));
       }
       done += static_cast<size_t>(n);
+      *read = done;
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
@@ -358,6 +363,17 @@ absl::Status RedisConnection::ReadInto(
       continue;
     }
     return SocketError("reading a value", n == 0 ? 0 : errno);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RedisConnection::Skip(int64_t length, absl::Time deadline) {
+  std::vector<std::byte> sink(static_cast<size_t>(std::min<int64_t>(length, 1 << 20)));
+  for (int64_t left = length; left > 0;) {
+    const size_t n =
+        static_cast<size_t>(std::min<int64_t>(left, static_cast<int64_t>(sink.size())));
+    KVTIER_RETURN_IF_ERROR(ReadInto(absl::MakeSpan(sink).first(n), deadline));
+    left -= static_cast<int64_t>(n);
   }
   return absl::OkStatus();
 }
@@ -412,22 +428,35 @@ absl::Status RedisConnection::ReadReply(
   // Bytes going into someone's buffers (and the CRLF after them) are bounded by their deadline.
   const absl::Time bulk_deadline =
       where.buffers.empty() ? deadline : std::min(deadline, where.deadline);
+  // The buffers' owner gave up (its deadline passed: `s`), not this read: it is told now, and
+  // the rest of the bulk is read into a sink, so the connection stays in step for the replies
+  // after it (BulkTarget::on_cut). False: the error stands, and the connection is broken.
+  auto cut = [&](const absl::Status& s) {
+    if (!absl::IsDeadlineExceeded(s) || !where.on_cut || absl::Now() >= deadline) return false;
+    broken_ = false;  // Wait marked it; the stream itself is intact
+    where.on_cut(s);
+    where.on_cut = nullptr;
+    reply->skipped = true;
+    return true;
+  };
+  bool delivered = false;
   if (!where.buffers.empty()) {
     int64_t total = 0;
     for (const absl::Span<std::byte>& b : where.buffers) total += static_cast<int64_t>(b.size());
     if (total != length) return protocol_error("bulk buffers do not match the value's length");
+    int64_t consumed = 0;
     for (const absl::Span<std::byte>& b : where.buffers) {
-      KVTIER_RETURN_IF_ERROR(ReadInto(b, bulk_deadline, &where.on_bytes));
+      size_t got = 0;
+      const absl::Status s = ReadInto(b, bulk_deadline, &where.on_bytes, &got);
+      consumed += static_cast<int64_t>(got);
+      if (s.ok()) continue;
+      if (!cut(s)) return s;
+      KVTIER_RETURN_IF_ERROR(Skip(length - consumed, deadline));
+      break;
     }
-    reply->delivered = true;
+    delivered = !reply->skipped;
   } else if (where.skip) {
-    std::vector<std::byte> sink(static_cast<size_t>(std::min<long long>(length, 1 << 20)));
-    for (long long left = length; left > 0;) {
-      const size_t n =
-          static_cast<size_t>(std::min<long long>(left, static_cast<long long>(sink.size())));
-      KVTIER_RETURN_IF_ERROR(ReadInto(absl::MakeSpan(sink).first(n), deadline));
-      left -= static_cast<long long>(n);
-    }
+    KVTIER_RETURN_IF_ERROR(Skip(length, deadline));
     reply->skipped = true;
   } else {
     reply->text.resize(static_cast<size_t>(length));
@@ -435,7 +464,15 @@ absl::Status RedisConnection::ReadReply(
         ReadInto({reinterpret_cast<std::byte*>(reply->text.data()), reply->text.size()}, deadline));
   }
   std::array<std::byte, 2> crlf;
-  KVTIER_RETURN_IF_ERROR(ReadInto(absl::MakeSpan(crlf), bulk_deadline));
+  size_t got = 0;
+  if (absl::Status s =
+          ReadInto(absl::MakeSpan(crlf), reply->skipped ? deadline : bulk_deadline, nullptr, &got);
+      !s.ok()) {
+    if (!delivered || !cut(s)) return s;
+    KVTIER_RETURN_IF_ERROR(ReadInto(absl::MakeSpan(crlf).subspan(got), deadline));
+    delivered = false;
+  }
+  reply->delivered = delivered;
   if (crlf[0] != std::byte{'\r'} || crlf[1] != std::byte{'\n'}) {
     return protocol_error("a bulk string not followed by CRLF");
   }

@@ -94,6 +94,12 @@ class RedisConnection {
     absl::Time deadline = absl::InfiniteFuture();
     // Called with each piece of `buffers` as it lands, in order (optional).
     std::function<void(absl::Span<const std::byte>)> on_bytes;
+    // Optional. When `deadline` passes mid-value (before the read's own deadline), called once
+    // with kDeadlineExceeded as soon as nothing more is written into `buffers` (their owner may
+    // take them back); the rest of the value is then read into a sink by the read's deadline,
+    // so the replies after it on this connection still arrive, and the reply is `skipped`.
+    // Without it, the connection breaks there, and so does every reply after it.
+    std::function<void(const absl::Status&)> on_cut;
   };
   // Sends the queued commands (by `send_deadline`), calls `on_sent`, then reads one reply each,
   // in order, by `read_deadline`: `target` is asked where each bulk string goes before its bytes
@@ -125,8 +131,12 @@ class RedisConnection {
   // The RESP reader over the socket: buffered lines, and bulk bytes straight into buffers.
   absl::Status ReadMore(absl::Time deadline);
   absl::Status ReadLine(std::string_view* line, absl::Time deadline);
+  // `*read` (optional) gets the bytes placed in `out`, also on error.
   absl::Status ReadInto(absl::Span<std::byte> out, absl::Time deadline,
-                        const std::function<void(absl::Span<const std::byte>)>* on_bytes = nullptr);
+                        const std::function<void(absl::Span<const std::byte>)>* on_bytes = nullptr,
+                        size_t* read = nullptr);
+  // Reads `length` bytes into a sink by `deadline`.
+  absl::Status Skip(int64_t length, absl::Time deadline);
   absl::Status ReadReply(size_t index,
                          absl::FunctionRef<BulkTarget(size_t index, int64_t length)> target,
                          absl::Time deadline, Reply* reply);

@@ -197,6 +197,9 @@ struct RedisTransport::Impl {
       target.buffers = {absl::MakeSpan(*item->out)};
     }
     item->receiving = true;
+    // Its deadline passing mid-value fails it then, and the connection reads on past the rest
+    // of the value for the other items of the round trip (before, they failed with it).
+    target.on_cut = [this, item](const absl::Status& s) { FailReceiving(item, s); };
     if (length == 0) return skip;  // nothing to read; ValueReceived finishes it
     // Drop empty buffers: an empty list means "keep the bytes" to the reader.
     std::erase_if(target.buffers, [](absl::Span<std::byte> b) { return b.empty(); });

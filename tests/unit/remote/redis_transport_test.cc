@@ -567,6 +567,46 @@ TEST(RedisFakeServerTest, ValueStallingMidwayCompletesByItsDeadline) {
   EXPECT_FALSE(long_one[0].Wait().ok());  // the connection was cut under it
 }
 
+// Found in review: a read whose own deadline passed mid-value broke the connection, so every
+// later item of the same round trip (another caller's, with time to spare) failed with it, and
+// the store was blamed. The late item now fails at its deadline, the rest of its value is read
+// past, and the items after it are answered.
+TEST(RedisFakeServerTest, AReadCutAtItsDeadlineLeavesTheRoundTripsOtherItemsServed) {
+  FakeTcpServer server([&](int fd) {
+    FakeTcpServer::ReadUntil(fd, "GET");      // the first round trip: one GET
+    absl::SleepFor(absl::Milliseconds(100));  // meanwhile two more batches queue up
+    FakeTcpServer::WriteAll(fd, "$-1\r\n");
+    FakeTcpServer::ReadUntil(fd, "GET", 2);  // both, in one round trip
+    FakeTcpServer::WriteAll(fd, "$100\r\n" + std::string(50, 'a'));
+    absl::SleepFor(absl::Milliseconds(400));  // past the first one's deadline
+    FakeTcpServer::WriteAll(fd, std::string(50, 'a') + "\r\n$3\r\nbbb\r\n");
+    FakeTcpServer::ReadUntil(fd, "GET");  // the same connection serves the next request
+    FakeTcpServer::WriteAll(fd, "$1\r\nc\r\n");
+    absl::SleepFor(absl::Milliseconds(200));
+  });
+  ASSERT_TRUE(server.ok());
+  auto t = RedisTransport::Create(
+      {.endpoints = {server.address()}, .command_timeout = absl::Seconds(10), .connections = 1});
+  ASSERT_TRUE(t.ok());
+  std::vector<std::byte> first, a, b, c;
+  std::vector<Completion> blocker =
+      (*t)->Get({{.key = "first", .value = &first}}, In(absl::Seconds(5)));
+  absl::SleepFor(absl::Milliseconds(30));
+  const absl::Time start = absl::Now();
+  std::vector<Completion> short_one =
+      (*t)->Get({{.key = "a", .value = &a}}, start + absl::Milliseconds(250));
+  std::vector<Completion> long_one =
+      (*t)->Get({{.key = "b", .value = &b}}, start + absl::Seconds(20));
+  EXPECT_THAT(blocker[0].Wait(), IsError(StatusCode::kNotFound, ""));
+  EXPECT_THAT(short_one[0].Wait(), IsError(StatusCode::kDeadlineExceeded, ""));
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(450)) << "held past its deadline";
+  KVTIER_ASSERT_OK(long_one[0].Wait());  // before, it failed: the connection was cut
+  EXPECT_TRUE(b == Bytes("bbb"));
+  KVTIER_ASSERT_OK((*t)->Get({{.key = "c", .value = &c}}, In(absl::Seconds(5)))[0].Wait());
+  EXPECT_TRUE(c == Bytes("c"));
+  EXPECT_EQ((*t)->stats().io_errors, 0);
+}
+
 // Found in review: a connection made for an item close to its deadline was given only what was
 // left of that deadline; a server slower than that (AUTH taking 50 ms) was then marked down and,
 // through the reconnect backoff, failed every other request.

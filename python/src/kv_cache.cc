@@ -519,7 +519,14 @@ void BindKvCache(py::module_& m) {
       .def(
           "poll_events",
           [](const PyKvCache& c, uint64_t after_sequence, size_t max_events) {
-            return Unlocked([&] { return Cache(c).PollEvents(after_sequence, max_events); });
+            const std::vector<CacheEvent> events =
+                Unlocked([&] { return Cache(c).PollEvents(after_sequence, max_events); });
+            std::vector<PyCacheEvent> out;
+            out.reserve(events.size());
+            for (const CacheEvent& e : events) {
+              out.push_back({e, std::string(e.adapter_id), std::string(e.worker_id)});
+            }
+            return out;
           },
           py::arg("after_sequence") = 0, py::arg("max_events") = 4096,
           "Events numbered above after_sequence, oldest first.")

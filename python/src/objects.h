@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "kvtier/cache_namespace.h"
 #include "kvtier/device_block_table.h"
@@ -47,6 +48,14 @@ struct PyKvCache {
 };
 
 // kvtier.ResidencyTicket: the ticket, and the cache that releases it.
+// A CacheEvent with its own copies of the strings, which in a CacheEvent are views into the
+// cache (valid while it lives): a Python event may outlive its cache.
+struct PyCacheEvent {
+  CacheEvent event;
+  std::string adapter_id;
+  std::string worker_id;
+};
+
 struct PyTicket {
   ResidencyTicket ticket;
   std::shared_ptr<KvCache> cache;

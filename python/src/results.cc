@@ -11,6 +11,7 @@
 #include "kvtier/kv_cache.h"
 #include "kvtier/kv_cache_stats.h"
 #include "kvtier/session_hints.h"
+#include "objects.h"
 
 namespace kvtier::python {
 namespace {
@@ -227,30 +228,34 @@ void BindResults(py::module_& m) {
       .def("as_dict", &CacheStatsDict)
       .def("prometheus", &RenderPrometheus, "The Prometheus text exposition of the snapshot.");
 
-  py::class_<CacheEvent>(m, "CacheEvent",
-                         "A block copy became readable in a tier (STORED) or stopped being "
-                         "readable there (REMOVED), or reset_prefix_cache cleared a tier "
-                         "(ALL_CLEARED, key: the root key).")
-      .def_readonly("sequence", &CacheEvent::sequence)
-      .def_readonly("kind", &CacheEvent::kind)
-      .def_property_readonly("key", [](const CacheEvent& e) { return e.key.ToHex(); })
-      .def_readonly("tier", &CacheEvent::tier)
-      .def_readonly("has_parent", &CacheEvent::has_parent)
+  py::class_<PyCacheEvent>(
+      m, "CacheEvent",
+      "A block copy became readable in a tier (STORED) or stopped being "
+      "readable there (REMOVED), or reset_prefix_cache cleared a tier "
+      "(ALL_CLEARED, key: the root key). Owns its strings: it may outlive its cache.")
+      .def_property_readonly("sequence", [](const PyCacheEvent& e) { return e.event.sequence; })
+      .def_property_readonly("kind", [](const PyCacheEvent& e) { return e.event.kind; })
+      .def_property_readonly("key", [](const PyCacheEvent& e) { return e.event.key.ToHex(); })
+      .def_property_readonly("tier", [](const PyCacheEvent& e) { return e.event.tier; })
+      .def_property_readonly("has_parent", [](const PyCacheEvent& e) { return e.event.has_parent; })
       .def_property_readonly(
           "parent_key",
-          [](const CacheEvent& e) -> std::optional<std::string> {
-            if (!e.has_parent) return std::nullopt;
-            return e.parent_key.ToHex();
+          [](const PyCacheEvent& e) -> std::optional<std::string> {
+            if (!e.event.has_parent) return std::nullopt;
+            return e.event.parent_key.ToHex();
           },
           "The parent block's key (hex), None for a first block (and for ALL_CLEARED).")
-      .def_readonly("num_tokens", &CacheEvent::num_tokens, "Tokens in the block (0: ALL_CLEARED).")
       .def_property_readonly(
-          "adapter_id", [](const CacheEvent& e) { return std::string(e.adapter_id); },
+          "num_tokens", [](const PyCacheEvent& e) { return e.event.num_tokens; },
+          "Tokens in the block (0: ALL_CLEARED).")
+      .def_property_readonly(
+          "adapter_id", [](const PyCacheEvent& e) { return e.adapter_id; },
           "The block's adapter id, '' for none.")
       .def_property_readonly(
-          "worker_id", [](const CacheEvent& e) { return std::string(e.worker_id); },
+          "worker_id", [](const PyCacheEvent& e) { return e.worker_id; },
           "The cache's worker_id, '' if unset.")
-      .def("__repr__", [](const CacheEvent& e) {
+      .def("__repr__", [](const PyCacheEvent& p) {
+        const CacheEvent& e = p.event;
         const char* kind = e.kind == CacheEventKind::kStored    ? ", STORED, "
                            : e.kind == CacheEventKind::kRemoved ? ", REMOVED, "
                                                                 : ", ALL_CLEARED, ";

@@ -3,6 +3,7 @@ exceptions with their status codes, the serving loop (attach, append, tickets, r
 release), fork, hints, pause/resume, lookups, stats and events, and the scheduler calls (truncate,
 RoomWait.NEVER, check_room, reset_prefix_cache, caching off, preemption and readmission). HBM pool
 bytes are in test_hbm_pool.py."""
+import gc
 import time
 
 import numpy as np
@@ -316,6 +317,21 @@ def test_session_hints_act_on_the_sessions_released_blocks():
     assert out.result == kvtier.HintResult.ACCEPTED and out.blocks == 2
     assert cache.lookup(tokens(40)).matched_tokens == 0
     assert cache.invalidate_session(5).result == kvtier.HintResult.REJECTED  # forgotten
+
+
+def test_events_outlive_their_cache():
+    # Found in review: an event's worker_id and adapter_id were views into the cache, read after
+    # it was freed; another cache made since takes the freed memory.
+    cache = make_cache(worker_id="a" * 200)
+    serve(cache, 1, tokens(40))
+    events = cache.poll_events()
+    assert events
+    del cache
+    gc.collect()
+    others = [make_cache(worker_id="b" * 200) for _ in range(4)]
+    for c in others:
+        serve(c, 1, tokens(40))
+    assert all(e.worker_id == "a" * 200 and e.adapter_id == "" for e in events)
 
 
 def test_events_and_stats_agree():

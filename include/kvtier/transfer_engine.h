@@ -29,8 +29,9 @@
 // Thread-safety: thread-safe. The engine holds one lock over its state and every tier's
 // BlockAllocator; callers touch allocators only through WithAllocator. Backend calls and
 // callbacks never run under that lock. Ownership: the TierBackends must outlive the engine; the
-// destructor cancels transfers still waiting to start, waits for those in flight, and must not
-// run inside a Completion callback of the engine's own transfers.
+// destructor cancels transfers still waiting to start, waits for those in flight and for the
+// callbacks their Completions run as they fire, and must not run inside a Completion callback
+// of the engine's own transfers.
 #ifndef KVTIER_TRANSFER_ENGINE_H_
 #define KVTIER_TRANSFER_ENGINE_H_
 

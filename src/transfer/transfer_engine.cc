@@ -65,6 +65,9 @@ struct TransferEngine::Impl : std::enable_shared_from_this<TransferEngine::Impl>
   internal::CondVar idle_cv;
   std::vector<int> free_bounce ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<uint64_t, std::shared_ptr<Op>> ops ABSL_GUARDED_BY(mu);
+  // Ended transfers whose Completion is still being fired (outside mu): the destructor waits
+  // for them as for `ops`, so no callback of the owner's runs after it returns.
+  int64_t delivering ABSL_GUARDED_BY(mu) = 0;
   std::deque<uint64_t> waiting ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<uint64_t, uint64_t> pending_dst ABSL_GUARDED_BY(mu);  // SlotKey -> op
   std::array<std::array<TransferStats, kNumTiers>, kNumTiers> stats ABSL_GUARDED_BY(mu);
@@ -174,9 +177,17 @@ struct TransferEngine::Impl : std::enable_shared_from_this<TransferEngine::Impl>
       internal::MutexLock lock(&mu);
       fire = FinishLocked(*op, std::move(status));
       waiters = !waiting.empty();
+      if (fire.has_value()) ++delivering;
     }
-    if (fire.has_value()) op->user.Complete(*std::move(fire));
     if (waiters) SchedulePump();  // a waiter may have wanted this slot or bounce buffer
+    if (fire.has_value()) Deliver(*op, *std::move(fire));
+  }
+
+  // Fires `op`'s Completion (its callbacks run here), then lets the destructor go on.
+  void Deliver(Op& op, absl::Status status) ABSL_LOCKS_EXCLUDED(mu) {
+    op.user.Complete(std::move(status));
+    internal::MutexLock lock(&mu);
+    if (--delivering == 0 && ops.empty()) idle_cv.SignalAll();
   }
 
   void OnDeadline(uint64_t id) {
@@ -203,9 +214,10 @@ struct TransferEngine::Impl : std::enable_shared_from_this<TransferEngine::Impl>
         stats[TierIndex(op->from)][TierIndex(op->to)].failures += 1;
         fire = late;
       }
+      if (fire.has_value()) ++delivering;
     }
-    if (fire.has_value()) op->user.Complete(*std::move(fire));
     SchedulePump();
+    if (fire.has_value()) Deliver(*op, *std::move(fire));
   }
 
   // Starts every waiting transfer whose conditions hold, in arrival order.
@@ -465,7 +477,7 @@ TransferEngine::~TransferEngine() {
   for (auto& [op, status] : cancelled) impl_->Finish(op, std::move(status));
   {
     internal::MutexLock lock(&impl_->mu);
-    while (!impl_->ops.empty()) impl_->idle_cv.Wait(&impl_->mu);
+    while (!impl_->ops.empty() || impl_->delivering > 0) impl_->idle_cv.Wait(&impl_->mu);
   }
   impl_->Shutdown();
 }

@@ -1,7 +1,7 @@
 #include "kvtier/transfer_engine.h"
 
+#include <atomic>
 #include <memory>
-
 #include <thread>
 #include <vector>
 
@@ -157,6 +157,28 @@ TEST(TransferEngineTest, EveryPathDeliversTheSameBytes) {
   EXPECT_EQ(st.failures, 0);
   EXPECT_GT(st.bandwidth_bytes_per_second, 0);
   EXPECT_EQ(s.engine->in_flight(), 0);
+}
+
+// Found in review: the destructor returned once no transfer was in flight, while the thread
+// that ended the last one could still be running its Completion's callbacks (which the owner
+// may then outlive). It now waits for them too.
+TEST(TransferEngineTest, DestructionWaitsForTheLastCompletionsCallbacks) {
+  Stack s;
+  const SlotId src = s.Put(Tier::kNvme, Stack::Key(1), Stack::Block(1));
+  s.tier(Tier::kNvme)->SetDelay(absl::Milliseconds(100));  // completes on the delay thread
+  KVTIER_ASSERT_OK_AND_ASSIGN(Transfer t,
+                              s.engine->Copy(Stack::Key(1), Tier::kNvme, src, Tier::kDram));
+  std::atomic<bool> entered{false};
+  std::atomic<bool> finished{false};
+  t.completion.OnDone([&](const absl::Status&) {
+    entered = true;
+    absl::SleepFor(absl::Milliseconds(300));
+    finished = true;
+  });
+  for (int i = 0; i < 500 && !entered; ++i) absl::SleepFor(absl::Milliseconds(5));
+  ASSERT_TRUE(entered);
+  s.engine.reset();
+  EXPECT_TRUE(finished) << "the engine was gone while its completion's callback still ran";
 }
 
 // Copies queued with defer_start wait for StartDeferred, then start together: the reads of one

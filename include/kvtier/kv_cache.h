@@ -551,6 +551,12 @@ class KvCache {
   // A new sequence `child` with `parent`'s first num_tokens tokens and its options. Full blocks
   // are shared; a partial last block gets a fresh HBM slot and the returned BlockCopy, which the
   // caller performs before a kernel reads the child's last block (copy-on-write, case TR-2).
+  // A copy from a full block of the parent: the child keeps that block referenced until its
+  // next Append, ReportWritten, Truncate or Release, so `src` cannot be freed before the copy is
+  // issued even if the parent lets it go; a copy from the parent's partial last block needs the
+  // parent to keep it (not Release or Truncate it) until then. Shared blocks are the parent's as
+  // they are: ones the parent reported written whose `ready` has not fired are already resident
+  // for the child (same slots; ordering the child's kernels after that write is the caller's).
   // Errors: kNotFound / kFailedPrecondition for the parent; kAlreadyExists if `child` is live;
   // kInvalidArgument for an invalid child id; kOutOfRange if num_tokens < 0 or past the parent's
   // end; kFailedPrecondition if the block to copy is not in HBM (make it resident first);

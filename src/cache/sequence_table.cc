@@ -306,7 +306,12 @@ absl::StatusOr<std::optional<BlockCopy>> KvCache::Impl::ForkSequence(SequenceId 
       tiers[0]->BeginDeviceWrite(dst);
       c->blocks.push_back(SeqBlock{Tier::kHbm, dst});
       ++seq_refs[dst.value()];
-      copy = BlockCopy{p->blocks[static_cast<size_t>(full)].slot, dst, static_cast<int>(rem)};
+      const SeqBlock src = p->blocks[static_cast<size_t>(full)];
+      copy = BlockCopy{src.slot, dst, static_cast<int>(rem)};
+      // A full (sealed) source stays referenced by the child until the copy is issued (its next
+      // call, DropCopySources), as Truncate's: the parent may let go of it meanwhile. The
+      // parent's own partial block cannot be shared (one writer); the parent keeps it.
+      if (AcquireRef(Tier::kHbm, src.slot).ok()) c->copy_sources.push_back(src);
     }
     InsertSequence(std::move(c));
     break;

@@ -1003,6 +1003,20 @@ TEST_F(KvCacheTest, ForkCopiesThePartialBlockIntoTheChildsOwnSlot) {
 
 // ---------------------------------------------------------------- Capacity, eviction, tiers
 
+// Found in review: a Fork's copy source (a full block of the parent) was not referenced by the
+// child, so the parent letting it go made it evictable before the caller issued the copy.
+TEST_F(KvCacheTest, AForkKeepsItsCopySourceUntilTheChildsNextCall) {
+  KVTIER_ASSERT_OK(Add(1, Iota(16)));
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::optional<BlockCopy> copy, cache_->Fork(Seq(1), Seq(2), 6));
+  ASSERT_TRUE(copy.has_value());
+  KVTIER_ASSERT_OK(cache_->Release(Seq(1)));
+  // The child holds block 0 (shared), its fresh partial block and the copy's source.
+  EXPECT_EQ(TierStats(Tier::kHbm).held_blocks, 3) << StatsString(cache_->stats());
+  KVTIER_ASSERT_OK(cache_->CheckInvariants());
+  KVTIER_ASSERT_OK(cache_->Append(Seq(2), {7}).status());  // the copy was issued by now
+  EXPECT_EQ(TierStats(Tier::kHbm).held_blocks, 2) << StatsString(cache_->stats());
+}
+
 TEST_F(KvCacheTest, AppendIsResourceExhaustedWhenLiveSequencesHoldAllOfHbm) {
   Rebuild({.hbm_blocks = 8}, [](KvCacheOptions& o) { o.room_wait = absl::Milliseconds(50); });
   KVTIER_ASSERT_OK(Add(1, Iota(30), 28));  // 8 slots: 7 full blocks and a partial one

@@ -58,7 +58,11 @@ absl::StatusOr<CacheNamespaceOptions> ToNamespaceOptions(const kvtier_namespace_
 absl::StatusOr<TierStackOptions> ToTierStackOptions(const CacheNamespace& ns,
                                                     const kvtier_tier_stack_options& o) {
   TierStackOptions t;
+  // Fields of an absent tier are not looked at (the header's promise): not even range-checked.
+  auto present = [&](kvtier_tier tier) { return o.tiers[tier].capacity_blocks != 0; };
   for (int i = 0; i < kNumTiers; ++i) {
+    t.tiers[i].capacity_blocks = o.tiers[i].capacity_blocks;
+    if (o.tiers[i].capacity_blocks == 0) continue;
     if (absl::Status s = CheckEnum(
             absl::StrCat("tier stack ", std::string(TierName(static_cast<Tier>(i))), " kind")
                 .c_str(),
@@ -66,20 +70,24 @@ absl::StatusOr<TierStackOptions> ToTierStackOptions(const CacheNamespace& ns,
         !s.ok()) {
       return s;
     }
-    t.tiers[i].capacity_blocks = o.tiers[i].capacity_blocks;
     t.tiers[i].kind = static_cast<TierBackendKind>(RawEnum(o.tiers[i].kind));
   }
-  absl::Status s =
-      CheckEnum("tier stack nvme_engine", RawEnum(o.nvme_engine), KVTIER_NVME_THREAD_POOL);
-  if (s.ok())
+  absl::Status s = absl::OkStatus();
+  if (present(KVTIER_TIER_NVME)) {
+    s = CheckEnum("tier stack nvme_engine", RawEnum(o.nvme_engine), KVTIER_NVME_THREAD_POOL);
+  }
+  if (s.ok() && present(KVTIER_TIER_REMOTE)) {
     s = CheckEnum("tier stack remote_codec", RawEnum(o.remote_codec), KVTIER_CODEC_FP8_E4M3);
-  if (s.ok()) s = CheckEnum("tier stack hbm_backend", RawEnum(o.hbm_backend), KVTIER_HBM_CUDA);
+  }
+  if (s.ok() && present(KVTIER_TIER_HBM)) {
+    s = CheckEnum("tier stack hbm_backend", RawEnum(o.hbm_backend), KVTIER_HBM_CUDA);
+  }
   if (!s.ok()) return s;
   if (o.hbm_num_tensors > 0 && o.hbm_tensors == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("tier stack: hbm_num_tensors is ",
                                                    o.hbm_num_tensors, " but hbm_tensors is NULL"));
   }
-  t.hbm_backend = static_cast<HbmBackend>(RawEnum(o.hbm_backend));
+  if (present(KVTIER_TIER_HBM)) t.hbm_backend = static_cast<HbmBackend>(RawEnum(o.hbm_backend));
   t.cuda_hbm.device = o.cuda_device;
   for (size_t i = 0; i < o.hbm_num_tensors; ++i) t.hbm.external_pool.push_back(o.hbm_tensors[i]);
   t.cuda_hbm.external_pool = t.hbm.external_pool;
@@ -92,12 +100,12 @@ absl::StatusOr<TierStackOptions> ToTierStackOptions(const CacheNamespace& ns,
   t.dram.prefault = o.dram_prefault;
   t.nvme.path = OrEmpty(o.nvme_path);
   t.nvme.queue_depth = o.nvme_queue_depth;
-  t.nvme.engine = static_cast<NvmeEngine>(RawEnum(o.nvme_engine));
+  if (present(KVTIER_TIER_NVME)) t.nvme.engine = static_cast<NvmeEngine>(RawEnum(o.nvme_engine));
   t.nvme.thread_pool_threads = o.nvme_thread_pool_threads;
   t.remote_directory = OrEmpty(o.remote_directory);
   t.remote_url = OrEmpty(o.remote_url);
   if (o.remote_key_prefix != nullptr) t.remote.key_prefix = o.remote_key_prefix;
-  t.remote.codec = static_cast<Codec>(RawEnum(o.remote_codec));
+  if (present(KVTIER_TIER_REMOTE)) t.remote.codec = static_cast<Codec>(RawEnum(o.remote_codec));
   t.remote.hmac_secret = OrEmpty(o.remote_hmac_secret);
   t.remote.breaker_failures = o.remote_breaker_failures;
   t.remote.delete_freed = o.remote_delete_freed;

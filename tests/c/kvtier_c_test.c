@@ -205,6 +205,11 @@ static kvtier_tier_stack* MakeStack(const kvtier_namespace* ns) {
   s.tiers[KVTIER_TIER_DRAM].kind = (kvtier_tier_backend_kind)7;
   MUST_FAIL(KVTIER_INVALID_ARGUMENT, kvtier_tier_stack_build(ns, &s, &stack, &err));
   s.tiers[KVTIER_TIER_DRAM].kind = KVTIER_BACKEND_NATIVE;
+  /* Fields of absent tiers are not looked at: values out of range there are no error. */
+  s.tiers[KVTIER_TIER_NVME].kind = (kvtier_tier_backend_kind)7;
+  s.tiers[KVTIER_TIER_REMOTE].kind = (kvtier_tier_backend_kind)9;
+  s.nvme_engine = (kvtier_nvme_engine)8;
+  s.remote_codec = (kvtier_codec)99;
   MUST_FAIL(KVTIER_INVALID_ARGUMENT, kvtier_tier_stack_build(NULL, &s, &stack, &err));
   MUST(kvtier_tier_stack_build(ns, &s, &stack, &err));
   CHECK(stack != NULL);

@@ -405,7 +405,7 @@ typedef struct kvtier_multimodal_item {
   int64_t start_token;   /* >= 0, absolute in the sequence */
   int64_t num_tokens;    /* >= 1 */
   const uint8_t* digest; /* the item's content digest */
-  size_t digest_bytes;   /* 1 to 256 bytes */
+  size_t digest_bytes;   /* 1 to 64 bytes (PrefixHasher::kMaxDigestBytes) */
 } kvtier_multimodal_item;
 
 /* A sequence's identity extras (blocks computed under other extras never match) and retention.

@@ -57,6 +57,9 @@ def _pool_tensor(self, layer=None, plane=None):
         holder = type("_CudaView", (), {})()
         holder.__cuda_array_interface__ = self.cuda_array_interface(
             layer, -1 if plane is None else plane)
+        # torch keeps the holder alive with the tensor; the holder keeps the pool (and so the
+        # cache that owns the device memory), as every other view does.
+        holder.pool = self
         tensor = torch.as_tensor(holder, device="cuda")
         return tensor.view(torch.bfloat16) if self.geometry.dtype == KvDtype.BF16 else tensor
     if layer is None:

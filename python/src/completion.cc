@@ -23,10 +23,16 @@ void BindCompletion(py::module_& m) {
       .def(
           "complete",
           [](const Completion& c, int code, const std::string& message) {
+            // As the C ABI: a code outside absl's [0, 16] is refused, not fired as UNKNOWN.
+            if (code < 0 || code > static_cast<int>(absl::StatusCode::kUnauthenticated)) {
+              ThrowIfError(absl::InvalidArgumentError("complete: code " + std::to_string(code) +
+                                                      " is not an absl status code (0-16)"));
+            }
             return c.Complete(absl::Status(static_cast<absl::StatusCode>(code), message));
           },
           py::arg("code") = 0, py::arg("message") = "",
-          "Fires with an absl status code (0: OK) and message. False if it had already fired.")
+          "Fires with an absl status code (0: OK, the message then dropped) and message. False if "
+          "it had already fired. Raises InvalidArgumentError for a code outside 0-16.")
       .def_property_readonly("done", &Completion::done)
       .def_property_readonly("ok", [](const Completion& c) { return c.done() && c.status().ok(); })
       .def_property_readonly(

@@ -76,6 +76,28 @@ std::string TypeStr(KvDtype dtype) {
 }
 int64_t TotalBytes(const PyHbmPool& p) { return p.num_blocks * p.geometry.bytes_per_block(); }
 
+// Whether the pool is one region of TotalBytes from Base, its layers where its layout puts
+// them. Not so for an engine's per-layer tensors (TierStack hbm_tensors, one per layer): each
+// layer is its own allocation, so only the per-layer views may touch them.
+bool OneRegion(const PyHbmPool& p) {
+  if (p.layout == HbmLayout::kBlockFirst) return true;  // one pointer, registered or not
+  const int64_t layer_bytes = p.num_blocks * p.geometry.bytes_per_block_per_layer();
+  for (int l = 0; l < p.geometry.num_layers(); ++l) {
+    if (static_cast<const std::byte*>(p.view.k_base[static_cast<size_t>(l)]) - Base(p) !=
+        l * layer_bytes) {
+      return false;
+    }
+  }
+  return true;
+}
+const PyHbmPool& WholePool(const PyHbmPool& p) {
+  if (!OneRegion(p)) {
+    throw StatusError(absl::FailedPreconditionError(
+        "HbmPool: the pool is one tensor per layer (hbm_tensors); use layer(l), k(l), v(l)"));
+  }
+  return p;
+}
+
 // Shape and byte strides of layer(l)'s view.
 void LayerShape(const PyHbmPool& p, std::vector<py::ssize_t>& shape,
                 std::vector<py::ssize_t>& strides) {
@@ -128,12 +150,21 @@ py::array PlaneView(const py::object& self, int layer, int plane) {
 }  // namespace
 
 void BindHbmPool(py::module_& m) {
-  py::class_<PyHbmPool>(m, "HbmPool", py::buffer_protocol(),
-                        "The emulated HBM pool of a KvCache, writable without a copy. See "
-                        "array(), layer(l), k(l), v(l) for its shapes; the buffer protocol "
-                        "gives its bytes flat (memoryview(pool), torch.frombuffer(pool, ...)).")
+  py::class_<PyHbmPool>(
+      m, "HbmPool", py::buffer_protocol(),
+      "The emulated HBM pool of a KvCache, writable without a copy. See "
+      "array(), layer(l), k(l), v(l) for its shapes; the buffer protocol "
+      "gives its bytes flat (memoryview(pool), torch.frombuffer(pool, ...)); for CUDA "
+      "memory or per-layer hbm_tensors it is empty and read-only: use the "
+      "per-layer views.")
       .def_buffer([](PyHbmPool& p) {
-        if (!p.view.host_accessible) throw py::buffer_error("HbmPool: the pool is CUDA memory");
+        // CUDA memory, or one tensor per layer (hbm_tensors): no flat host view of the pool
+        // exists, so the buffer is empty and read-only (pybind11 2.10 cannot raise from here:
+        // an exception would abort). Use layer(l), k(l), v(l) or cuda_array_interface().
+        if (!p.view.host_accessible || !OneRegion(p)) {
+          return py::buffer_info(Base(p), 1, py::format_descriptor<uint8_t>::format(), 1, {0}, {1},
+                                 /*readonly=*/true);
+        }
         return py::buffer_info(Base(p), 1, py::format_descriptor<uint8_t>::format(), 1,
                                {TotalBytes(p)}, {1}, /*readonly=*/false);
       })
@@ -190,14 +221,14 @@ void BindHbmPool(py::module_& m) {
           "layer_offset_bytes",
           [](const PyHbmPool& p, int layer) {
             return static_cast<const std::byte*>(
-                       p.view.k_base[static_cast<size_t>(CheckLayer(p, layer))]) -
+                       p.view.k_base[static_cast<size_t>(CheckLayer(WholePool(p), layer))]) -
                    Base(p);
           },
           py::arg("layer"), "Byte offset of layer's K plane of slot 0, token 0 in the pool.")
       .def(
           "array",
           [](const py::object& self) {
-            const auto& p = HostPool(self.cast<const PyHbmPool&>());
+            const auto& p = WholePool(HostPool(self.cast<const PyHbmPool&>()));
             const KvGeometry& g = p.geometry;
             std::vector<py::ssize_t> shape = {g.kv_planes(), g.tokens_per_block(), Heads(g),
                                               HeadDim(g)};

@@ -121,9 +121,15 @@ void BindTicket(py::module_& m) {
           [](const PyTicket& t, int64_t index) -> py::object {
             const absl::Status s = t.ticket.block_error(index);
             if (s.ok()) return py::none();
+            // A bad index is the caller's error: raised, not returned as a block's cause.
+            if (index < 0 || index >= static_cast<int64_t>(t.ticket.block_status().size())) {
+              ThrowIfError(s);
+            }
             return MakeErrorObject(s);
           },
-          py::arg("index"), "None for a resident block; the kvtier.Error of its cause otherwise.")
+          py::arg("index"),
+          "None for a resident block; the kvtier.Error of its cause otherwise. Raises "
+          "OutOfRangeError for an index outside the ticket's blocks.")
       .def_property_readonly("resident_tokens",
                              [](const PyTicket& t) { return t.ticket.resident_tokens(); })
       .def_property_readonly("completion", [](const PyTicket& t) { return t.ticket.completion(); })

@@ -168,3 +168,31 @@ def test_torch_tensors_share_the_pool():
     assert v1.dtype == torch.bfloat16 and tuple(v1.shape) == (4, B, H, D)
     v1[0] = 1.5
     assert (bf16.v(1)[0] == 0x3FC0).all()  # 1.5 in bfloat16 bits
+
+
+def test_a_cuda_views_holder_keeps_its_pool_alive(monkeypatch):
+    # Found in review: tensor() of a CUDA pool built the tensor from a holder that referenced only
+    # the interface dict, so the cache (owner of the device memory) could go first. Checked
+    # without a GPU: torch.as_tensor is replaced, and the holder it is given is inspected.
+    torch = pytest.importorskip("torch")
+
+    class FakeCudaPool:
+        host_accessible = False
+
+        def __init__(self, geometry):
+            self.geometry = geometry
+
+        def cuda_array_interface(self, layer, plane):
+            return {"shape": (1,), "typestr": "|u1", "data": (0, False), "version": 3}
+
+    given = {}
+
+    def as_tensor(obj, device=None):
+        given["holder"] = obj
+        return torch.zeros(1, dtype=torch.uint8)
+
+    monkeypatch.setattr(torch, "as_tensor", as_tensor)
+    pool = FakeCudaPool(kvtier.KvGeometry(num_layers=1, num_kv_heads=1, head_dim=8,
+                                          dtype=kvtier.KvDtype.FP16, tokens_per_block=4))
+    kvtier.HbmPool.tensor(pool, 0)
+    assert any(r is pool for r in gc.get_referents(vars(given["holder"])))

@@ -153,6 +153,10 @@ def test_ticket_is_a_context_manager_with_an_int32_block_table():
         assert t.first_block == 0 and t.tokens_per_block == B and t.tokens_in_last_block == 8
         assert t.block_status == [kvtier.BlockResidency.RESIDENT] * 3
         assert t.block_error(0) is None
+        with pytest.raises(kvtier.OutOfRangeError):  # before, returned as if a block's cause
+            t.block_error(3)
+        with pytest.raises(kvtier.OutOfRangeError):
+            t.block_error(-1)
         assert t.resident_tokens == 40
         assert t.completion.done and t.completion.ok and t.completion.error is None
         assert t.sequence == 1 and (t.begin_token, t.end_token) == (0, 40)
@@ -284,6 +288,9 @@ def test_report_written_waits_for_the_kernel_completion():
     assert not kernel_done.done
     cache.report_written(1, 32, kernel_done)
     assert cache.lookup(prompt).matched_tokens == 0  # not readable before the kernel is done
+    with pytest.raises(kvtier.InvalidArgumentError):  # before, fired as UNKNOWN
+        kernel_done.complete(42, "not a status code")
+    assert not kernel_done.done
     assert kernel_done.complete()
     assert not kernel_done.complete(13, "second outcome loses")
     assert kernel_done.ok

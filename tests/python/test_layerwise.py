@@ -106,6 +106,14 @@ def test_registered_torch_tensors_in_the_flash_attention_layout_are_the_pool():
     pool = cache.hbm_pool
     assert pool.layout == kvtier.HbmLayout.LAYER_KV_SPLIT
     assert pool.address == engine[0].data_ptr()
+    # One allocation per layer: the flat views, which ran past tensor 0, are empty or refused.
+    flat = memoryview(pool)
+    assert flat.nbytes == 0 and flat.readonly
+    flat.release()
+    with pytest.raises(kvtier.FailedPreconditionError):
+        pool.array()
+    with pytest.raises(kvtier.FailedPreconditionError):
+        pool.layer_offset_bytes(1)
     prompt = tokens(2 * B + 1, seed=3)
     written = write_prompt_to_dram(cache, pool, prompt)  # through kvtier's views of the tensors
     cache.create_sequence(2)

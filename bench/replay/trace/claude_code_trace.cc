@@ -39,6 +39,8 @@ struct RawRequest {
   std::vector<uint64_t> local_ids;
   StopReason stop = StopReason::kUnknown;
   double think_seconds = 0;
+  bool think_given = false;  // "think_time" was present
+  double api_seconds = 0;    // "api_time" (0 when absent): how long the request ran
 };
 
 // A main session or a sub-agent.
@@ -104,6 +106,12 @@ absl::StatusOr<RawRequest> ParseRequest(const json& entry, const std::string& wh
     absl::StatusOr<double> think = NumberField(entry, where, "think_time", 0);
     if (!think.ok()) return think.status();
     request.think_seconds = *think;
+    request.think_given = true;
+  }
+  if (entry.contains("api_time")) {
+    absl::StatusOr<double> api = NumberField(entry, where, "api_time", 0);
+    if (!api.ok()) return api.status();
+    request.api_seconds = *api;
   }
   return request;
 }
@@ -137,7 +145,16 @@ absl::Status ParseSessionRequests(const json& requests, const std::string& path,
       absl::StatusOr<RawRequest> request =
           ParseRequest(entry, where, start_seconds, loader.block_tokens);
       if (!request.ok()) return request.status();
-      loader.sessions[session_index].requests.push_back(*std::move(request));
+      std::vector<RawRequest>& earlier = loader.sessions[session_index].requests;
+      if (!request->think_given && !earlier.empty()) {
+        // Files without think_time (older kv-cache-tester ones): the pause is the gap between
+        // the previous request's end (its t plus api_time) and this one's t. Without it the
+        // closed loop would send the session's requests back to back.
+        const RawRequest& previous = earlier.back();
+        request->think_seconds = std::max(
+            0.0, request->arrival_seconds - previous.arrival_seconds - previous.api_seconds);
+      }
+      earlier.push_back(*std::move(request));
       continue;
     }
     if (depth >= kMaxClaudeSubagentDepth) {

@@ -30,7 +30,8 @@
 // - stop: "tool_use" -> kToolUse, "end_turn" -> kEndTurn, anything else or absent -> kUnknown.
 //   last_turn: a sub-agent's kEndTurn (its loop ends there; no released file has a sub-agent
 //   request after one).
-//   think_seconds = "think_time" (0 when absent, as for a session's first request).
+//   think_seconds = "think_time"; when absent, the gap from the end of the session's previous
+//   request: t - (its t + its "api_time", 0 if absent), at least 0; 0 for a session's first.
 // - requests of all sessions merged by arrival (a stable sort: ties keep load order).
 //
 // Ids. The files' ids are local to one file (its sub-agents share the file's id space; the

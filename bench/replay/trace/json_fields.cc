@@ -21,6 +21,11 @@ using ::nlohmann::json;
 constexpr size_t kMaxShownValue = 40;
 
 std::string Shown(const json& value) {
+  // A container is named, not dumped: dump() recurses once per level, and a deeply nested
+  // value in a bad field would overflow the stack while its error is being written.
+  if (value.is_object() || value.is_array()) {
+    return absl::StrCat("an ", value.type_name(), " of ", value.size(), " elements");
+  }
   std::string text = value.dump();
   if (text.size() > kMaxShownValue) {
     text.resize(kMaxShownValue);
@@ -39,9 +44,10 @@ absl::Status BadValue(absl::string_view where, absl::string_view field, absl::st
 absl::StatusOr<json> ParseJson(absl::string_view text, absl::string_view where) {
   try {
     return json::parse(text.data(), text.data() + text.size());
-  } catch (const json::parse_error& e) {
-    // what() is "[json.exception.parse_error.101] parse error at line 1, column 7: ...": keep
-    // the part after the bracketed id, which says where and what.
+  } catch (const json::exception& e) {
+    // Every parse failure, not only parse_error: a number too large for a double (1e400) is an
+    // out_of_range (406). what() is "[json.exception.parse_error.101] parse error at line 1,
+    // column 7: ...": keep the part after the bracketed id, which says where and what.
     absl::string_view message = e.what();
     if (const size_t close = message.find("] "); close != absl::string_view::npos) {
       message.remove_prefix(close + 2);

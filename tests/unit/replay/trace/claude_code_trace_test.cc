@@ -115,6 +115,24 @@ TEST(ClaudeCodeTraceTest, LoadsASessionWithASubagent) {
   EXPECT_FALSE(s1.last_turn);
 }
 
+// Found in review: a file without think_time (older kv-cache-tester ones) gave every request a
+// pause of 0, so the closed-loop serving simulation ran each session back to back. The pause is
+// now the gap from the previous request's end (t + api_time, 1.5 s in Request()).
+TEST(ClaudeCodeTraceTest, WithoutThinkTimeThePauseIsTheGapAfterThePreviousRequest) {
+  json third = Request(12, 64, {1});
+  third.erase("api_time");
+  json fourth = Request(13, 64, {1});
+  const json doc = Session(0, {Request(0, 64, {1}), Request(10, 64, {1}), third, fourth});
+  kvtier::testing::TempDir dir;
+  KVTIER_ASSERT_OK_AND_ASSIGN(const Trace trace,
+                              LoadClaudeCodeTraces(Write(dir, "s.json", doc.dump())));
+  ASSERT_EQ(trace.requests.size(), 4u);
+  EXPECT_EQ(trace.requests[0].think_seconds, 0);    // the first
+  EXPECT_EQ(trace.requests[1].think_seconds, 8.5);  // 10 - (0 + 1.5)
+  EXPECT_EQ(trace.requests[2].think_seconds, 0.5);  // 12 - (10 + 1.5)
+  EXPECT_EQ(trace.requests[3].think_seconds, 1);    // 13 - 12: the third gave no api_time
+}
+
 // A sub-agent's end_turn ends it (its result goes back to the parent): last_turn.
 TEST(ClaudeCodeTraceTest, ASubagentsEndTurnIsItsLastTurn) {
   json subagent{{"t", 9.0},

@@ -93,6 +93,18 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"BadJson", R"({"timestamp": 1, "input_length": )", "not valid JSON", "column"},
         BadCase{"TruncatedLine", R"({"timestamp": 1, "input_length": 10, "hash_ids": [0)",
                 "not valid JSON", ""},
+        // Found in review: a number too large for a double is nlohmann's out_of_range, not a
+        // parse_error, and escaped the catch (the replay aborted).
+        BadCase{"NumberPastADouble",
+                R"({"timestamp": 1e400, "input_length": 10, "output_length": 1, "hash_ids": [0]})",
+                "not valid JSON", "1e400"},
+        // Found in review: the error message dumped the bad value, recursively: a deeply nested
+        // one overflowed the stack. A container is named by its type and size instead.
+        BadCase{"DeeplyNestedValue",
+                absl::StrCat(R"({"input_length": 10, "output_length": 1, "hash_ids": [0], )",
+                             R"("timestamp": )", std::string(200000, '['), std::string(200000, ']'),
+                             "}"),
+                "\"timestamp\"", "an array of 1 elements"},
         BadCase{"NotAnObject", "[1, 2]", "JSON object", "array"},
         BadCase{"MissingTimestamp", R"({"input_length": 10, "output_length": 1, "hash_ids": [0]})",
                 "\"timestamp\"", "missing"},

@@ -60,12 +60,37 @@ int64_t Digits(absl::string_view text, size_t pos, size_t n) {
   return value;
 }
 
-// "YYYY-MM-DD HH:MM:SS" with an optional "." and 1 to 9 fractional digits, read as UTC; nullopt
-// unless it is that, and a real date and time.
+// The UTC offset a timestamp ends with, removed from `text`: "Z", or "+HH:MM" / "-HH:MM" (the
+// 2024 traces write "+00:00"). Zero when there is none; nullopt when it is malformed.
+std::optional<absl::Duration> TakeUtcOffset(absl::string_view& text) {
+  constexpr size_t kWholeSeconds = 19;
+  if (text.size() > kWholeSeconds && text.back() == 'Z') {
+    text.remove_suffix(1);
+    return absl::ZeroDuration();
+  }
+  constexpr size_t kOffset = 6;  // "+00:00"
+  if (text.size() < kWholeSeconds + kOffset) return absl::ZeroDuration();
+  const absl::string_view offset = text.substr(text.size() - kOffset);
+  if (offset[0] != '+' && offset[0] != '-') return absl::ZeroDuration();
+  const int64_t hours = Digits(offset, 1, 2);
+  const int64_t minutes = Digits(offset, 4, 2);
+  if (offset[3] != ':' || hours < 0 || hours > 23 || minutes < 0 || minutes > 59) {
+    return std::nullopt;
+  }
+  text.remove_suffix(kOffset);
+  const absl::Duration east = absl::Hours(hours) + absl::Minutes(minutes);
+  return offset[0] == '+' ? east : -east;
+}
+
+// "YYYY-MM-DD HH:MM:SS" ("T" may stand for the space) with an optional "." and 1 to 9
+// fractional digits, then an optional UTC offset ("Z", "+00:00"), read as UTC; nullopt unless it
+// is that, and a real date and time.
 std::optional<absl::Time> ParseTimestamp(absl::string_view text) {
   constexpr size_t kWholeSeconds = 19;  // "2023-11-16 18:15:46"
-  if (text.size() < kWholeSeconds || text[4] != '-' || text[7] != '-' || text[10] != ' ' ||
-      text[13] != ':' || text[16] != ':') {
+  const std::optional<absl::Duration> utc_offset = TakeUtcOffset(text);
+  if (!utc_offset.has_value()) return std::nullopt;
+  if (text.size() < kWholeSeconds || text[4] != '-' || text[7] != '-' ||
+      (text[10] != ' ' && text[10] != 'T') || text[13] != ':' || text[16] != ':') {
     return std::nullopt;
   }
   const int64_t year = Digits(text, 0, 4);
@@ -91,7 +116,7 @@ std::optional<absl::Time> ParseTimestamp(absl::string_view text) {
     if (nanoseconds < 0) return std::nullopt;
     for (size_t i = digits; i < 9; ++i) nanoseconds *= 10;
   }
-  return absl::FromCivil(civil, absl::UTCTimeZone()) + absl::Nanoseconds(nanoseconds);
+  return absl::FromCivil(civil, absl::UTCTimeZone()) + absl::Nanoseconds(nanoseconds) - *utc_offset;
 }
 
 // Digits only, in [min, kMaxTraceTokens]; nullopt otherwise.
@@ -165,7 +190,8 @@ struct Loader {
     if (!time.has_value()) {
       return ColumnError(where, 0,
                          absl::StrCat("must be \"YYYY-MM-DD HH:MM:SS\" with an optional fraction "
-                                      "of 1 to 9 digits, a real date and time, got ",
+                                      "of 1 to 9 digits and UTC offset (\"+00:00\", \"Z\"), a "
+                                      "real date and time, got ",
                                       Shown(fields[0])));
     }
     const bool first = trace.requests.empty();

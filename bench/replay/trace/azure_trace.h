@@ -4,15 +4,17 @@
 // The file is CSV, a header and one request per line:
 //   TIMESTAMP,ContextTokens,GeneratedTokens
 //   2023-11-16 18:15:46.6805900,374,44
-// TIMESTAMP is "YYYY-MM-DD HH:MM:SS" with an optional fraction of 1 to 9 digits (the released
-// files have 7: 100 ns). Blank lines are skipped, CRLF line ends and a UTF-8 byte order mark
-// before the header are accepted, fields may be double-quoted (csv.h).
+// TIMESTAMP is "YYYY-MM-DD HH:MM:SS" ("T" may stand for the space) with an optional fraction of
+// 1 to 9 digits (the released 2023 files have 7: 100 ns) and an optional UTC offset, "+HH:MM",
+// "-HH:MM" or "Z" (the 2024 files end in "+00:00"). Blank lines are skipped, CRLF line ends and a
+// UTF-8 byte order mark before the header are accepted, fields may be double-quoted (csv.h).
 //
 // What the Trace gets:
 // - arrival_seconds = the row's TIMESTAMP minus the first row's, taken exactly in integer
 //   nanoseconds, then divided by 1e9 as doubles (the nearest double to the exact difference for
-//   spans under 104 days; the released files span an hour). The timestamps have no zone: they
-//   are parsed by hand as UTC civil time (no locale, no DST), so only their differences matter.
+//   spans under 104 days; the released files span an hour). Timestamps without an offset are
+//   parsed by hand as UTC civil time (no locale, no DST), and one with an offset is moved to UTC
+//   by it; only the differences matter.
 // - input_tokens = ContextTokens, output_tokens = GeneratedTokens, session 0, stop kUnknown,
 //   think_seconds 0 (the trace has no sessions or stop reasons).
 // - block_ids: ceil(ContextTokens / block_tokens) fresh ids per request, numbered 0, 1, 2, ...

@@ -2,6 +2,7 @@
 #include "bench/replay/trace/claude_code_trace.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -24,6 +25,8 @@ namespace {
 using ::nlohmann::json;
 
 constexpr uint64_t kMaxLocalId = uint64_t{1} << kClaudeLocalIdBits;
+// The id space of files with "hash_id_scope": "global"; files number from 1.
+constexpr uint64_t kGlobalIdSpace = 0;
 // File indices stay below bit 62 (the tail ids' bit): (k << 40) < 2^62.
 constexpr uint64_t kMaxFiles = (uint64_t{1} << (62 - kClaudeLocalIdBits)) - 1;
 // Shared tool ids: kClaudeSharedToolIdBase | (tool_tokens << 24) | block index.
@@ -97,18 +100,18 @@ absl::StatusOr<RawRequest> ParseRequest(const json& entry, const std::string& wh
     }
   }
   request.local_ids = *std::move(ids);
-  if (entry.contains("stop")) {
+  if (HasValue(entry, "stop")) {
     absl::StatusOr<std::string> stop = StringField(entry, where, "stop");
     if (!stop.ok()) return stop.status();
     request.stop = ParseStop(*stop);
   }
-  if (entry.contains("think_time")) {
+  if (HasValue(entry, "think_time")) {
     absl::StatusOr<double> think = NumberField(entry, where, "think_time", 0);
     if (!think.ok()) return think.status();
     request.think_seconds = *think;
     request.think_given = true;
   }
-  if (entry.contains("api_time")) {
+  if (HasValue(entry, "api_time")) {
     absl::StatusOr<double> api = NumberField(entry, where, "api_time", 0);
     if (!api.ok()) return api.status();
     request.api_seconds = *api;
@@ -116,8 +119,10 @@ absl::StatusOr<RawRequest> ParseRequest(const json& entry, const std::string& wh
   return request;
 }
 
+// "tool_tokens", 0 when absent or null (no tool prefix to share).
 absl::StatusOr<int64_t> ToolTokensField(const json& object, const std::string& where,
                                         int block_tokens) {
+  if (!HasValue(object, "tool_tokens")) return 0;
   absl::StatusOr<int64_t> tool_tokens = IntField(object, where, "tool_tokens", 0);
   if (!tool_tokens.ok()) return tool_tokens.status();
   if (*tool_tokens / block_tokens >= kMaxToolBlocks || *tool_tokens >= kMaxToolTokensGroup) {
@@ -125,6 +130,24 @@ absl::StatusOr<int64_t> ToolTokensField(const json& object, const std::string& w
                       absl::StrCat("must be < 2^", kToolGroupShift, " blocks, got ", *tool_tokens));
   }
   return *tool_tokens;
+}
+
+// How long a sub-agent's own requests ran: the latest "t" + "api_time" among its entries (0 when
+// none has a number there). The start of a sub-agent whose "duration_ms" is absent or null.
+// Values of the wrong type are skipped here; parsing the requests reports them.
+double OwnSpanSeconds(const json& requests) {
+  double span = 0;
+  if (!requests.is_array()) return span;
+  for (const json& entry : requests) {
+    if (!entry.is_object()) continue;
+    const auto t = entry.find("t");
+    if (t == entry.end() || !t->is_number()) continue;
+    double end = t->get<double>();
+    const auto api = entry.find("api_time");
+    if (api != entry.end() && api->is_number() && api->get<double>() > 0) end += api->get<double>();
+    if (std::isfinite(end)) span = std::max(span, end);
+  }
+  return span;
 }
 
 // Parses the array `requests` (at `path` `where_array`, e.g. "requests[3].requests") into
@@ -165,9 +188,15 @@ absl::Status ParseSessionRequests(const json& requests, const std::string& path,
     // transcript); it started duration_ms before. See the header.
     absl::StatusOr<double> t = NumberField(entry, where, "t", 0);
     if (!t.ok()) return t.status();
-    absl::StatusOr<double> duration_ms = NumberField(entry, where, "duration_ms", 0);
-    if (!duration_ms.ok()) return duration_ms.status();
-    const double subagent_start = std::max(0.0, *t - *duration_ms / 1000.0);
+    double duration_seconds = 0;
+    if (HasValue(entry, "duration_ms")) {
+      absl::StatusOr<double> duration_ms = NumberField(entry, where, "duration_ms", 0);
+      if (!duration_ms.ok()) return duration_ms.status();
+      duration_seconds = *duration_ms / 1000.0;
+    } else if (const auto nested = entry.find("requests"); nested != entry.end()) {
+      duration_seconds = OwnSpanSeconds(*nested);
+    }
+    const double subagent_start = std::max(0.0, *t - duration_seconds);
     absl::StatusOr<int64_t> tool_tokens = ToolTokensField(entry, where, loader.block_tokens);
     if (!tool_tokens.ok()) return tool_tokens.status();
     absl::StatusOr<const json*> nested = ArrayField(entry, where, "requests");
@@ -196,10 +225,13 @@ absl::Status ParseFile(const std::string& path, uint64_t file_index, Loader& loa
   const json& root = *parsed;
   if (absl::Status s = ExpectObject(root, path); !s.ok()) return s;
 
-  absl::StatusOr<int64_t> block_size = IntField(root, path, "block_size", 1);
-  if (!block_size.ok()) return block_size.status();
-  if (*block_size > (int64_t{1} << 20)) {
-    return FieldError(path, "block_size", absl::StrCat("must be <= 2^20, got ", *block_size));
+  absl::StatusOr<int64_t> block_size = kClaudeDefaultBlockTokens;
+  if (HasValue(root, "block_size")) {
+    block_size = IntField(root, path, "block_size", 1);
+    if (!block_size.ok()) return block_size.status();
+    if (*block_size > (int64_t{1} << 20)) {
+      return FieldError(path, "block_size", absl::StrCat("must be <= 2^20, got ", *block_size));
+    }
   }
   if (loader.block_tokens == 0) {
     loader.block_tokens = static_cast<int>(*block_size);
@@ -209,13 +241,17 @@ absl::Status ParseFile(const std::string& path, uint64_t file_index, Loader& loa
                       absl::StrCat("is ", *block_size, ", but ", loader.block_tokens_file, " has ",
                                    loader.block_tokens, ": one trace has one block size"));
   }
-  if (root.contains("hash_id_scope")) {
+  uint64_t id_space = file_index;
+  if (HasValue(root, "hash_id_scope")) {
     absl::StatusOr<std::string> scope = StringField(root, path, "hash_id_scope");
     if (!scope.ok()) return scope.status();
-    if (*scope != "local") {
-      return FieldError(
-          path, "hash_id_scope",
-          absl::StrCat("must be \"local\" (ids local to the session), got \"", *scope, "\""));
+    if (*scope == "global") {
+      id_space = kGlobalIdSpace;
+    } else if (*scope != "local") {
+      return FieldError(path, "hash_id_scope",
+                        absl::StrCat("must be \"local\" (ids local to the file) or \"global\" "
+                                     "(ids shared by every global file), got \"",
+                                     *scope, "\""));
     }
   }
   absl::StatusOr<int64_t> tool_tokens = ToolTokensField(root, path, loader.block_tokens);
@@ -225,7 +261,7 @@ absl::Status ParseFile(const std::string& path, uint64_t file_index, Loader& loa
 
   RawSession main_session;
   main_session.session = file_index;
-  main_session.id_space = file_index;
+  main_session.id_space = id_space;
   main_session.tool_tokens = *tool_tokens;
   loader.sessions.push_back(std::move(main_session));
   return ParseSessionRequests(**requests, path, "requests", /*start_seconds=*/0,

@@ -9,13 +9,19 @@
 // "subagent" is a sub-agent {"t", "duration_ms", "tool_tokens", "requests": [...], ...} whose
 // own requests' "t" count from the sub-agent's start.
 //
+// Optional fields, each of which reads the same absent or null (upstream writers put null where
+// they have no value): "block_size" (then kClaudeDefaultBlockTokens, 64), "hash_id_scope" (then
+// "local"), "tool_tokens" of a file or sub-agent (then 0: nothing to share), "duration_ms" (see
+// below), "stop", "api_time" and "think_time" of a request.
+//
 // Sub-agent timing: the entry's "t" is when the sub-agent *finished* (its result entered the
 // parent's transcript), so it started at t - duration_ms / 1000 (clamped at 0) in the enclosing
-// session's time. The released files bear this out: sub-agents launched together by one parent
-// request (three in trace_0254 at entry t 137.0, 143.8 and 149.5 s) all come out starting at
-// the same instant (53.02 s), after that parent request and before the next, and the parent's
-// next request always follows the entry's t; read as a start, the same entries would overlap
-// the parent's next requests. In every released file a sub-agent's last request also ends
+// session's time. Without "duration_ms" it started at t minus the span of its own requests
+// (their latest "t" + "api_time"). The released files bear this out: sub-agents launched together
+// by one parent request (three in trace_0254 at entry t 137.0, 143.8 and 149.5 s) all come out
+// starting at the same instant (53.02 s), after that parent request and before the next, and the
+// parent's next request always follows the entry's t; read as a start, the same entries would
+// overlap the parent's next requests. In every released file a sub-agent's last request also ends
 // (start + its t + api_time) before the entry's t.
 //
 // What the Trace gets:
@@ -36,7 +42,9 @@
 //
 // Ids. The files' ids are local to one file (its sub-agents share the file's id space; the
 // released files never reuse a parent id in a sub-agent). A local id becomes
-// (k << kClaudeLocalIdBits) | id for file k. The exception is the tool-definition prefix, which
+// (k << kClaudeLocalIdBits) | id for file k. Files with "hash_id_scope": "global" share one id
+// space instead (the id itself, file index 0): an id names the same block in each of them, as
+// the scope says. The exception is the tool-definition prefix, which
 // every session sends first and which the files give only as a length, "tool_tokens": block j <
 // floor(tool_tokens / block_size) of a request gets the shared id kClaudeSharedToolIdBase + j
 // (with kSameToolTokens also tool_tokens << 24), so sessions hit each other's tool blocks as
@@ -80,6 +88,9 @@ inline constexpr uint64_t kClaudeSharedToolIdBase = uint64_t{1} << 63;
 inline constexpr uint64_t kClaudeTailIdBase = uint64_t{1} << 62;
 inline constexpr int kClaudeLocalIdBits = 40;
 
+// A file's block size when it has no "block_size" (every released file says 64).
+inline constexpr int kClaudeDefaultBlockTokens = 64;
+
 // How deep sub-agents may nest (a sub-agent of the session is depth 1). The released files nest
 // one deep (Claude Code gives sub-agents no sub-agents of their own); the limit keeps a hostile
 // file from exhausting the stack, as the parser descends one level per sub-agent.
@@ -101,12 +112,11 @@ struct ClaudeCodeOptions {
 // - kInvalidArgument, the message naming the file, the request by its index path
 //   ("requests[12].requests[3]", a sub-agent's requests nested in its entry) and the field: not
 //   valid JSON (with the parser's line and column); not an object; a missing field ("type", "t",
-//   "in", "out", "hash_ids"; "tool_tokens", "requests", "block_size" of a file; "t",
-//   "duration_ms", "tool_tokens", "requests" of a sub-agent); a field of the wrong type; t < 0,
-//   in < 1, out < 0, in or out > kMaxTraceTokens (2^31 - 1, trace.h), think_time < 0,
-//   duration_ms < 0, an id < 0 or >= 2^40; len(hash_ids) neither floor nor ceil of
-//   in / block_size; hash_id_scope other than "local"; block_size differing between files; no
-//   requests at all; sub-agents nested deeper than kMaxClaudeSubagentDepth.
+//   "in", "out", "hash_ids"; "requests" of a file; "t", "requests" of a sub-agent); a field of
+//   the wrong type; t < 0, in < 1, out < 0, in or out > kMaxTraceTokens (2^31 - 1, trace.h),
+//   think_time < 0, duration_ms < 0, an id < 0 or >= 2^40; len(hash_ids) neither floor nor ceil
+//   of in / block_size; hash_id_scope other than "local" or "global"; block_size differing
+//   between files; no requests at all; sub-agents nested deeper than kMaxClaudeSubagentDepth.
 // - kInvalidArgument "<file>: <n> bytes, over the limit of 256 MiB ...": a file larger than
 //   kMaxTraceFileBytes (trace_file.h), refused from its size before any of it is read. A file is
 //   parsed whole, and its parsed form takes several times its size, so this bounds memory (the

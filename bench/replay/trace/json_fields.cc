@@ -74,6 +74,11 @@ absl::StatusOr<const json*> RequiredField(const json& object, absl::string_view 
   return &*it;
 }
 
+bool HasValue(const json& object, absl::string_view field) {
+  const auto it = object.find(std::string_view(field.data(), field.size()));
+  return it != object.end() && !it->is_null();
+}
+
 absl::StatusOr<int64_t> IntField(const json& object, absl::string_view where,
                                  absl::string_view field, int64_t min, int64_t max) {
   absl::StatusOr<const json*> value = RequiredField(object, where, field);

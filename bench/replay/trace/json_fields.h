@@ -38,6 +38,10 @@ absl::StatusOr<const nlohmann::json*> RequiredField(const nlohmann::json& object
                                                     absl::string_view where,
                                                     absl::string_view field);
 
+// Whether `object` has `field` with a value other than null: upstream writers put null in an
+// optional field they have no value for (a sub-agent's "duration_ms"), and it reads as absent.
+bool HasValue(const nlohmann::json& object, absl::string_view field);
+
 // An integer field in [min, max]. A float (even 3.0 or 1e300), a string or an out-of-range value
 // is an error ("must be an integer >= 1 and <= 2147483647, got 2147483648").
 absl::StatusOr<int64_t> IntField(const nlohmann::json& object, absl::string_view where,

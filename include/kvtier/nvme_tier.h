@@ -12,10 +12,12 @@
 // starts with them cached), and a torn or corrupt slot reads as kDataLoss, counted in
 // corrupt_reads(), never as a block.
 //
-// Thread-safety: as TierBackend. Reads and writes may block until a staging buffer is free (at
-// most until their deadline), so they must not be called from a completion callback of this
-// tier, which runs on the thread that frees the buffers. Ownership: the tier owns its file
-// descriptor; the file is kept on destruction (it is the cache).
+// Thread-safety: as TierBackend. Reads and writes never block the caller: a block that finds no
+// staging buffer free waits in a first-come-first-served queue (shared by all callers) and
+// starts when one frees, on the thread that completed the request holding it; one still queued
+// at its deadline fails then with kDeadlineExceeded, fired by the tier's timer thread. So they
+// may be called from any thread, completion callbacks of this tier included. Ownership: the tier
+// owns its file descriptor; the file is kept on destruction (it is the cache).
 #ifndef KVTIER_NVME_TIER_H_
 #define KVTIER_NVME_TIER_H_
 
@@ -59,7 +61,9 @@ class NvmeTier final : public TierBackend {
   // or kIoUring was asked for and io_uring cannot be set up here.
   static absl::StatusOr<std::unique_ptr<NvmeTier>> Create(const KvGeometry& geometry,
                                                           const NvmeTierOptions& options);
-  ~NvmeTier() override;  // waits for every operation in flight
+  // Waits for every operation in flight; those still queued for a staging buffer fail with
+  // kUnavailable.
+  ~NvmeTier() override;
 
   const TierInfo& info() const override;
   BlockAllocator& allocator() override;
@@ -67,9 +71,10 @@ class NvmeTier final : public TierBackend {
                         const BlockIoOptions& options = {}) override;
   Completion ReadBlock(SlotId slot, const BlockKey& key, absl::Span<std::byte> dst,
                        const BlockIoOptions& options = {}) override;
-  // One engine submission per batch (split only when it needs more staging buffers than are
-  // free). If the submission fails, every block of it fails with that error, each only after
-  // the kernel is known to be done with its buffer (case IO-2).
+  // The blocks of a batch that find a staging buffer free go to the device in one engine
+  // submission; the rest queue (see the thread-safety note) and start one by one as buffers
+  // free. If a submission fails, every block of it fails with that error, each only after the
+  // kernel is known to be done with its buffer (case IO-2).
   std::vector<Completion> WriteBlocks(absl::Span<const BlockWrite> writes,
                                       const BlockIoOptions& options = {}) override;
   std::vector<Completion> ReadBlocks(absl::Span<const BlockRead> reads,
@@ -94,7 +99,6 @@ class NvmeTier final : public TierBackend {
 
  private:
   struct Impl;
-  class Batch;
   explicit NvmeTier(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -10,12 +10,16 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <functional>
+#include <map>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "internal/byte_writer.h"
+#include "internal/deadline_timer.h"
 #include "internal/host_region.h"
 #include "internal/mutex.h"
 #include "internal/status_macros.h"
@@ -134,9 +138,31 @@ struct NvmeTier::Impl {
   internal::HostRegion staging;
   int staging_count = 0;
   bool staging_registered = false;
+
+  // A request that found no staging buffer free. Reads and writes never wait for one: the
+  // request queues here, the release that frees a buffer starts the oldest, and `timer` fails it
+  // at its deadline. (A caller that waited would stall its thread, and the transfer engine's one
+  // dispatcher with it, behind a slow device.)
+  struct Waiter {
+    absl::Time deadline;
+    uint64_t timer_id = 0;  // 0: no timer (an infinite deadline)
+    SlotId slot;
+    Completion done;
+    // Fills staging buffer `index` and returns the request to submit, or nullopt when it ended
+    // without one (it has completed `done` itself).
+    std::function<std::optional<internal::IoRequest>(int index)> start;
+  };
   mutable internal::Mutex staging_mu;
-  internal::CondVar staging_cv;
   std::vector<int> free_staging ABSL_GUARDED_BY(staging_mu);
+  std::map<uint64_t, Waiter> waiting ABSL_GUARDED_BY(staging_mu);  // by arrival
+  uint64_t next_waiter ABSL_GUARDED_BY(staging_mu) = 1;
+  bool closing ABSL_GUARDED_BY(staging_mu) = false;
+  // Releases between taking a waiter and submitting it: the destructor waits for them, so no
+  // request reaches the engine once it drains.
+  int starting ABSL_GUARDED_BY(staging_mu) = 0;
+  internal::CondVar started_cv;
+  // Expires waiters; stopped before anything it touches goes.
+  std::unique_ptr<internal::DeadlineTimer> timer = std::make_unique<internal::DeadlineTimer>();
 
   // Last: destroyed first, so every operation in flight drains while the above still exist.
   std::unique_ptr<internal::IoEngine> engine;
@@ -144,6 +170,20 @@ struct NvmeTier::Impl {
   explicit Impl(const KvGeometry& g, internal::HostRegion region)
       : geometry(g), staging(std::move(region)) {}
   ~Impl() {
+    // Requests still queued never started: they fail, and releases stop starting others.
+    std::map<uint64_t, Waiter> left;
+    {
+      internal::MutexLock lock(&staging_mu);
+      closing = true;
+      left.swap(waiting);
+      while (starting > 0) started_cv.Wait(&staging_mu);
+    }
+    timer.reset();
+    for (auto& [id, w] : left) {
+      w.done.Complete(absl::UnavailableError(
+          absl::StrCat(info.name, ": slot ", w.slot.value(),
+                       ": the tier was closed before the operation could start")));
+    }
     engine.reset();
     if (fd >= 0) close(fd);
   }
@@ -151,39 +191,160 @@ struct NvmeTier::Impl {
   uint8_t* Staging(int index) const {
     return reinterpret_cast<uint8_t*>(staging.data()) + static_cast<int64_t>(index) * slot_bytes;
   }
-  // A free staging buffer, waiting for one until `deadline`; -1 if it passed.
-  int AcquireStaging(absl::Time deadline) {
-    internal::MutexLock lock(&staging_mu);
-    while (free_staging.empty()) {
-      if (deadline == absl::InfiniteFuture()) {
-        staging_cv.Wait(&staging_mu);
-      } else if (!staging_cv.WaitUntil(&staging_mu, absl::ToChronoTime(deadline)) &&
-                 absl::Now() >= deadline && free_staging.empty()) {
-        return -1;
+
+  // Runs `start` on a free staging buffer now, appending its request to `batch`, or queues it
+  // behind the requests already waiting (first come, first served). Never waits.
+  void StartOrQueue(SlotId slot, absl::Time deadline, Completion done,
+                    std::function<std::optional<internal::IoRequest>(int)> start,
+                    std::vector<internal::IoRequest>& batch) {
+    int index = -1;
+    {
+      internal::MutexLock lock(&staging_mu);
+      if (waiting.empty() && !free_staging.empty()) {
+        index = free_staging.back();
+        free_staging.pop_back();
+      } else {
+        const uint64_t id = next_waiter++;
+        Waiter& w = waiting[id];
+        w.deadline = deadline;
+        w.slot = slot;
+        w.done = std::move(done);
+        w.start = std::move(start);
+        if (deadline != absl::InfiniteFuture()) {
+          w.timer_id = timer->Schedule(deadline, [this, id] { Expire(id); });
+        }
+        return;
       }
     }
-    const int index = free_staging.back();
-    free_staging.pop_back();
-    return index;
+    if (std::optional<internal::IoRequest> r = start(index); r.has_value()) {
+      batch.push_back(std::move(*r));
+    } else {
+      ReleaseStaging(index);
+    }
   }
-  int TryAcquireStaging() {
-    internal::MutexLock lock(&staging_mu);
-    if (free_staging.empty()) return -1;
-    const int index = free_staging.back();
-    free_staging.pop_back();
-    return index;
+
+  // The timer's: waiter `id`, if still queued, could not start by its deadline.
+  void Expire(uint64_t id) {
+    Completion done;
+    SlotId slot;
+    {
+      internal::MutexLock lock(&staging_mu);
+      const auto it = waiting.find(id);
+      if (it == waiting.end()) return;  // started (or failed) meanwhile
+      done = std::move(it->second.done);
+      slot = it->second.slot;
+      waiting.erase(it);
+    }
+    done.Complete(internal::DeadlinePassed(info, slot));
   }
+
+  // Buffer `index` is free (its request's completion has arrived): it starts the oldest waiter
+  // whose deadline has not passed, or goes back to the free list.
   void ReleaseStaging(int index) {
     internal::MutexLock lock(&staging_mu);
+    while (!closing && !waiting.empty()) {
+      Waiter next = std::move(waiting.begin()->second);
+      waiting.erase(waiting.begin());
+      ++starting;
+      staging_mu.Unlock();
+      if (next.timer_id != 0) timer->Cancel(next.deadline, next.timer_id);
+      bool submitted = false;
+      if (absl::Now() > next.deadline) {
+        next.done.Complete(internal::DeadlinePassed(info, next.slot));
+      } else if (std::optional<internal::IoRequest> r = next.start(index); r.has_value()) {
+        std::vector<internal::IoRequest> one;
+        one.push_back(std::move(*r));
+        engine->Submit(std::move(one));
+        submitted = true;
+      }
+      staging_mu.Lock();
+      --starting;
+      started_cv.SignalAll();
+      if (submitted) return;
+    }
     free_staging.push_back(index);
-    staging_cv.Signal();
   }
+
   internal::IoRequest Request(bool write, SlotId slot, int staging_index) const {
     internal::IoRequest r;
     r.write = write;
     r.offset = static_cast<int64_t>(slot.value()) * slot_bytes;
     r.buffer = {Staging(staging_index), static_cast<size_t>(slot_bytes)};
     r.registered_index = staging_registered ? staging_index : -1;
+    return r;
+  }
+
+  // Writes `src` with its header into staging buffer `index`: the request that stores it.
+  internal::IoRequest PrepareWrite(SlotId slot, const BlockKey& key,
+                                   absl::Span<const std::byte> src, int index, Completion done) {
+    uint8_t* buf = Staging(index);
+    std::memcpy(buf + kHeaderBytes, src.data(), src.size());
+    std::memset(buf + kHeaderBytes + src.size(), 0,
+                static_cast<size_t>(slot_bytes - kHeaderBytes) - src.size());
+    Header h;
+    h.magic = kMagic;
+    h.version = kFormatVersion;
+    h.header_bytes = kHeaderBytes;
+    h.key = key;
+    h.payload_bytes = src.size();
+    h.payload_checksum = XXH3_64bits(buf + kHeaderBytes, src.size());
+    h.write_sequence = write_sequence.fetch_add(1);
+    EncodeHeader(h, buf);
+
+    internal::IoRequest r = Request(/*write=*/true, slot, index);
+    r.done = [this, slot, key, index, done](int64_t result) {
+      absl::Status status;
+      if (result == slot_bytes) {
+        contents->Set(slot, key);
+      } else {
+        // Short or failed: the slot stays not-written (a torn slot also fails its checksum).
+        status = FromErrno(static_cast<int>(-result),
+                           absl::StrCat(info.name, ": writing slot ", slot.value()));
+      }
+      ReleaseStaging(index);  // the kernel is done with it: the CQE has arrived
+      done.Complete(std::move(status));
+    };
+    return r;
+  }
+
+  // The request that reads `slot` into staging buffer `index` and, if it holds `key` intact,
+  // copies it to `dst`; nullopt (with `done` completed) if the slot no longer holds `key`.
+  std::optional<internal::IoRequest> PrepareRead(SlotId slot, const BlockKey& key,
+                                                 absl::Span<std::byte> dst, int index,
+                                                 Completion done) {
+    if (absl::Status s = contents->Check(slot, key, info); !s.ok()) {
+      done.Complete(std::move(s));
+      return std::nullopt;
+    }
+    internal::IoRequest r = Request(/*write=*/false, slot, index);
+    r.done = [this, slot, key, dst, index, done](int64_t result) {
+      absl::Status status;
+      const uint8_t* buf = Staging(index);
+      if (result != slot_bytes) {
+        status = FromErrno(static_cast<int>(-result),
+                           absl::StrCat(info.name, ": reading slot ", slot.value()));
+      } else {
+        Header h;
+        std::string why;
+        if (!DecodeHeader(buf, info.block_bytes, &h, &why)) {
+          // `why` says what is wrong with the header
+        } else if (h.key != key) {
+          why = absl::StrCat("holds block ", h.key.ToHex(), ", not ", key.ToHex());
+        } else if (XXH3_64bits(buf + kHeaderBytes, dst.size()) != h.payload_checksum) {
+          why = "payload checksum mismatch (torn or corrupt block)";
+        }
+        if (why.empty()) {
+          std::memcpy(dst.data(), buf + kHeaderBytes, dst.size());
+        } else {
+          corrupt_reads.fetch_add(1);
+          contents->Invalidate(slot);  // a corrupt slot is a miss from now on
+          status = absl::DataLossError(
+              absl::StrCat(info.name, ": slot ", slot.value(), " is corrupt: ", why));
+        }
+      }
+      ReleaseStaging(index);
+      done.Complete(std::move(status));
+    };
     return r;
   }
 };
@@ -316,32 +477,6 @@ int NvmeTier::free_staging_buffers() const {
 void NvmeTier::InjectSubmitFailureForTest(int err) { impl_->engine->InjectSubmitFailure(err); }
 void NvmeTier::HoldCompletionsForTest(bool hold) { impl_->engine->HoldCompletionsForTest(hold); }
 
-// Batches share one engine submission. A batch larger than the free staging buffers is handed
-// to the engine in pieces: before waiting for a buffer, what is prepared so far is submitted, so
-// a batch never waits on buffers it holds itself.
-class NvmeTier::Batch {
- public:
-  explicit Batch(Impl* impl) : impl_(impl) {}
-  ~Batch() { Flush(); }
-
-  // A staging buffer for the next request, or -1 if `deadline` passed first.
-  int Staging(absl::Time deadline) {
-    if (absl::Now() > deadline) return -1;
-    if (int index = impl_->TryAcquireStaging(); index >= 0) return index;
-    Flush();
-    return impl_->AcquireStaging(deadline);
-  }
-  void Add(internal::IoRequest r) { pending_.push_back(std::move(r)); }
-  void Flush() {
-    if (!pending_.empty()) impl_->engine->Submit(std::move(pending_));
-    pending_.clear();
-  }
-
- private:
-  Impl* impl_;
-  std::vector<internal::IoRequest> pending_;
-};
-
 Completion NvmeTier::WriteBlock(SlotId slot, const BlockKey& key, absl::Span<const std::byte> src,
                                 const BlockIoOptions& options) {
   const BlockWrite one{slot, key, src};
@@ -359,49 +494,26 @@ std::vector<Completion> NvmeTier::WriteBlocks(absl::Span<const BlockWrite> write
   Impl* impl = impl_.get();
   std::vector<Completion> out;
   out.reserve(writes.size());
-  Batch batch(impl);
+  std::vector<internal::IoRequest> batch;  // the requests that found a buffer: one submission
   for (const BlockWrite& w : writes) {
-    if (absl::Status s = internal::CheckBlockIo(impl->info, w.slot, w.src.size()); !s.ok()) {
+    if (absl::Status s =
+            internal::CheckBlockIoNow(impl->info, w.slot, w.src.size(), options.deadline);
+        !s.ok()) {
       out.push_back(Completion::Done(std::move(s)));
       continue;
     }
-    const int staging = batch.Staging(options.deadline);
-    if (staging < 0) {
-      out.push_back(Completion::Done(internal::DeadlinePassed(impl->info, w.slot)));
-      continue;
-    }
-    impl->contents->Invalidate(w.slot);
-    uint8_t* buf = impl->Staging(staging);
-    std::memcpy(buf + kHeaderBytes, w.src.data(), w.src.size());
-    std::memset(buf + kHeaderBytes + w.src.size(), 0,
-                static_cast<size_t>(impl->slot_bytes - kHeaderBytes) - w.src.size());
-    Header h;
-    h.magic = kMagic;
-    h.version = kFormatVersion;
-    h.header_bytes = kHeaderBytes;
-    h.key = w.key;
-    h.payload_bytes = w.src.size();
-    h.payload_checksum = XXH3_64bits(buf + kHeaderBytes, w.src.size());
-    h.write_sequence = impl->write_sequence.fetch_add(1);
-    EncodeHeader(h, buf);
-
+    impl->contents->Invalidate(w.slot);  // not-written from the moment the write is taken
     Completion done;
-    internal::IoRequest r = impl->Request(/*write=*/true, w.slot, staging);
-    r.done = [impl, slot = w.slot, key = w.key, staging, done](int64_t result) {
-      absl::Status status;
-      if (result == impl->slot_bytes) {
-        impl->contents->Set(slot, key);
-      } else {
-        // Short or failed: the slot stays not-written (a torn slot also fails its checksum).
-        status = FromErrno(static_cast<int>(-result),
-                           absl::StrCat(impl->info.name, ": writing slot ", slot.value()));
-      }
-      impl->ReleaseStaging(staging);  // the kernel is done with it: the CQE has arrived
-      done.Complete(std::move(status));
-    };
-    batch.Add(std::move(r));
-    out.push_back(done);
+    impl->StartOrQueue(
+        w.slot, options.deadline, done,
+        [impl, slot = w.slot, key = w.key, src = w.src, done](int index) {
+          return std::optional<internal::IoRequest>(
+              impl->PrepareWrite(slot, key, src, index, done));
+        },
+        batch);
+    out.push_back(std::move(done));
   }
+  if (!batch.empty()) impl->engine->Submit(std::move(batch));
   return out;
 }
 
@@ -410,7 +522,7 @@ std::vector<Completion> NvmeTier::ReadBlocks(absl::Span<const BlockRead> reads,
   Impl* impl = impl_.get();
   std::vector<Completion> out;
   out.reserve(reads.size());
-  Batch batch(impl);
+  std::vector<internal::IoRequest> batch;
   for (const BlockRead& rd : reads) {
     if (absl::Status s = internal::CheckBlockIo(impl->info, rd.slot, rd.dst.size()); !s.ok()) {
       out.push_back(Completion::Done(std::move(s)));
@@ -420,44 +532,20 @@ std::vector<Completion> NvmeTier::ReadBlocks(absl::Span<const BlockRead> reads,
       out.push_back(Completion::Done(std::move(s)));
       continue;
     }
-    const int staging = batch.Staging(options.deadline);
-    if (staging < 0) {
+    if (absl::Now() > options.deadline) {
       out.push_back(Completion::Done(internal::DeadlinePassed(impl->info, rd.slot)));
       continue;
     }
     Completion done;
-    internal::IoRequest r = impl->Request(/*write=*/false, rd.slot, staging);
-    r.done = [impl, slot = rd.slot, key = rd.key, dst = rd.dst, staging, done](int64_t result) {
-      absl::Status status;
-      const uint8_t* buf = impl->Staging(staging);
-      if (result != impl->slot_bytes) {
-        status = FromErrno(static_cast<int>(-result),
-                           absl::StrCat(impl->info.name, ": reading slot ", slot.value()));
-      } else {
-        Header h;
-        std::string why;
-        if (!DecodeHeader(buf, impl->info.block_bytes, &h, &why)) {
-          // `why` says what is wrong with the header
-        } else if (h.key != key) {
-          why = absl::StrCat("holds block ", h.key.ToHex(), ", not ", key.ToHex());
-        } else if (XXH3_64bits(buf + kHeaderBytes, dst.size()) != h.payload_checksum) {
-          why = "payload checksum mismatch (torn or corrupt block)";
-        }
-        if (why.empty()) {
-          std::memcpy(dst.data(), buf + kHeaderBytes, dst.size());
-        } else {
-          impl->corrupt_reads.fetch_add(1);
-          impl->contents->Invalidate(slot);  // a corrupt slot is a miss from now on
-          status = absl::DataLossError(
-              absl::StrCat(impl->info.name, ": slot ", slot.value(), " is corrupt: ", why));
-        }
-      }
-      impl->ReleaseStaging(staging);
-      done.Complete(std::move(status));
-    };
-    batch.Add(std::move(r));
-    out.push_back(done);
+    impl->StartOrQueue(
+        rd.slot, options.deadline, done,
+        [impl, slot = rd.slot, key = rd.key, dst = rd.dst, done](int index) {
+          return impl->PrepareRead(slot, key, dst, index, done);
+        },
+        batch);
+    out.push_back(std::move(done));
   }
+  if (!batch.empty()) impl->engine->Submit(std::move(batch));
   return out;
 }
 

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <memory>
+#include <mutex>
 #include <random>
 #include <vector>
 
@@ -189,6 +190,88 @@ TEST_P(NvmeTierTest, FileSystemTooSmallToPreallocateIsResourceExhausted) {
                                          .engine = GetParam()});
   setrlimit(RLIMIT_FSIZE, &old);
   EXPECT_THAT(t, IsError(StatusCode::kResourceExhausted, "preallocating"));
+}
+
+// The tests below hold the device's answers, which only the io_uring engine can.
+std::unique_ptr<NvmeTier> OpenHeldUring(const testing::TempDir& dir) {
+  auto t = NvmeTier::Create(Geometry(), {.path = dir.File("held.bin"),
+                                         .capacity_bytes = 8 * NvmeTier::SlotBytes(Geometry()),
+                                         .queue_depth = 1,
+                                         .engine = NvmeEngine::kIoUring});
+  if (!t.ok()) return nullptr;
+  (*t)->HoldCompletionsForTest(true);
+  return std::move(*t);
+}
+
+// Found in review: a write that found every staging buffer in use waited for one on the
+// caller's thread, up to its deadline (the transfer engine's dispatcher, stalling every other
+// copy). It now queues and the call returns: here the second write is still pending, not failed,
+// when WriteBlock returns, and lands once the first one's buffer comes back.
+TEST(NvmeTierQueueTest, AWriteWithoutAStagingBufferQueuesInsteadOfWaiting) {
+  testing::TempDir dir;
+  std::unique_ptr<NvmeTier> t = OpenHeldUring(dir);
+  if (t == nullptr) GTEST_SKIP() << "the io_uring NVMe tier cannot run here";
+  const std::vector<std::byte> a = Block(1);
+  const std::vector<std::byte> b = Block(2);
+  Completion first = t->WriteBlock(SlotId(0), Key(1), a);
+  Completion second =
+      t->WriteBlock(SlotId(1), Key(2), b, {.deadline = absl::Now() + absl::Seconds(2)});
+  EXPECT_FALSE(second.done()) << second.status();
+  EXPECT_EQ(t->free_staging_buffers(), 0);
+  t->HoldCompletionsForTest(false);
+  KVTIER_EXPECT_OK(first.Wait());
+  KVTIER_EXPECT_OK(second.Wait());
+  std::vector<std::byte> back(b.size());
+  KVTIER_EXPECT_OK(t->ReadBlock(SlotId(1), Key(2), absl::MakeSpan(back)).Wait());
+  EXPECT_TRUE(back == b);
+  EXPECT_EQ(t->free_staging_buffers(), 1);
+}
+
+// A queued request that no buffer frees for fails at its own deadline, while the request holding
+// the buffer is still out; a read queued with no deadline waits for the buffer.
+TEST(NvmeTierQueueTest, AQueuedRequestFailsAtItsDeadline) {
+  testing::TempDir dir;
+  std::unique_ptr<NvmeTier> t = OpenHeldUring(dir);
+  if (t == nullptr) GTEST_SKIP() << "the io_uring NVMe tier cannot run here";
+  const std::vector<std::byte> a = Block(3);
+  Completion first = t->WriteBlock(SlotId(0), Key(3), a);
+  Completion late = t->WriteBlock(SlotId(1), Key(4), Block(4),
+                                  {.deadline = absl::Now() + absl::Milliseconds(50)});
+  EXPECT_THAT(late.WaitUntil(absl::Now() + absl::Seconds(10)),
+              IsError(StatusCode::kDeadlineExceeded, "could not start by its deadline"));
+  EXPECT_FALSE(first.done());
+  t->HoldCompletionsForTest(false);
+  KVTIER_EXPECT_OK(first.Wait());
+  std::vector<std::byte> back(a.size());
+  KVTIER_EXPECT_OK(t->ReadBlock(SlotId(0), Key(3), absl::MakeSpan(back)).Wait());
+  EXPECT_TRUE(back == a);
+  // The failed write left its slot not-written.
+  EXPECT_THAT(t->ReadBlock(SlotId(1), Key(4), absl::MakeSpan(back)).Wait(),
+              IsError(StatusCode::kNotFound, ""));
+  EXPECT_EQ(t->free_staging_buffers(), 1);
+}
+
+// Requests waiting for a buffer start first come, first served, whoever calls.
+TEST(NvmeTierQueueTest, QueuedRequestsStartInArrivalOrder) {
+  testing::TempDir dir;
+  std::unique_ptr<NvmeTier> t = OpenHeldUring(dir);
+  if (t == nullptr) GTEST_SKIP() << "the io_uring NVMe tier cannot run here";
+  std::vector<std::vector<std::byte>> data;
+  for (uint32_t i = 0; i < 4; ++i) data.push_back(Block(10 + i));
+  std::mutex mu;
+  std::vector<uint32_t> order;
+  std::vector<Completion> done;
+  for (uint32_t i = 0; i < 4; ++i) {
+    done.push_back(t->WriteBlock(SlotId(i), Key(10 + i), data[i]));
+    done.back().OnDone([&, i](const absl::Status&) {
+      std::lock_guard<std::mutex> lock(mu);
+      order.push_back(i);
+    });
+  }
+  t->HoldCompletionsForTest(false);
+  KVTIER_EXPECT_OK(Completion::All(done).Wait());
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_THAT(order, ::testing::ElementsAre(0, 1, 2, 3));
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, NvmeTierTest,

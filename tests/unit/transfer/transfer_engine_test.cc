@@ -8,7 +8,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "internal/status_macros.h"
+#include "kvtier/dram_tier.h"
+#include "kvtier/emulated_hbm.h"
 #include "kvtier/metadata_tier.h"
+#include "kvtier/nvme_tier.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/tier_stack.h"
 
@@ -179,6 +182,71 @@ TEST(TransferEngineTest, DestructionWaitsForTheLastCompletionsCallbacks) {
   ASSERT_TRUE(entered);
   s.engine.reset();
   EXPECT_TRUE(finished) << "the engine was gone while its completion's callback still ran";
+}
+
+// Found in review: the engine's one dispatcher thread starts copies, and NvmeTier::WriteBlock
+// waited there for a staging buffer while a slow device held them all (up to the copy's
+// deadline). Every other copy, a DRAM -> HBM onboard too, waited behind it and missed its own
+// deadline. The tier now queues such a write and returns at once.
+TEST(TransferEngineTest, ASlowNvmeDoesNotHoldUpOtherTiersCopies) {
+  const KvGeometry g = Stack::Geometry();
+  testing::TempDir dir;
+  auto nvme = NvmeTier::Create(g, {.path = dir.File("nvme.bin"),
+                                   .capacity_bytes = 4 * NvmeTier::SlotBytes(g),
+                                   .queue_depth = 1,
+                                   .engine = NvmeEngine::kIoUring});
+  if (!nvme.ok() && absl::IsUnavailable(nvme.status())) {
+    GTEST_SKIP() << "the io_uring NVMe tier cannot run here: " << nvme.status().message();
+  }
+  ASSERT_TRUE(nvme.ok()) << nvme.status();
+  auto hbm = EmulatedHbm::Create(g, {.capacity_blocks = 4});
+  auto dram = DramTier::Create(
+      g,
+      {.capacity_bytes = 4 * g.bytes_per_block(), .try_huge_pages = false, .pin_for_cuda = false});
+  ASSERT_TRUE(hbm.ok() && dram.ok());
+  TransferEngineOptions options;
+  options.tiers[TierIndex(Tier::kHbm)] = hbm->get();
+  options.tiers[TierIndex(Tier::kDram)] = dram->get();
+  options.tiers[TierIndex(Tier::kNvme)] = nvme->get();
+  KVTIER_ASSERT_OK_AND_ASSIGN(std::unique_ptr<TransferEngine> engine,
+                              TransferEngine::Create(options));
+  std::vector<SlotId> in_dram;
+  for (uint64_t i = 0; i < 3; ++i) {
+    SlotId slot;
+    KVTIER_ASSERT_OK(engine->WithAllocator(Tier::kDram, [&](BlockAllocator& a) -> absl::Status {
+      KVTIER_ASSIGN_OR_RETURN(slot, a.Allocate());
+      return absl::OkStatus();
+    }));
+    KVTIER_ASSERT_OK((*dram)->WriteBlock(slot, Stack::Key(i), Stack::Block(i)).Wait());
+    KVTIER_ASSERT_OK(engine->WithAllocator(Tier::kDram, [&](BlockAllocator& a) {
+      absl::Status s = a.Seal(slot);
+      return s.ok() ? a.Release(slot) : s;
+    }));
+    in_dram.push_back(slot);
+  }
+
+  // The device answers nothing: the first offload holds the one staging buffer.
+  (*nvme)->HoldCompletionsForTest(true);
+  const absl::Time far = absl::Now() + absl::Seconds(30);
+  KVTIER_ASSERT_OK_AND_ASSIGN(Transfer first, engine->Copy(Stack::Key(0), Tier::kDram, in_dram[0],
+                                                           Tier::kNvme, {.deadline = far}));
+  KVTIER_ASSERT_OK_AND_ASSIGN(Transfer second, engine->Copy(Stack::Key(1), Tier::kDram, in_dram[1],
+                                                            Tier::kNvme, {.deadline = far}));
+  KVTIER_ASSERT_OK_AND_ASSIGN(Transfer onboard,
+                              engine->Copy(Stack::Key(2), Tier::kDram, in_dram[2], Tier::kHbm,
+                                           {.deadline = absl::Now() + absl::Seconds(3)}));
+  KVTIER_EXPECT_OK(onboard.completion.Wait());
+  EXPECT_FALSE(first.completion.done());
+  EXPECT_FALSE(second.completion.done());
+
+  (*nvme)->HoldCompletionsForTest(false);
+  KVTIER_EXPECT_OK(first.completion.Wait());
+  KVTIER_EXPECT_OK(second.completion.Wait());
+  std::vector<std::byte> back(static_cast<size_t>(g.bytes_per_block()));
+  KVTIER_EXPECT_OK(
+      (*nvme)->ReadBlock(second.destination, Stack::Key(1), absl::MakeSpan(back)).Wait());
+  EXPECT_TRUE(back == Stack::Block(1));
+  engine.reset();
 }
 
 // Copies queued with defer_start wait for StartDeferred, then start together: the reads of one

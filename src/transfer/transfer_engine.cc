@@ -140,7 +140,6 @@ struct TransferEngine::Impl : std::enable_shared_from_this<TransferEngine::Impl>
     if (!ops.contains(op.id)) return std::nullopt;
     if (op.src_pinned) Expect(Alloc(op.from).Release(op.src));
     if (op.bounce >= 0) free_bounce.push_back(op.bounce);
-    pending_dst.erase(SlotKey(op.to, op.dst));
     if (op.timer_id != 0 && timer != nullptr) timer->Cancel(op.options.deadline, op.timer_id);
     TransferStats& st = stats[TierIndex(op.from)][TierIndex(op.to)];
     std::optional<absl::Status> fire;
@@ -165,6 +164,9 @@ struct TransferEngine::Impl : std::enable_shared_from_this<TransferEngine::Impl>
       st.failures += 1;
       fire = std::move(status);
     }
+    // A copy chained on the destination waits until this one's Completion has fired (Deliver
+    // lets it go then); with none to fire, it may go now.
+    if (!fire.has_value()) pending_dst.erase(SlotKey(op.to, op.dst));
     ops.erase(op.id);
     if (ops.empty()) idle_cv.SignalAll();
     return fire;
@@ -179,21 +181,26 @@ struct TransferEngine::Impl : std::enable_shared_from_this<TransferEngine::Impl>
       waiters = !waiting.empty();
       if (fire.has_value()) ++delivering;
     }
-    // The Completion fires before waiters are pumped: a copy chained on this one's destination
-    // must not finish before this one is seen done (as the test
-    // ChainedCopyWaitsForItsArrivingSource found, now and then, under load).
-    if (fire.has_value()) op->user.Complete(*std::move(fire));
+    if (fire.has_value()) return Deliver(*op, *std::move(fire));
     if (waiters) SchedulePump();  // a waiter may have wanted this slot or bounce buffer
-    if (fire.has_value()) Delivered();
   }
 
-  // Fires `op`'s Completion (its callbacks run here), then lets the destructor go on.
+  // Fires `op`'s Completion (its callbacks run here); then, if `op` has ended, lets copies
+  // chained on its destination start (so none finishes before this Completion has fired: the
+  // test ChainedCopyWaitsForItsArrivingSource saw that, now and then, under load) and pumps
+  // the waiters; then lets the destructor go on.
   void Deliver(Op& op, absl::Status status) ABSL_LOCKS_EXCLUDED(mu) {
     op.user.Complete(std::move(status));
-    Delivered();
-  }
-  // A Completion counted in `delivering` has fired and nothing of this engine is touched after.
-  void Delivered() ABSL_LOCKS_EXCLUDED(mu) {
+    bool waiters = false;
+    {
+      internal::MutexLock lock(&mu);
+      if (!ops.contains(op.id)) {
+        const auto it = pending_dst.find(SlotKey(op.to, op.dst));
+        if (it != pending_dst.end() && it->second == op.id) pending_dst.erase(it);
+      }
+      waiters = !waiting.empty();
+    }
+    if (waiters) SchedulePump();
     internal::MutexLock lock(&mu);
     if (--delivering == 0 && ops.empty()) idle_cv.SignalAll();
   }
@@ -224,8 +231,8 @@ struct TransferEngine::Impl : std::enable_shared_from_this<TransferEngine::Impl>
       }
       if (fire.has_value()) ++delivering;
     }
+    if (fire.has_value()) return Deliver(*op, *std::move(fire));
     SchedulePump();
-    if (fire.has_value()) Deliver(*op, *std::move(fire));
   }
 
   // Starts every waiting transfer whose conditions hold, in arrival order.

@@ -198,9 +198,12 @@ struct NvmeTier::Impl {
                     std::function<std::optional<internal::IoRequest>(int)> start,
                     std::vector<internal::IoRequest>& batch) {
     int index = -1;
+    bool closed = false;
     {
       internal::MutexLock lock(&staging_mu);
-      if (waiting.empty() && !free_staging.empty()) {
+      if (closing) {
+        closed = true;  // a callback of this tier's, calling while it is destroyed
+      } else if (waiting.empty() && !free_staging.empty()) {
         index = free_staging.back();
         free_staging.pop_back();
       } else {
@@ -215,6 +218,11 @@ struct NvmeTier::Impl {
         }
         return;
       }
+    }
+    if (closed) {
+      done.Complete(absl::UnavailableError(
+          absl::StrCat(info.name, ": slot ", slot.value(), ": the tier is being destroyed")));
+      return;
     }
     if (std::optional<internal::IoRequest> r = start(index); r.has_value()) {
       batch.push_back(std::move(*r));
@@ -277,6 +285,7 @@ struct NvmeTier::Impl {
   // Writes `src` with its header into staging buffer `index`: the request that stores it.
   internal::IoRequest PrepareWrite(SlotId slot, const BlockKey& key,
                                    absl::Span<const std::byte> src, int index, Completion done) {
+    contents->Invalidate(slot);  // not-written from the moment the write starts
     uint8_t* buf = Staging(index);
     std::memcpy(buf + kHeaderBytes, src.data(), src.size());
     std::memset(buf + kHeaderBytes + src.size(), 0,
@@ -502,7 +511,6 @@ std::vector<Completion> NvmeTier::WriteBlocks(absl::Span<const BlockWrite> write
       out.push_back(Completion::Done(std::move(s)));
       continue;
     }
-    impl->contents->Invalidate(w.slot);  // not-written from the moment the write is taken
     Completion done;
     impl->StartOrQueue(
         w.slot, options.deadline, done,

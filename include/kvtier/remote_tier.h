@@ -11,7 +11,9 @@
 // kUnavailable or kDeadlineExceeded for all) the tier is bypassed: reads and
 // writes fail at once with kUnavailable, so lookups miss without waiting on a dead store. After
 // a backoff (doubling from breaker_backoff_min to _max) one request probes the store; an answer
-// closes the breaker.
+// closes the breaker. A request's kDeadlineExceeded counts only if it was given at least 4 times
+// the store's recent answer time (an average of answered requests' durations): a caller's own
+// short deadline, such as a discovery probe's, does not make a slow but live store look dead.
 //
 // Slots are this worker's budget of blocks in the store (capacity_blocks); the store itself may
 // hold far more, written by other workers of the same namespace.

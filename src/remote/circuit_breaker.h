@@ -8,6 +8,12 @@
 // What counts: the store not answering (kUnavailable, kDeadlineExceeded) is a failure; any
 // answer, including "no such key", a refusal or a corrupt value, is a success; kCancelled and
 // argument errors count as neither. A batched request reports once (remote_tier.cc).
+// A request that ran out of its own time (kDeadlineExceeded) is the store's failure only if it
+// was given at least kPatience times the store's recent answer time; a shorter one (a 20 ms
+// discovery probe against a store that answers in 30 ms) is the caller's impatience and counts
+// as neither. The recent answer time is an average of answered requests' durations (weight 1/8
+// on the newest, as TCP's smoothed round-trip time, RFC 6298); until the store has answered
+// once, every timeout counts.
 //
 // Thread-safety: thread-safe.
 #ifndef KVTIER_REMOTE_CIRCUIT_BREAKER_H_
@@ -64,13 +70,36 @@ class CircuitBreaker {
                          : std::string("; a probe is in flight")));
   }
 
-  // Records the outcome of an admitted request (one per request, however many blocks).
-  void Report(const absl::Status& status, absl::Time now) {
-    const bool failure = absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status);
-    const bool neutral = absl::IsCancelled(status) || absl::IsInvalidArgument(status);
-    if (neutral) return;
+  // How many times the store's recent answer time a request must have been given for its
+  // timeout to count against the store.
+  static constexpr int kPatience = 4;
+
+  // Records the outcome of an admitted request (one per request, however many blocks) that was
+  // sent at `started` with `deadline` (unknown: the defaults, and a timeout then always counts).
+  void Report(const absl::Status& status, absl::Time now, absl::Time started = absl::InfinitePast(),
+              absl::Time deadline = absl::InfiniteFuture()) {
+    bool failure = absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status);
+    bool neutral = absl::IsCancelled(status) || absl::IsInvalidArgument(status);
     MutexLock lock(&mu_);
+    if (absl::IsDeadlineExceeded(status) && answer_time_ > absl::ZeroDuration() &&
+        started != absl::InfinitePast() && deadline - started < kPatience * answer_time_) {
+      failure = false;
+      neutral = true;
+    }
+    if (neutral) {
+      // A probe that learned nothing lets the next request probe, at once.
+      if (state_ == State::kHalfOpen) {
+        state_ = State::kOpen;
+        probe_at_ = now;
+      }
+      return;
+    }
     if (!failure) {
+      if (started != absl::InfinitePast() && now >= started) {
+        const absl::Duration took = std::max(now - started, absl::Microseconds(1));
+        answer_time_ =
+            answer_time_ == absl::ZeroDuration() ? took : answer_time_ + (took - answer_time_) / 8;
+      }
       consecutive_failures_ = 0;
       backoff_ = absl::ZeroDuration();
       state_ = State::kClosed;
@@ -105,6 +134,11 @@ class CircuitBreaker {
     MutexLock lock(&mu_);
     return probes_;
   }
+  // The store's recent answer time (zero until it has answered a request with a known start).
+  absl::Duration answer_time() const {
+    MutexLock lock(&mu_);
+    return answer_time_;
+  }
 
  private:
   const int failures_to_open_;
@@ -120,6 +154,7 @@ class CircuitBreaker {
   int64_t opened_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t bypassed_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t probes_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Duration answer_time_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
 };
 
 }  // namespace kvtier::internal

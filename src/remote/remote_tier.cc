@@ -203,6 +203,7 @@ absl::StatusOr<std::vector<bool>> RemoteTier::ProbeBlocks(absl::Span<const Block
   store_keys.reserve(keys.size());
   for (const BlockKey& k : keys) store_keys.push_back(impl_->StoreKey(k));
   impl_->probes.fetch_add(1);
+  const absl::Time started = absl::Now();
   std::vector<Completion> answers = transport_->Exists(store_keys, deadline);
   // The transport completes every item by the deadline; the wait is bounded by it as well, so a
   // transport that breaks that promise still cannot hold the caller longer. Exists keeps no
@@ -223,9 +224,9 @@ absl::StatusOr<std::vector<bool>> RemoteTier::ProbeBlocks(absl::Span<const Block
     }
   }
   if (answered) {
-    impl_->breaker.Report(absl::OkStatus(), absl::Now());
+    impl_->breaker.Report(absl::OkStatus(), absl::Now(), started, deadline);
   } else if (!failure.ok()) {
-    impl_->breaker.Report(failure, absl::Now());
+    impl_->breaker.Report(failure, absl::Now(), started, deadline);
   }
   if (!answered) {
     impl_->probe_failures.fetch_add(1);
@@ -266,8 +267,13 @@ namespace {
 // batch of many blocks counts once, not once per block).
 class BatchHealth {
  public:
-  BatchHealth(internal::CircuitBreaker* breaker, size_t blocks, std::shared_ptr<const void> keep)
-      : breaker_(breaker), pending_(static_cast<int64_t>(blocks)), keep_(std::move(keep)) {}
+  BatchHealth(internal::CircuitBreaker* breaker, size_t blocks, std::shared_ptr<const void> keep,
+              absl::Time started, absl::Time deadline)
+      : breaker_(breaker),
+        pending_(static_cast<int64_t>(blocks)),
+        keep_(std::move(keep)),
+        started_(started),
+        deadline_(deadline) {}
   void Add(const absl::Status& s) {
     {
       internal::MutexLock lock(&mu_);
@@ -280,9 +286,9 @@ class BatchHealth {
     if (pending_.fetch_sub(1) != 1) return;
     internal::MutexLock lock(&mu_);
     if (answered_) {
-      breaker_->Report(absl::OkStatus(), absl::Now());
+      breaker_->Report(absl::OkStatus(), absl::Now(), started_, deadline_);
     } else if (!failure_.ok()) {
-      breaker_->Report(failure_, absl::Now());
+      breaker_->Report(failure_, absl::Now(), started_, deadline_);
     }
   }
 
@@ -290,6 +296,8 @@ class BatchHealth {
   internal::CircuitBreaker* breaker_;
   std::atomic<int64_t> pending_;
   std::shared_ptr<const void> keep_;  // owns *breaker_
+  const absl::Time started_;          // when the batch went to the store
+  const absl::Time deadline_;         // the batch's deadline
   internal::Mutex mu_;
   bool answered_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
@@ -302,16 +310,18 @@ class BatchHealth {
 // outcome of block out[i]: it records it and returns the status out[i] completes with.
 template <typename Start, typename OnBlock>
 void RunBatch(internal::CircuitBreaker& breaker, std::shared_ptr<const void> keep,
-              absl::Span<const size_t> index, std::vector<Completion>& out, Start start,
-              OnBlock on_block) {
+              absl::Time deadline, absl::Span<const size_t> index, std::vector<Completion>& out,
+              Start start, OnBlock on_block) {
   if (index.empty()) return;
   if (absl::Status admitted = breaker.Admit(absl::Now(), static_cast<int64_t>(index.size()));
       !admitted.ok()) {
     for (size_t i : index) out[i] = Completion::Done(admitted);
     return;
   }
+  const absl::Time sent = absl::Now();
   std::vector<Completion> started = start();
-  auto health = std::make_shared<BatchHealth>(&breaker, index.size(), std::move(keep));
+  auto health =
+      std::make_shared<BatchHealth>(&breaker, index.size(), std::move(keep), sent, deadline);
   for (size_t j = 0; j < index.size(); ++j) {
     const size_t i = index[j];
     Completion done;
@@ -418,7 +428,8 @@ std::vector<Completion> RemoteTier::WriteBlocks(absl::Span<const BlockWrite> wri
   }
   std::shared_ptr<Impl> impl = impl_;
   RunBatch(
-      impl_->breaker, impl_, index, out, [&] { return transport_->Put(puts, options.deadline); },
+      impl_->breaker, impl_, options.deadline, index, out,
+      [&] { return transport_->Put(puts, options.deadline); },
       [&](size_t i) {
         const int64_t bytes = put_bytes[i];
         return [impl, frames, slot = writes[i].slot, key = writes[i].key,
@@ -464,7 +475,8 @@ std::vector<Completion> RemoteTier::ReadBlocks(absl::Span<const BlockRead> reads
   }
   std::shared_ptr<Impl> impl = impl_;
   RunBatch(
-      impl_->breaker, impl_, index, out, [&] { return transport_->Get(gets, options.deadline); },
+      impl_->breaker, impl_, options.deadline, index, out,
+      [&] { return transport_->Get(gets, options.deadline); },
       [&](size_t i) {
         return [impl, slot = reads[i].slot, key = reads[i].key](const absl::Status& s) {
           // kDataLoss: an oversized value, or one that failed verification in the receiver.

@@ -132,6 +132,93 @@ TEST(RemoteTierBreakerTest, BypassesAFailingStoreAndRecovers) {
 
 // The breaker hears once per batch, for writes as for reads: one failed batch of three blocks
 // is one failure, not three (found on re-reading: WriteBlocks still reported per block).
+// Found in review: every kDeadlineExceeded counted against the store, the caller's own short
+// deadline too. Five 20 ms discovery probes against a live store that answers in 30 ms opened
+// the breaker and bypassed the remote tier. A timeout now counts only for a request given at
+// least kPatience times the store's recent answer time.
+TEST(CircuitBreakerTest, AShortDeadlineIsTheCallersImpatienceNotTheStoresFailure) {
+  const absl::Status late = absl::DeadlineExceededError("no answer by the deadline");
+  CircuitBreaker b(2, absl::Milliseconds(100), absl::Seconds(1));
+  // Until the store has answered once, every timeout counts (a store dead from the start).
+  CircuitBreaker fresh(2, absl::Milliseconds(100), absl::Seconds(1));
+  fresh.Report(late, kT0, kT0, kT0 + absl::Milliseconds(20));
+  fresh.Report(late, kT0, kT0, kT0 + absl::Milliseconds(20));
+  EXPECT_EQ(fresh.state(), State::kOpen);
+
+  b.Report(absl::OkStatus(), kT0 + absl::Milliseconds(30), kT0);  // answered in 30 ms
+  EXPECT_EQ(b.answer_time(), absl::Milliseconds(30));
+  absl::Time t = kT0 + absl::Seconds(1);
+  for (int i = 0; i < 5; ++i) {
+    b.Report(late, t + absl::Milliseconds(20), t, t + absl::Milliseconds(20));
+    t += absl::Milliseconds(20);
+  }
+  EXPECT_EQ(b.state(), State::kClosed);
+  // 4 x 30 ms = 120 ms: a request given that long and unanswered is the store's failure.
+  b.Report(late, t + absl::Milliseconds(120), t, t + absl::Milliseconds(120));
+  b.Report(late, t + absl::Milliseconds(120), t, t + absl::Milliseconds(120));
+  EXPECT_EQ(b.state(), State::kOpen);
+  // A half-open probe that was too short to tell lets the next request probe at once.
+  t += absl::Seconds(1);
+  KVTIER_ASSERT_OK(b.Admit(t));
+  EXPECT_EQ(b.state(), State::kHalfOpen);
+  b.Report(late, t + absl::Milliseconds(20), t, t + absl::Milliseconds(20));
+  EXPECT_EQ(b.state(), State::kOpen);
+  KVTIER_EXPECT_OK(b.Admit(t + absl::Milliseconds(20)));
+  b.Report(absl::NotFoundError("miss"), t + absl::Milliseconds(50), t + absl::Milliseconds(20));
+  EXPECT_EQ(b.state(), State::kClosed);
+  EXPECT_EQ(b.answer_time(), absl::Microseconds(30000));  // 30 + (30 - 30) / 8
+}
+
+// A store that answers writes in 30 ms and needs longer than discovery's short probes: the
+// probes time out, the tier stays healthy; probes given a second that time out open it.
+class SlowStore final : public Transport {
+ public:
+  std::string name() const override { return "slow"; }
+  std::vector<Completion> Put(absl::Span<const TransportPut> items, absl::Time deadline) override {
+    absl::SleepFor(absl::Milliseconds(30));
+    return inner_.Put(items, deadline);
+  }
+  std::vector<Completion> Get(absl::Span<const TransportGet> items, absl::Time deadline) override {
+    return inner_.Get(items, deadline);
+  }
+  std::vector<Completion> Exists(absl::Span<const std::string> keys, absl::Time) override {
+    return std::vector<Completion>(
+        keys.size(), Completion::Done(absl::DeadlineExceededError("no answer by the deadline")));
+  }
+  std::vector<Completion> Delete(absl::Span<const std::string> keys, absl::Time deadline) override {
+    return inner_.Delete(keys, deadline);
+  }
+
+ private:
+  InProcessTransport inner_;
+};
+
+TEST(RemoteTierBreakerTest, ShortProbeDeadlinesDoNotOpenTheBreaker) {
+  const KvGeometry geometry = *KvGeometry::Create(
+      {.num_layers = 1, .num_kv_heads = 1, .head_dim = 64, .tokens_per_block = 4});
+  auto ns = CacheNamespace::Create(geometry, {.model_id = "m", .weights_fingerprint = "w"});
+  ASSERT_TRUE(ns.ok());
+  auto tier = RemoteTier::Create(*ns, {.transport = std::make_shared<SlowStore>(),
+                                       .capacity_blocks = 2,
+                                       .breaker_failures = 3,
+                                       .breaker_backoff_min = absl::Seconds(10),
+                                       .breaker_backoff_max = absl::Seconds(10)});
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  const std::vector<std::byte> block = testing::RandomBytes(geometry.bytes_per_block(), 1);
+  KVTIER_ASSERT_OK((*tier)->WriteBlock(SlotId(0), BlockKey{1, 2}, block).Wait());
+  const BlockKey probe[] = {BlockKey{3, 4}};
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_THAT((*tier)->ProbeBlocks(probe, absl::Now() + absl::Milliseconds(10)),
+                IsError(StatusCode::kDeadlineExceeded, ""));
+  }
+  EXPECT_EQ((*tier)->health(), RemoteHealth::kHealthy);
+  EXPECT_EQ((*tier)->breaker_opened(), 0);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_FALSE((*tier)->ProbeBlocks(probe, absl::Now() + absl::Seconds(1)).ok());
+  }
+  EXPECT_EQ((*tier)->health(), RemoteHealth::kBypassed);
+}
+
 TEST(RemoteTierBreakerTest, AFailedBatchCountsOnceForWritesAndReads) {
   const KvGeometry geometry = *KvGeometry::Create(
       {.num_layers = 1, .num_kv_heads = 1, .head_dim = 64, .tokens_per_block = 4});

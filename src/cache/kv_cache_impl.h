@@ -945,7 +945,8 @@ struct KvCache::Impl {
   // onboarded it, or it was never dropped) take that copy: no bytes move, and it can no longer
   // be evicted to make room for this very request.
   void AdoptHbmCopies(Sequence& seq, int64_t first, int64_t last) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  // Blocks of [first, last) an onboard would have to bring: below HBM and not on the way.
+  // Blocks of [first, last) an onboard would have to bring: below HBM, not on the way, and not
+  // being written into HBM by another sequence (whose slot it will share).
   int64_t MissingBlocks(const Sequence& seq, int64_t first, int64_t last)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Makes block `i` of `seq` resident for batch `t` (index `ti` in it; a ticket pins what

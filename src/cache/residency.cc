@@ -134,10 +134,13 @@ void KvCache::Impl::AdoptHbmCopies(Sequence& seq, int64_t first, int64_t last) {
 int64_t KvCache::Impl::MissingBlocks(const Sequence& seq, int64_t first, int64_t last) {
   int64_t missing = 0;
   for (int64_t i = first; i < last; ++i) {
-    if (seq.blocks[static_cast<size_t>(i)].tier != Tier::kHbm &&
-        !onboarding.contains(seq.keys[static_cast<size_t>(i)])) {
-      ++missing;
-    }
+    if (seq.blocks[static_cast<size_t>(i)].tier == Tier::kHbm) continue;
+    const BlockKey& key = seq.keys[static_cast<size_t>(i)];
+    if (onboarding.contains(key)) continue;
+    // Another sequence's kernel is writing it into HBM: Onboard waits and shares that slot.
+    const std::optional<BlockRecord> rec = IndexedCopies(key);
+    if (rec.has_value() && rec->state(Tier::kHbm) == CopyState::kPending) continue;
+    ++missing;
   }
   return missing;
 }

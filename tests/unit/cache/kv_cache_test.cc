@@ -1,5 +1,8 @@
 #include "kvtier/kv_cache.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <functional>
 #include <memory>
@@ -1678,6 +1681,23 @@ TEST_F(KvCacheWriteWaitTest, EnsureResidentWaitsForTheWriteAndSharesItsSlots) {
   KVTIER_ASSERT_OK(cache_->ReleaseTicket(w));
 }
 
+// Found in review: EnsureResident counted a block waiting for another sequence's write as
+// missing and made HBM room for it, evicting cached blocks, although it shares the writer's slot.
+TEST_F(KvCacheWriteWaitTest, ABlockWaitingForAWriteNeedsNoRoom) {
+  Completion kernel;
+  ASSERT_NO_FATAL_FAILURE(SetUpWrite(Iota(16, 100), 2, 3, kernel));
+  KVTIER_ASSERT_OK(AddReleased(4, Iota(40, 7000)));  // 10 droppable blocks
+  ASSERT_LT(TierStats(Tier::kHbm).free_blocks, 4);
+  const int64_t evictions = TierStats(Tier::kHbm).evictions;
+  KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket t, Resident(2, 0, 16, ResidencyMode::kAsync));
+  EXPECT_EQ(TierStats(Tier::kHbm).evictions, evictions);
+  EXPECT_EQ(TierStats(Tier::kHbm).droppable_blocks, 10);
+  kernel.Complete(absl::OkStatus());
+  KVTIER_ASSERT_OK(t.completion().WaitFor(absl::Seconds(30)));
+  EXPECT_THAT(t.block_status(), Each(BlockResidency::kResident));
+  KVTIER_ASSERT_OK(cache_->ReleaseTicket(t));
+}
+
 TEST_F(KvCacheWriteWaitTest, AFailedWriteOnboardsTheBlocksFromBelow) {
   Completion kernel;
   ASSERT_NO_FATAL_FAILURE(SetUpWrite(Iota(16, 100), 2, 3, kernel));
@@ -1776,6 +1796,62 @@ TEST_F(KvCacheTest, WarmRestartFindsNvmeBlocksAgain) {
   EXPECT_EQ(r.attached_tokens, 16);
   KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket t, Resident(3, 0, 16));
   EXPECT_EQ(t.resident_tokens(), 16);
+  KVTIER_ASSERT_OK(cache_->ReleaseTicket(t));
+  KVTIER_ASSERT_OK(cache_->Release(Seq(3)));
+}
+
+// Found in review: of two NVMe slots holding one key, warm restart indexed the lower one. Here
+// that is an older copy whose payload a torn rewrite damaged, and the newer, good copy was freed:
+// the block was lost at its first read (kDataLoss). The latest write of a key now wins.
+TEST_F(KvCacheTest, WarmRestartKeepsTheLatestCopyOfAKey) {
+  testing::TempDir dir;
+  const std::string path = dir.File("warm.bin");
+  const KvGeometry g = KvCacheEnv::Geometry();
+  const auto with_nvme = [&](KvCacheOptions& o) {
+    auto nvme = NvmeTier::Create(g, {.path = path, .capacity_bytes = 16 * NvmeTier::SlotBytes(g)});
+    ASSERT_TRUE(nvme.ok()) << nvme.status();
+    o.tiers[TierIndex(Tier::kNvme)] = std::move(*nvme);
+  };
+  const std::vector<int32_t> prompt = Iota(16, 100);
+  Rebuild({.hbm_blocks = 4, .dram_blocks = 0}, with_nvme);
+  KVTIER_ASSERT_OK(AddReleased(1, prompt));
+  KVTIER_ASSERT_OK(EvictAllOfHbm(2));
+  DropCache();
+  {
+    // Behind the cache's back: copy the lowest slot's block to the last slot (a later write of
+    // the same key), then damage the lowest slot's payload.
+    auto nvme = NvmeTier::Create(g, {.path = path, .capacity_bytes = 16 * NvmeTier::SlotBytes(g)});
+    ASSERT_TRUE(nvme.ok()) << nvme.status();
+    std::vector<RecoveredBlock> found = (*nvme)->recovered();
+    ASSERT_EQ(found.size(), 4u);
+    const RecoveredBlock first = *std::min_element(
+        found.begin(), found.end(), [](const RecoveredBlock& a, const RecoveredBlock& b) {
+          return a.slot.value() < b.slot.value();
+        });
+    ASSERT_LT(first.slot.value(), 15u);
+    std::vector<std::byte> bytes(static_cast<size_t>(g.bytes_per_block()));
+    KVTIER_ASSERT_OK((*nvme)->ReadBlock(first.slot, first.key, absl::MakeSpan(bytes)).Wait());
+    KVTIER_ASSERT_OK((*nvme)->WriteBlock(SlotId(15), first.key, bytes).Wait());
+    nvme->reset();
+    const int fd = open(path.c_str(), O_WRONLY);
+    ASSERT_GE(fd, 0);
+    const char flip = 0x5a;
+    ASSERT_EQ(pwrite(fd, &flip, 1,
+                     static_cast<off_t>(first.slot.value()) * NvmeTier::SlotBytes(g) +
+                         NvmeTier::kHeaderBytes + 7),
+              1);
+    close(fd);
+  }
+  Rebuild({.hbm_blocks = 4, .dram_blocks = 0}, with_nvme);
+  KVTIER_ASSERT_OK(cache_->CheckInvariants());
+  std::vector<int32_t> query = prompt;
+  query.push_back(1);
+  KVTIER_ASSERT_OK(cache_->CreateSequence(Seq(3)));
+  KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult r, cache_->AttachPrefix(Seq(3), query));
+  EXPECT_EQ(r.attached_tokens, 16);
+  KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket t, Resident(3, 0, 16));
+  EXPECT_EQ(t.resident_tokens(), 16);
+  EXPECT_EQ(cache_->stats().tiers[kNvme].stored, 4);
   KVTIER_ASSERT_OK(cache_->ReleaseTicket(t));
   KVTIER_ASSERT_OK(cache_->Release(Seq(3)));
 }

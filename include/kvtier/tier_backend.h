@@ -114,6 +114,9 @@ struct BlockRead {
 struct RecoveredBlock {
   SlotId slot;
   BlockKey key;
+  // Order of the writes that left the blocks (higher: later; 0: unknown). Of two slots holding
+  // one key, the later write is the one to keep: the other may be a stale, torn rewrite.
+  uint64_t write_sequence = 0;
 };
 
 class TierBackend {

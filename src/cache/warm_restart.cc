@@ -1,6 +1,9 @@
 // Warm restart: the blocks persistent tiers found again when the cache was created become ready
 // copies in the index (the only state it changes is the index, BlockEntry and SlotOwner, through
 // AddCopy).
+#include <algorithm>
+#include <vector>
+
 #include "cache/kv_cache_impl.h"
 
 namespace kvtier {
@@ -9,8 +12,16 @@ void KvCache::Impl::AdoptRecoveredBlocks() {
   for (int t = 0; t < kNumTiers; ++t) {
     if (tiers[t] == nullptr) continue;
     const Tier tier = static_cast<Tier>(t);
-    for (const RecoveredBlock& b : tiers[t]->recovered_blocks()) {
-      if (b.slot.value() >= owner[t].size() || StateOf(tier, b.slot) != SlotState::kCached) {
+    // The latest write of a key first: its other slots (older copies, one of them perhaps a torn
+    // rewrite whose header survived) are then refused as duplicates and freed below.
+    std::vector<RecoveredBlock> recovered = tiers[t]->recovered_blocks();
+    std::stable_sort(recovered.begin(), recovered.end(),
+                     [](const RecoveredBlock& a, const RecoveredBlock& b) {
+                       return a.write_sequence > b.write_sequence;
+                     });
+    for (const RecoveredBlock& b : recovered) {
+      if (b.slot.value() >= owner[t].size() || StateOf(tier, b.slot) != SlotState::kCached ||
+          owner[t][b.slot.value()].indexed()) {  // a backend listing one slot twice
         continue;
       }
       if (AddCopy(b.key, tier, b.slot, CopyState::kReady, kRootBlockKey).ok()) {

@@ -430,7 +430,7 @@ absl::StatusOr<std::unique_ptr<NvmeTier>> NvmeTier::Create(const KvGeometry& geo
       std::string why;
       if (!DecodeHeader(header, geometry.bytes_per_block(), &h, &why)) continue;
       const SlotId slot(static_cast<uint32_t>(i));
-      impl->recovered.push_back({slot, h.key});
+      impl->recovered.push_back({slot, h.key, h.write_sequence});
       impl->contents->Set(slot, h.key);
       cached.push_back(slot);
       if (h.write_sequence >= impl->write_sequence) impl->write_sequence = h.write_sequence + 1;

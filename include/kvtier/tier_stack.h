@@ -109,10 +109,13 @@ using TierBackends = std::array<std::unique_ptr<TierBackend>, kNumTiers>;
 // native remote tier's store keys are namespaced by `ns`, remote_tier.h). Then passes each to
 // `options.wrap` if set.
 //
-// Errors: kInvalidArgument for a negative capacity_blocks, an unknown kind or hbm_backend, a
+// Errors: kInvalidArgument for a native HBM tier whose hbm.layout is not the namespace's
+// hbm_layout (the layout the block keys name), a negative capacity_blocks, an unknown kind or
+// hbm_backend, a capacity_blocks over BlockAllocator::kMaxCapacityBlocks (checked before any
+// backend reserves memory or a file), a
 // capacity whose bytes overflow int64, a native remote tier with no store or more than one, or a
-// `wrap` that returns null (the message names the tier); otherwise the error of the first backend or
-// transport whose Create fails, unchanged (e.g. NvmeTier's kInvalidArgument for an empty path,
+// `wrap` that returns null (the message names the tier); otherwise the error of the first backend
+// or transport whose Create fails, unchanged (e.g. NvmeTier's kInvalidArgument for an empty path,
 // EmulatedHbm's or DramTier's kResourceExhausted for a pool over MemAvailable, DirectoryTransport's
 // kUnavailable, RedisTransport's kInvalidArgument for a bad URL, CudaHbm's kUnavailable
 // without a GPU or kUnimplemented in a build without CUDA). On error every backend built

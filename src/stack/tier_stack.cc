@@ -55,6 +55,15 @@ absl::StatusOr<std::unique_ptr<TierBackend>> BuildNative(const KvGeometry& g,
                                                          const TierStackOptions& o) {
   switch (tier) {
     case Tier::kHbm: {
+      // The namespace names the layout of the pool its kernels read (and is in every block key);
+      // an HBM tier told another would read a registered pool with the wrong strides and offload
+      // scrambled bytes under valid keys.
+      if (ns != nullptr && o.hbm.layout != ns->options().hbm_layout) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "BuildTierStack: hbm.layout is ", HbmLayoutName(o.hbm.layout),
+            " but the namespace's hbm_layout is ", HbmLayoutName(ns->options().hbm_layout),
+            ": set hbm.layout to the namespace's"));
+      }
       if (o.hbm_backend == HbmBackend::kCuda) {
         CudaHbmOptions cuda = o.cuda_hbm;
         cuda.layout = o.hbm.layout;
@@ -111,6 +120,12 @@ absl::StatusOr<TierBackends> Build(const KvGeometry& g, const CacheNamespace* ns
                                                      " is negative"));
     }
     if (spec.capacity_blocks == 0) continue;
+    // Checked before a backend reserves memory or a file for that many blocks.
+    if (spec.capacity_blocks > BlockAllocator::kMaxCapacityBlocks) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tier stack: ", std::string(TierName(tier)), " capacity_blocks ", spec.capacity_blocks,
+          " is over the ", BlockAllocator::kMaxCapacityBlocks, " blocks a tier may have"));
+    }
     absl::StatusOr<std::unique_ptr<TierBackend>> backend;
     switch (spec.kind) {
       case TierBackendKind::kNative:

@@ -41,6 +41,32 @@ CacheNamespace Namespace() {
                                  {.model_id = "kvtier-test/stack", .weights_fingerprint = "w0"});
 }
 
+// Found in review: the builder took hbm.layout as given, even when it was not the layout the
+// namespace names: a pool registered in the namespace's layout (vLLM's kv-split tensors) was
+// then read with another's strides, and scrambled bytes were offloaded under valid keys.
+TEST(TierStackTest, AnHbmLayoutOtherThanTheNamespacesIsRefused) {
+  TierStackOptions o;
+  o.tiers[kHbm].capacity_blocks = 3;
+  o.hbm.layout = HbmLayout::kLayerKvSplit;
+  EXPECT_THAT(
+      BuildTierStack(Namespace(), o),
+      IsError(StatusCode::kInvalidArgument,
+              "hbm.layout is layer_kv_split but the namespace's hbm_layout is layer_first"));
+  o.tiers[kHbm].kind = TierBackendKind::kMetadata;  // no pool: nothing to read wrongly
+  KVTIER_EXPECT_OK(BuildTierStack(Namespace(), o).status());
+}
+
+// Found in review: a capacity over what a tier's allocator takes (2^31 blocks) was only refused
+// after the backend had tried to reserve it (a DRAM pool of 1 TiB here: kResourceExhausted about
+// memory, not naming the field).
+TEST(TierStackTest, ACapacityOverTheAllocatorsLimitIsRefusedFirst) {
+  TierStackOptions o;
+  o.tiers[kDram].capacity_blocks = BlockAllocator::kMaxCapacityBlocks + 1;
+  o.dram.pin_for_cuda = false;
+  EXPECT_THAT(BuildTierStack(Namespace(), o),
+              IsError(StatusCode::kInvalidArgument, "dram capacity_blocks 2147483649 is over"));
+}
+
 TEST(TierStackTest, NativeTiersGetTheirBlocks) {
   testing::TempDir dir;
   TierStackOptions o;
@@ -54,7 +80,11 @@ TEST(TierStackTest, NativeTiersGetTheirBlocks) {
   o.nvme.path = dir.File("nvme.bin");
   o.remote.transport = std::make_shared<InProcessTransport>();
   o.remote.key_prefix = "stack-test:";
-  KVTIER_ASSERT_OK_AND_ASSIGN(TierBackends tiers, BuildTierStack(Namespace(), o));
+  const CacheNamespace block_first =
+      *CacheNamespace::Create(Geometry(), {.model_id = "kvtier-test/stack",
+                                           .weights_fingerprint = "w0",
+                                           .hbm_layout = HbmLayout::kBlockFirst});
+  KVTIER_ASSERT_OK_AND_ASSIGN(TierBackends tiers, BuildTierStack(block_first, o));
   EXPECT_EQ(o.remote.transport.use_count(), 2);  // shared with the remote tier, not copied
   const KvGeometry g = Geometry();
   ASSERT_NE(tiers[kHbm], nullptr);
@@ -209,7 +239,7 @@ TEST(TierStackTest, Errors) {
   TierStackOptions huge;
   huge.tiers[kDram].capacity_blocks = int64_t{1} << 60;
   EXPECT_THAT(BuildTierStack(Geometry(), huge).status(),
-              IsError(StatusCode::kInvalidArgument, "overflows"));
+              IsError(StatusCode::kInvalidArgument, "is over the 2147483648 blocks"));
   TierStackOptions kind;
   kind.tiers[kHbm] = {.capacity_blocks = 1, .kind = static_cast<TierBackendKind>(7)};
   EXPECT_THAT(BuildTierStack(Geometry(), kind).status(),

@@ -400,6 +400,9 @@ std::vector<Completion> RemoteTier::WriteBlocks(absl::Span<const BlockWrite> wri
   std::vector<TransportPut> puts;
   std::vector<size_t> index;
   std::vector<int64_t> put_bytes(writes.size());  // per write: its frame's bytes
+  // Per write: it replaces a value that read as corrupt. If it does not land, the mark goes
+  // back, or the next write would be if_absent, be skipped, and leave the damage for good.
+  std::vector<bool> replacing(writes.size(), false);
   puts.reserve(writes.size());
   for (size_t i = 0; i < writes.size(); ++i) {
     const BlockWrite& w = writes[i];
@@ -419,11 +422,11 @@ std::vector<Completion> RemoteTier::WriteBlocks(absl::Span<const BlockWrite> wri
     }
     impl_->contents->Invalidate(w.slot);
     put_bytes[i] = static_cast<int64_t>(f.header.size() + payload->size());
-    puts.push_back(TransportPut{
-        .key = impl_->StoreKey(w.key),
-        .value = *payload,
-        .value_prefix = f.header,
-        .if_absent = impl_->options.write_if_absent && !impl_->ReplaceNextWrite(w.key)});
+    replacing[i] = impl_->ReplaceNextWrite(w.key);
+    puts.push_back(TransportPut{.key = impl_->StoreKey(w.key),
+                                .value = *payload,
+                                .value_prefix = f.header,
+                                .if_absent = impl_->options.write_if_absent && !replacing[i]});
     index.push_back(i);
   }
   std::shared_ptr<Impl> impl = impl_;
@@ -432,11 +435,12 @@ std::vector<Completion> RemoteTier::WriteBlocks(absl::Span<const BlockWrite> wri
       [&] { return transport_->Put(puts, options.deadline); },
       [&](size_t i) {
         const int64_t bytes = put_bytes[i];
-        return [impl, frames, slot = writes[i].slot, key = writes[i].key,
-                bytes](const absl::Status& s) -> absl::Status {
+        return [impl, frames, slot = writes[i].slot, key = writes[i].key, bytes,
+                replace = replacing[i]](const absl::Status& s) -> absl::Status {
           // Skipped because the store has the block (if_absent): content-addressed, so that is
           // the block, written by another worker or an earlier run.
           const bool present = absl::IsAlreadyExists(s);
+          if (replace && !s.ok()) impl->NoteCorrupt(key);
           if (s.ok()) impl->bytes_written.fetch_add(bytes);
           if (present) impl->writes_skipped.fetch_add(1);
           if (s.ok() || present) impl->contents->Set(slot, key);
@@ -444,6 +448,10 @@ std::vector<Completion> RemoteTier::WriteBlocks(absl::Span<const BlockWrite> wri
           return present ? absl::OkStatus() : s;
         };
       });
+  // A batch the breaker refused never reached the store (its blocks completed at once).
+  for (size_t i : index) {
+    if (replacing[i] && out[i].done() && !out[i].status().ok()) impl_->NoteCorrupt(writes[i].key);
+  }
   return out;
 }
 

@@ -40,6 +40,7 @@ class FrameDigest {
       avx2_ = internal::Xxh3Avx2Usable();
       return;
     }
+    keyed_ = true;  // what the caller asked for, whether OpenSSL provides it or not
     mac_ = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
     ctx_ = mac_ != nullptr ? EVP_MAC_CTX_new(mac_) : nullptr;
     char digest[] = "SHA256";
@@ -58,7 +59,7 @@ class FrameDigest {
 
   void Update(const std::byte* data, size_t n) {
     if (n == 0) return;
-    if (mac_ == nullptr) {
+    if (!keyed_) {
       internal::Xxh3_128Update(&xxh_, data, n, avx2_);
     } else {
       ok_ = ok_ && EVP_MAC_update(ctx_, reinterpret_cast<const unsigned char*>(data), n) == 1;
@@ -66,7 +67,7 @@ class FrameDigest {
   }
   absl::Status Final(std::array<std::byte, kChecksumBytes>* out) {
     out->fill(std::byte{0});
-    if (mac_ == nullptr) {
+    if (!keyed_) {
       const XXH128_hash_t h = XXH3_128bits_digest(&xxh_);
       internal::StoreU64Be(reinterpret_cast<uint8_t*>(out->data()), h.high64);
       internal::StoreU64Be(reinterpret_cast<uint8_t*>(out->data()) + 8, h.low64);
@@ -81,6 +82,9 @@ class FrameDigest {
   }
 
  private:
+  // Keyed by the secret, not by whether OpenSSL's HMAC loaded: a missing HMAC (a restricted
+  // provider configuration) must fail the frame, not fall back to an XXH3 state never reset.
+  bool keyed_ = false;
   XXH3_state_t xxh_;
   bool avx2_ = false;
   EVP_MAC* mac_ = nullptr;

@@ -459,6 +459,13 @@ absl::Status RedisConnection::ReadReply(
     KVTIER_RETURN_IF_ERROR(Skip(length, deadline));
     reply->skipped = true;
   } else {
+    // Kept whole: only a short reply belongs here (an error's text, a status); a bulk of a size
+    // the command never answers with is refused before any memory is given to it.
+    if (length > kMaxKeptBulkBytes) {
+      return protocol_error(absl::StrCat("a bulk string of ", length,
+                                         " bytes where a short reply was expected (at most ",
+                                         kMaxKeptBulkBytes, ")"));
+    }
     reply->text.resize(static_cast<size_t>(length));
     KVTIER_RETURN_IF_ERROR(
         ReadInto({reinterpret_cast<std::byte*>(reply->text.data()), reply->text.size()}, deadline));

@@ -114,6 +114,9 @@ class RedisConnection {
                                absl::FunctionRef<void(size_t index, const Reply& reply)> on_reply);
   // The largest bulk string the reader accepts: Redis's own default proto-max-bulk-len.
   static constexpr int64_t kMaxBulkBytes = int64_t{512} << 20;
+  // The largest bulk string kept in Reply::text (one the target sends to no buffers and does not
+  // skip); values go to buffers.
+  static constexpr int64_t kMaxKeptBulkBytes = int64_t{64} << 10;
 
   bool broken() const { return broken_; }
   const std::string& address() const { return address_; }

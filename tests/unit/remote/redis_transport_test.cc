@@ -536,6 +536,24 @@ TEST(RedisFakeServerTest, PutValueIsNeverReadAfterItsCompletion) {
       << "bytes written after the completion reached the server";
 }
 
+// Found in review: a bulk string answering a command that expects a short reply (EXISTS) was
+// kept whole in memory: a server sending "$536870911" and then stalling had 512 MiB zero-filled
+// and held until the read's deadline. It is now a protocol error at once.
+TEST(RedisFakeServerTest, AHugeBulkWhereAShortReplyBelongsIsAnErrorAtOnce) {
+  FakeTcpServer server([&](int fd) {
+    FakeTcpServer::ReadUntil(fd, "EXISTS");
+    FakeTcpServer::WriteAll(fd, "$536870911\r\n");
+    absl::SleepFor(absl::Seconds(3));
+  });
+  ASSERT_TRUE(server.ok());
+  auto t = RedisTransport::Create(
+      {.endpoints = {server.address()}, .command_timeout = absl::Seconds(10), .connections = 1});
+  ASSERT_TRUE(t.ok());
+  const std::string key = "k";
+  EXPECT_THAT((*t)->Exists({&key, 1}, In(absl::Seconds(2)))[0].Wait(),
+              IsError(StatusCode::kUnavailable, "where a short reply was expected"));
+}
+
 // Found in review: a GET whose value had started arriving was no longer bound by its own
 // deadline but by the longest deadline in its round trip (or command_timeout), so a server that
 // stalled mid-value held a short-deadline read for seconds.

@@ -104,6 +104,34 @@ TEST_P(RemoteTierDedupeTest, CorruptStoredValueIsReplacedByTheNextWrite) {
   EXPECT_TRUE(out == block);
 }
 
+// Found in review: a write that was to replace a corrupt value but did not land (the store
+// down, the breaker open) dropped the mark, so the next write was if_absent again, was skipped,
+// and the damaged value stayed: every later read of the block was kDataLoss.
+TEST(RemoteTierReplaceTest, AReplacementThatFailsStaysMarked) {
+  auto store = std::make_shared<InProcessTransport>();
+  auto a = Tier(store);
+  const BlockKey key{31, 32};
+  const std::vector<std::byte> block = testing::RandomBytes(Geometry().bytes_per_block(), 4);
+  KVTIER_ASSERT_OK(a->WriteBlock(SlotId(0), key, block).Wait());
+  std::vector<std::byte> stored;
+  const std::string store_key = a->StoreKey(key);
+  KVTIER_ASSERT_OK(store->Get({{.key = store_key, .value = &stored}}, kNoDeadline)[0].Wait());
+  stored[stored.size() - 1] ^= std::byte{0x40};
+  KVTIER_ASSERT_OK(store->Put({{.key = store_key, .value = stored}}, kNoDeadline)[0].Wait());
+
+  auto b = Tier(store);
+  std::vector<std::byte> out(block.size());
+  KVTIER_ASSERT_OK(b->WriteBlock(SlotId(1), key, block).Wait());  // skipped: the key exists
+  EXPECT_TRUE(absl::IsDataLoss(b->ReadBlock(SlotId(1), key, absl::MakeSpan(out)).Wait()));
+  store->SetFailure(absl::UnavailableError("store down"));
+  EXPECT_FALSE(b->WriteBlock(SlotId(1), key, block).Wait().ok());
+  store->SetFailure(absl::OkStatus());
+  KVTIER_ASSERT_OK(b->WriteBlock(SlotId(1), key, block).Wait());
+  EXPECT_EQ(b->writes_skipped(), 1);  // the first write only: this one replaced the value
+  KVTIER_ASSERT_OK(b->ReadBlock(SlotId(1), key, absl::MakeSpan(out)).Wait());
+  EXPECT_TRUE(out == block);
+}
+
 // Workers of one namespace that differ in codec: the lossy fp8 writer's frame is foreign to a
 // lossless reader (before, it was served: bf16 rounded to fp8 precision, never opted into).
 TEST_P(RemoteTierDedupeTest, ALosslessReaderRefusesALossyFrameAndItsNextWriteReplacesIt) {

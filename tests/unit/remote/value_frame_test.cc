@@ -1,5 +1,8 @@
 #include "kvtier/value_frame.h"
 
+#include <openssl/evp.h>
+#include <openssl/provider.h>
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -38,6 +41,26 @@ TEST(ValueFrameTest, RoundTripsWithEveryCodecAndKeyed) {
     }
   }
   EXPECT_EQ(Frame(block, Codec::kNone).size(), kFrameHeaderBytes + block.size());
+}
+
+// Found in review: with a secret, the frame digest fell back to XXH3 when OpenSSL could not
+// provide HMAC (a restricted provider configuration), on a hash state never reset: undefined
+// behaviour, and a frame no reader accepts reported written. It is now kInternal. Here only
+// OpenSSL's "null" provider is loaded, so HMAC is missing (ctest runs each test in its own
+// process; where this process already has the default provider, the test skips).
+TEST(ValueFrameTest, AKeyedFrameWithoutOpenSslsHmacFails) {
+  OSSL_PROVIDER* null_only = OSSL_PROVIDER_load(nullptr, "null");
+  EVP_MAC* hmac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
+  if (hmac != nullptr) {
+    EVP_MAC_free(hmac);
+    OSSL_PROVIDER_unload(null_only);
+    GTEST_SKIP() << "OpenSSL's default provider is already loaded in this process";
+  }
+  const std::vector<std::byte> block = testing::RandomBytes(6144, 9);
+  std::vector<std::byte> f;
+  EXPECT_THAT(EncodeFrame(kNs, kKey, block, Codec::kNone, "deployment-secret", &f),
+              IsError(StatusCode::kInternal, "HMAC"));
+  OSSL_PROVIDER_unload(null_only);
 }
 
 TEST(ValueFrameTest, ALossyFrameIsForeignToAReaderThatDidNotOptIn) {

@@ -104,7 +104,10 @@ absl::StatusOr<TierStackOptions> ToTierStackOptions(const CacheNamespace& ns,
   t.nvme.thread_pool_threads = o.nvme_thread_pool_threads;
   t.remote_directory = OrEmpty(o.remote_directory);
   t.remote_url = OrEmpty(o.remote_url);
-  if (o.remote_key_prefix != nullptr) t.remote.key_prefix = o.remote_key_prefix;
+  // NULL and "" are unset (the header's rule for this struct's strings): the default prefix.
+  if (o.remote_key_prefix != nullptr && o.remote_key_prefix[0] != '\0') {
+    t.remote.key_prefix = o.remote_key_prefix;
+  }
   if (present(KVTIER_TIER_REMOTE)) t.remote.codec = static_cast<Codec>(RawEnum(o.remote_codec));
   t.remote.hmac_secret = OrEmpty(o.remote_hmac_secret);
   t.remote.breaker_failures = o.remote_breaker_failures;

@@ -324,7 +324,7 @@ typedef struct kvtier_tier_stack_options {
    * connected lazily). */
   const char* remote_directory;
   const char* remote_url;
-  const char* remote_key_prefix;   /* NULL: "kvtier:" */
+  const char* remote_key_prefix;   /* NULL or "": "kvtier:" */
   kvtier_codec remote_codec;       /* default NONE */
   const char* remote_hmac_secret;  /* NULL or "": no MAC, frames carry XXH3-128 */
   int32_t remote_breaker_failures; /* failures that open the circuit breaker; default 5 */

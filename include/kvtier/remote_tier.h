@@ -13,7 +13,8 @@
 // a backoff (doubling from breaker_backoff_min to _max) one request probes the store; an answer
 // closes the breaker. A request's kDeadlineExceeded counts only if it was given at least 4 times
 // the store's recent answer time (an average of answered requests' durations): a caller's own
-// short deadline, such as a discovery probe's, does not make a slow but live store look dead.
+// short deadline, such as a discovery probe's, does not make a slow but live store look dead;
+// once the store has answered nothing for breaker_backoff_max, every timeout counts again.
 //
 // Slots are this worker's budget of blocks in the store (capacity_blocks); the store itself may
 // hold far more, written by other workers of the same namespace.

@@ -13,7 +13,8 @@
 // discovery probe against a store that answers in 30 ms) is the caller's impatience and counts
 // as neither. The recent answer time is an average of answered requests' durations (weight 1/8
 // on the newest, as TCP's smoothed round-trip time, RFC 6298); until the store has answered
-// once, every timeout counts.
+// once, and once it has answered nothing for backoff_max (a hung store, whatever the callers'
+// deadlines), every timeout counts.
 //
 // Thread-safety: thread-safe.
 #ifndef KVTIER_REMOTE_CIRCUIT_BREAKER_H_
@@ -82,7 +83,8 @@ class CircuitBreaker {
     bool neutral = absl::IsCancelled(status) || absl::IsInvalidArgument(status);
     MutexLock lock(&mu_);
     if (absl::IsDeadlineExceeded(status) && answer_time_ > absl::ZeroDuration() &&
-        started != absl::InfinitePast() && deadline - started < kPatience * answer_time_) {
+        now - last_answer_ < backoff_max_ && started != absl::InfinitePast() &&
+        deadline - started < kPatience * answer_time_) {
       failure = false;
       neutral = true;
     }
@@ -95,6 +97,7 @@ class CircuitBreaker {
       return;
     }
     if (!failure) {
+      last_answer_ = std::max(last_answer_, now);
       if (started != absl::InfinitePast() && now >= started) {
         const absl::Duration took = std::max(now - started, absl::Microseconds(1));
         answer_time_ =
@@ -155,6 +158,7 @@ class CircuitBreaker {
   int64_t bypassed_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t probes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Duration answer_time_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
+  absl::Time last_answer_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 
 }  // namespace kvtier::internal

@@ -130,15 +130,13 @@ TEST(RemoteTierBreakerTest, BypassesAFailingStoreAndRecovers) {
   EXPECT_EQ((*tier)->breaker_opened(), 1);
 }
 
-// The breaker hears once per batch, for writes as for reads: one failed batch of three blocks
-// is one failure, not three (found on re-reading: WriteBlocks still reported per block).
 // Found in review: every kDeadlineExceeded counted against the store, the caller's own short
 // deadline too. Five 20 ms discovery probes against a live store that answers in 30 ms opened
 // the breaker and bypassed the remote tier. A timeout now counts only for a request given at
 // least kPatience times the store's recent answer time.
 TEST(CircuitBreakerTest, AShortDeadlineIsTheCallersImpatienceNotTheStoresFailure) {
   const absl::Status late = absl::DeadlineExceededError("no answer by the deadline");
-  CircuitBreaker b(2, absl::Milliseconds(100), absl::Seconds(1));
+  CircuitBreaker b(2, absl::Milliseconds(100), absl::Seconds(10));
   // Until the store has answered once, every timeout counts (a store dead from the start).
   CircuitBreaker fresh(2, absl::Milliseconds(100), absl::Seconds(1));
   fresh.Report(late, kT0, kT0, kT0 + absl::Milliseconds(20));
@@ -147,7 +145,7 @@ TEST(CircuitBreakerTest, AShortDeadlineIsTheCallersImpatienceNotTheStoresFailure
 
   b.Report(absl::OkStatus(), kT0 + absl::Milliseconds(30), kT0);  // answered in 30 ms
   EXPECT_EQ(b.answer_time(), absl::Milliseconds(30));
-  absl::Time t = kT0 + absl::Seconds(1);
+  absl::Time t = kT0 + absl::Milliseconds(100);
   for (int i = 0; i < 5; ++i) {
     b.Report(late, t + absl::Milliseconds(20), t, t + absl::Milliseconds(20));
     t += absl::Milliseconds(20);
@@ -167,6 +165,12 @@ TEST(CircuitBreakerTest, AShortDeadlineIsTheCallersImpatienceNotTheStoresFailure
   b.Report(absl::NotFoundError("miss"), t + absl::Milliseconds(50), t + absl::Milliseconds(20));
   EXPECT_EQ(b.state(), State::kClosed);
   EXPECT_EQ(b.answer_time(), absl::Microseconds(30000));  // 30 + (30 - 30) / 8
+  // A store that has answered nothing for backoff_max (10 s) is not slow but hung: short
+  // timeouts count again (found in review: with short deadlines only, it never opened).
+  const absl::Time quiet = t + absl::Milliseconds(50) + absl::Seconds(10);
+  b.Report(late, quiet, quiet - absl::Milliseconds(20), quiet);
+  b.Report(late, quiet + absl::Milliseconds(20), quiet, quiet + absl::Milliseconds(20));
+  EXPECT_EQ(b.state(), State::kOpen);
 }
 
 // A store that answers writes in 30 ms and needs longer than discovery's short probes: the
@@ -219,6 +223,8 @@ TEST(RemoteTierBreakerTest, ShortProbeDeadlinesDoNotOpenTheBreaker) {
   EXPECT_EQ((*tier)->health(), RemoteHealth::kBypassed);
 }
 
+// The breaker hears once per batch, for writes as for reads: one failed batch of three blocks
+// is one failure, not three (found on re-reading: WriteBlocks still reported per block).
 TEST(RemoteTierBreakerTest, AFailedBatchCountsOnceForWritesAndReads) {
   const KvGeometry geometry = *KvGeometry::Create(
       {.num_layers = 1, .num_kv_heads = 1, .head_dim = 64, .tokens_per_block = 4});

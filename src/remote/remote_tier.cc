@@ -435,8 +435,11 @@ std::vector<Completion> RemoteTier::WriteBlocks(absl::Span<const BlockWrite> wri
       [&] { return transport_->Put(puts, options.deadline); },
       [&](size_t i) {
         const int64_t bytes = put_bytes[i];
+        // A bool, not a vector<bool> reference: the lambda outlives `replacing` (it runs when the
+        // transport answers, after WriteBlocks returned; ASan found the reference).
+        const bool replace = replacing[i];
         return [impl, frames, slot = writes[i].slot, key = writes[i].key, bytes,
-                replace = replacing[i]](const absl::Status& s) -> absl::Status {
+                replace](const absl::Status& s) -> absl::Status {
           // Skipped because the store has the block (if_absent): content-addressed, so that is
           // the block, written by another worker or an earlier run.
           const bool present = absl::IsAlreadyExists(s);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "cache/kv_cache_impl.h"
 
 namespace kvtier {
@@ -12,19 +13,40 @@ void KvCache::Impl::AdoptRecoveredBlocks() {
   for (int t = 0; t < kNumTiers; ++t) {
     if (tiers[t] == nullptr) continue;
     const Tier tier = static_cast<Tier>(t);
-    // The latest write of a key first: its other slots (older copies, one of them perhaps a torn
-    // rewrite whose header survived) are then refused as duplicates and freed below.
-    std::vector<RecoveredBlock> recovered = tiers[t]->recovered_blocks();
-    std::stable_sort(recovered.begin(), recovered.end(),
-                     [](const RecoveredBlock& a, const RecoveredBlock& b) {
-                       return a.write_sequence > b.write_sequence;
-                     });
-    for (const RecoveredBlock& b : recovered) {
+    // Two passes. First the latest write of each key: its other slots (older copies, one of them
+    // perhaps a torn rewrite whose header survived) stay unindexed and are freed below. Then the
+    // chosen copies in write order, oldest first. Their last use is unknown; each is given one
+    // just before now, 1 us apart in write order (policies key on seconds as doubles, whose step
+    // near today's epoch time is about 0.24 us), so that the policy ranks the latest written as
+    // the most recently used (LRU keeps it longest). Left unknown, they would tie, and LRU's ties
+    // go by block key: an order unrelated to time.
+    const std::vector<RecoveredBlock> recovered = tiers[t]->recovered_blocks();
+    absl::flat_hash_map<BlockKey, size_t> latest;
+    latest.reserve(recovered.size());
+    for (size_t i = 0; i < recovered.size(); ++i) {
+      auto [it, inserted] = latest.try_emplace(recovered[i].key, i);
+      if (!inserted && recovered[i].write_sequence > recovered[it->second].write_sequence) {
+        it->second = i;
+      }
+    }
+    std::vector<size_t> order;
+    order.reserve(latest.size());
+    for (const auto& [key, i] : latest) order.push_back(i);
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return recovered[a].write_sequence != recovered[b].write_sequence
+                 ? recovered[a].write_sequence < recovered[b].write_sequence
+                 : a < b;
+    });
+    absl::Time last_use = Now() - absl::Microseconds(static_cast<int64_t>(order.size()));
+    for (const size_t i : order) {
+      const RecoveredBlock& b = recovered[i];
+      last_use += absl::Microseconds(1);
       if (b.slot.value() >= owner[t].size() || StateOf(tier, b.slot) != SlotState::kCached ||
           owner[t][b.slot.value()].indexed()) {  // a backend listing one slot twice
         continue;
       }
       if (AddCopy(b.key, tier, b.slot, CopyState::kReady, kRootBlockKey).ok()) {
+        if (auto it = blocks.find(b.key); it != blocks.end()) it->second.set_last_use(last_use);
         UpdateCandidate(b.key, tier);
       }
     }

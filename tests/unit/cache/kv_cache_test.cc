@@ -1856,6 +1856,42 @@ TEST_F(KvCacheTest, WarmRestartKeepsTheLatestCopyOfAKey) {
   KVTIER_ASSERT_OK(cache_->Release(Seq(3)));
 }
 
+// Found in review: warm restart adopted recovered blocks latest write first, so the policy heard
+// of the latest last-written blocks first and LRU, taking them for the least recently used,
+// evicted them first after a restart. They are now adopted oldest write first.
+TEST_F(KvCacheTest, WarmRestartEvictsTheOldestWritesFirst) {
+  testing::TempDir dir;
+  const std::string path = dir.File("warm.bin");
+  const auto with_nvme = [&](KvCacheOptions& o) {
+    const KvGeometry g = KvCacheEnv::Geometry();
+    auto nvme = NvmeTier::Create(g, {.path = path, .capacity_bytes = 8 * NvmeTier::SlotBytes(g)});
+    ASSERT_TRUE(nvme.ok()) << nvme.status();
+    o.tiers[TierIndex(Tier::kNvme)] = std::move(*nvme);
+  };
+  const std::vector<int32_t> older = Iota(16, 100);
+  const std::vector<int32_t> newer = Iota(16, 200);
+  const std::vector<int32_t> later = Iota(16, 300);
+  Rebuild({.hbm_blocks = 4, .dram_blocks = 0}, with_nvme);
+  KVTIER_ASSERT_OK(AddReleased(1, older));
+  KVTIER_ASSERT_OK(EvictAllOfHbm(2));
+  KVTIER_ASSERT_OK(AddReleased(3, newer));
+  KVTIER_ASSERT_OK(EvictAllOfHbm(4));
+  ASSERT_EQ(cache_->stats().tiers[kNvme].stored, 8) << StatsString(cache_->stats());
+
+  Rebuild({.hbm_blocks = 4, .dram_blocks = 0}, with_nvme);  // a new process, NVMe full
+  KVTIER_ASSERT_OK(cache_->CheckInvariants());
+  // Four more blocks go down to NVMe: LRU makes room by dropping the oldest writes.
+  KVTIER_ASSERT_OK(AddReleased(5, later));
+  KVTIER_ASSERT_OK(EvictAllOfHbm(6));
+  KVTIER_ASSERT_OK_AND_ASSIGN(PrefixLookup kept, cache_->Lookup(newer));
+  EXPECT_EQ(kept.matched_tokens, 16) << StatsString(cache_->stats());
+  EXPECT_EQ(kept.blocks_by_tier[kNvme], 4);
+  KVTIER_ASSERT_OK_AND_ASSIGN(PrefixLookup dropped, cache_->Lookup(older));
+  EXPECT_EQ(dropped.matched_tokens, 0);
+  KVTIER_ASSERT_OK_AND_ASSIGN(PrefixLookup demoted, cache_->Lookup(later));
+  EXPECT_EQ(demoted.blocks_by_tier[kNvme], 4);
+}
+
 // Regression (review): a block that joined an onboard started without a deadline (here a
 // prefetch) made a kWait call wait for that onboard, past its own deadline, and a kAsync ticket
 // never completed by its deadline. The deadline is now the ticket's, kept by the cache.

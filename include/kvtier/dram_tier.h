@@ -2,7 +2,8 @@
 // them) holds capacity_blocks = floor(capacity_bytes / block_bytes) blocks, block-contiguous (all
 // layers of a block in one run), so each copy to or from HBM or NVMe is one large transfer. The
 // region is page-locked with cudaHostRegister (in 1 GiB pieces) when a CUDA device answers, for
-// DMA at full PCIe bandwidth. The budget is checked against MemAvailable at creation.
+// DMA at full PCIe bandwidth. The budget is checked at creation against MemAvailable and the
+// room under the process's cgroup memory limits.
 //
 // Reads and writes are memcpy on the calling thread: their Completion has fired on return. Slots
 // are host addressable (HostAddress), which the transfer engine uses to copy without a bounce.
@@ -38,8 +39,8 @@ struct DramTierOptions {
 class DramTier final : public InMemorySlotTier {
  public:
   // Errors: kInvalidArgument if capacity_bytes holds no whole block; kResourceExhausted if the
-  // region exceeds MemAvailable or cannot be mapped; kUnavailable with the CUDA error text if a
-  // device answers but pinning fails.
+  // region exceeds the memory available (MemAvailable, cgroup limits) or cannot be mapped;
+  // kUnavailable with the CUDA error text if a device answers but pinning fails.
   static absl::StatusOr<std::unique_ptr<DramTier>> Create(const KvGeometry& geometry,
                                                           const DramTierOptions& options);
   ~DramTier() override;

@@ -36,7 +36,8 @@ namespace kvtier {
 struct EmulatedHbmOptions {
   HbmLayout layout = HbmLayout::kLayerFirst;
   int64_t capacity_blocks = 0;  // >= 1
-  // Refuse a pool larger than MemAvailable (the emulation lives in host memory).
+  // Refuse a pool larger than the memory available (MemAvailable, and the room under the
+  // process's cgroup memory limits): the emulation lives in host memory.
   bool check_available_memory = true;
   // Host memory the engine owns (e.g. its CPU KV tensors) to use as the pool instead of
   // allocating, as CudaHbmOptions::external_pool: kLayerFirst and kLayerKvSplit, one pointer per

@@ -24,8 +24,8 @@
 // created). The tier never reads or writes them, so those pages are never touched and cost
 // virtual memory only, not resident memory: with a 160 MiB block and one bounce buffer, 160 MiB
 // of address space. The engine still checks that size against
-// MemAvailable (and takes explicit huge pages if some are reserved), so keep bounce_buffers small
-// (1) for large blocks.
+// the memory available (MemAvailable, cgroup limits; and takes explicit huge pages if some are
+// reserved), so keep bounce_buffers small (1) for large blocks.
 //
 // As HBM (options.tier == kHbm) it reports kCapDeviceMemory and a device_pool(), so KvCache takes
 // it as its HBM tier; that pool has the strides of a layer-first pool and no addresses (see
@@ -69,7 +69,8 @@ class MetadataTier final : public InMemorySlotTier {
   // never allocated). Errors: kInvalidArgument for a tier outside [kHbm, kRemote], capacity_blocks
   // < 1 or > BlockAllocator::kMaxCapacityBlocks, a capacity in bytes that overflows int64, or a
   // store on a tier other than kRemote;
-  // kResourceExhausted if the per-slot bookkeeping (32 bytes a slot) exceeds MemAvailable.
+  // kResourceExhausted if the per-slot bookkeeping (32 bytes a slot) exceeds the memory
+  // available (MemAvailable, and the room under the process's cgroup memory limits).
   static absl::StatusOr<std::unique_ptr<MetadataTier>> Create(const KvGeometry& geometry,
                                                               const MetadataTierOptions& options);
   ~MetadataTier() override;

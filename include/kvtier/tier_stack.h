@@ -116,10 +116,10 @@ using TierBackends = std::array<std::unique_ptr<TierBackend>, kNumTiers>;
 // capacity whose bytes overflow int64, a native remote tier with no store or more than one, or a
 // `wrap` that returns null (the message names the tier); otherwise the error of the first backend
 // or transport whose Create fails, unchanged (e.g. NvmeTier's kInvalidArgument for an empty path,
-// EmulatedHbm's or DramTier's kResourceExhausted for a pool over MemAvailable, DirectoryTransport's
-// kUnavailable, RedisTransport's kInvalidArgument for a bad URL, CudaHbm's kUnavailable
-// without a GPU or kUnimplemented in a build without CUDA). On error every backend built
-// so far (wrapped or not) is destroyed. `wrap` is called only once every backend is built.
+// EmulatedHbm's or DramTier's kResourceExhausted for a pool over the memory available,
+// DirectoryTransport's kUnavailable, RedisTransport's kInvalidArgument for a bad URL, CudaHbm's
+// kUnavailable without a GPU or kUnimplemented in a build without CUDA). On error every backend
+// built so far (wrapped or not) is destroyed. `wrap` is called only once every backend is built.
 //
 // Ownership: the caller owns the backends returned. A shared remote.transport is shared with the
 // remote tier (it lives while either holds it). A TransferEngine takes raw pointers to them, so

@@ -4,26 +4,115 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace kvtier::internal {
 
-absl::StatusOr<int64_t> AvailableMemoryBytes() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string name, unit;
-  int64_t kib = 0;
-  while (meminfo >> name >> kib >> unit) {
-    if (name == "MemAvailable:") return kib * 1024;
+namespace {
+
+// The first whitespace-separated number in `path`; nullopt if the file cannot be read or holds
+// none (v2's "max" among them: no limit).
+std::optional<int64_t> ReadNumber(const std::string& path) {
+  std::ifstream in(path);
+  std::string word;
+  int64_t value = 0;
+  if (!(in >> word) || !absl::SimpleAtoi(word, &value)) return std::nullopt;
+  return value;
+}
+
+// The value of `field` in a "name value" file (memory.stat); 0 if absent.
+int64_t ReadStatField(const std::string& path, std::string_view field) {
+  std::ifstream in(path);
+  std::string name;
+  int64_t value = 0;
+  while (in >> name >> value) {
+    if (name == field) return value;
   }
-  return absl::UnavailableError("MemAvailable not found in /proc/meminfo");
+  return 0;
+}
+
+// The room left under the limit of the cgroup in `dir` (v2 or v1 file names); nullopt when it
+// sets none that can be read.
+std::optional<int64_t> RoomUnderLimit(const std::string& dir, bool v2) {
+  const std::optional<int64_t> limit =
+      ReadNumber(dir + (v2 ? "/memory.max" : "/memory.limit_in_bytes"));
+  if (!limit.has_value()) return std::nullopt;
+  const std::optional<int64_t> usage =
+      ReadNumber(dir + (v2 ? "/memory.current" : "/memory.usage_in_bytes"));
+  if (!usage.has_value()) return std::nullopt;
+  const int64_t inactive_file =
+      ReadStatField(dir + "/memory.stat", v2 ? "inactive_file" : "total_inactive_file");
+  const int64_t working_set = std::max<int64_t>(0, *usage - std::max<int64_t>(0, inactive_file));
+  return std::max<int64_t>(0, *limit - working_set);
+}
+
+// The least room under the limits of `path` (a cgroup path, "/..."), under `base`, and of each
+// of its ancestors up to `base` itself.
+std::optional<int64_t> LeastRoom(const std::string& base, std::string path, bool v2) {
+  std::optional<int64_t> least;
+  while (true) {
+    while (path.size() > 1 && path.back() == '/') path.pop_back();
+    const std::string dir = path == "/" || path.empty() ? base : base + path;
+    if (const std::optional<int64_t> room = RoomUnderLimit(dir, v2); room.has_value()) {
+      least = least.has_value() ? std::min(*least, *room) : *room;
+    }
+    if (path == "/" || path.empty()) return least;
+    const size_t slash = path.rfind('/');
+    path = slash == 0 || slash == std::string::npos ? "/" : path.substr(0, slash);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> AvailableMemoryBytes(const MemorySources& sources) {
+  std::optional<int64_t> available;
+  {
+    std::ifstream meminfo(sources.meminfo);
+    std::string name, unit;
+    int64_t kib = 0;
+    while (meminfo >> name >> kib >> unit) {
+      if (name == "MemAvailable:") {
+        available = kib * 1024;
+        break;
+      }
+    }
+  }
+  if (!available.has_value()) {
+    return absl::UnavailableError(absl::StrCat("MemAvailable not found in ", sources.meminfo));
+  }
+  // /proc/self/cgroup lines are "id:controllers:path": "0::path" for v2, "N:memory:path" (the
+  // memory controller among others, comma-separated) for v1.
+  std::ifstream cgroups(sources.self_cgroup);
+  std::string line;
+  while (std::getline(cgroups, line)) {
+    const std::vector<std::string> parts = absl::StrSplit(line, absl::MaxSplits(':', 2));
+    if (parts.size() != 3 || parts[2].empty() || parts[2][0] != '/') continue;
+    std::optional<int64_t> room;
+    if (parts[0] == "0" && parts[1].empty()) {
+      room = LeastRoom(sources.cgroup_root, parts[2], /*v2=*/true);
+    } else {
+      const std::vector<std::string> controllers = absl::StrSplit(parts[1], ',');
+      if (std::find(controllers.begin(), controllers.end(), "memory") == controllers.end()) {
+        continue;
+      }
+      room = LeastRoom(sources.cgroup_root + "/memory", parts[2], /*v2=*/false);
+    }
+    if (room.has_value()) available = std::min(*available, *room);
+  }
+  return *available;
 }
 
 absl::StatusOr<HostRegion> HostRegion::Create(size_t bytes, const std::string& what,
@@ -36,7 +125,8 @@ absl::StatusOr<HostRegion> HostRegion::Create(size_t bytes, const std::string& w
     if (available.ok() && static_cast<int64_t>(bytes) > *available) {
       return absl::ResourceExhaustedError(absl::StrCat(
           what, ": ", bytes, " bytes requested but only ", *available,
-          " bytes of memory are available (MemAvailable); lower the tier's capacity"));
+          " bytes of memory are available (MemAvailable and the cgroup's limits); lower the tier's "
+          "capacity"));
     }
   }
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));

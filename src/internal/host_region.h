@@ -1,8 +1,8 @@
 // One exact-size region of host memory from mmap: the backing store of the DRAM tier and of the
 // emulated HBM tier. It maps exactly the bytes asked for (the kernel rounds to its page size,
 // nothing more: case AC-2), uses huge pages where the system offers them, and checks the size
-// against MemAvailable first so an impossible budget fails with a clear error instead of the OOM
-// killer later.
+// against the memory available (MemAvailable and the cgroup's limits) first so an impossible
+// budget fails with a clear error instead of the OOM killer later.
 #ifndef KVTIER_INTERNAL_HOST_REGION_H_
 #define KVTIER_INTERNAL_HOST_REGION_H_
 
@@ -14,18 +14,34 @@
 
 namespace kvtier::internal {
 
-// MemAvailable from /proc/meminfo, in bytes. Errors: kUnavailable if it cannot be read.
-absl::StatusOr<int64_t> AvailableMemoryBytes();
+// Where AvailableMemoryBytes reads (the system's files by default; tests point them at a tree
+// of their own).
+struct MemorySources {
+  std::string meminfo = "/proc/meminfo";
+  std::string self_cgroup = "/proc/self/cgroup";
+  std::string cgroup_root = "/sys/fs/cgroup";
+};
+
+// The memory this process can still take, in bytes: MemAvailable from `meminfo`, lowered to the
+// room under every memory limit of the process's cgroup and its ancestors, so that a container
+// gets kResourceExhausted at creation rather than the OOM killer later. The room under a limit
+// is the limit minus the cgroup's working set: its usage less its inactive file pages, which
+// the kernel reclaims first (as the kubelet counts it). cgroup v2: memory.max, memory.current
+// and memory.stat's inactive_file under `cgroup_root`; v1: memory.limit_in_bytes,
+// memory.usage_in_bytes and memory.stat's total_inactive_file under `cgroup_root`/memory. A
+// cgroup whose files are absent or unreadable (not mounted in this namespace) sets no limit.
+// Errors: kUnavailable if MemAvailable cannot be read. Thread-safe (reads files only).
+absl::StatusOr<int64_t> AvailableMemoryBytes(const MemorySources& sources = {});
 
 class HostRegion {
  public:
   static constexpr size_t kHugePageBytes = size_t{2} << 20;
 
   // Maps `bytes` (>= 1) of anonymous memory for `what` (used in messages).
-  // Errors: kInvalidArgument for bytes < 1; kResourceExhausted if bytes exceeds MemAvailable
-  // (when check_available is set) or mmap fails with ENOMEM; kInternal for other mmap errors.
-  // With `prefault`, every page is faulted in now (MAP_POPULATE), as cudaMalloc or
-  // cudaHostRegister would back them, so the first copies do not pay for page faults.
+  // Errors: kInvalidArgument for bytes < 1; kResourceExhausted if bytes exceeds
+  // AvailableMemoryBytes() (when check_available is set) or mmap fails with ENOMEM; kInternal for
+  // other mmap errors. With `prefault`, every page is faulted in now (MAP_POPULATE), as cudaMalloc
+  // or cudaHostRegister would back them, so the first copies do not pay for page faults.
   static absl::StatusOr<HostRegion> Create(size_t bytes, const std::string& what,
                                            bool try_huge_pages = true, bool check_available = true,
                                            bool prefault = false);

@@ -59,9 +59,9 @@ absl::StatusOr<std::unique_ptr<MetadataTier>> MetadataTier::Create(
   // it up front rather than fail inside a vector allocation.
   if (absl::StatusOr<int64_t> available = internal::AvailableMemoryBytes();
       available.ok() && info.metadata_bytes > *available) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(info.name, ": ", info.metadata_bytes, " bytes of slot bookkeeping but only ",
-                     *available, " bytes of memory are available (MemAvailable)"));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        info.name, ": ", info.metadata_bytes, " bytes of slot bookkeeping but only ", *available,
+        " bytes of memory are available (MemAvailable and the cgroup's limits)"));
   }
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<BlockAllocator> allocator,
                           BlockAllocator::Create(options.tier, options.capacity_blocks));

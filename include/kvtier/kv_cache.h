@@ -43,7 +43,9 @@
 //     = prefill FLOPs / FLOP rate) says are cheaper to restore, and the caller recomputes the rest.
 //
 // Errors at the API (DESIGN section 10): kNotFound for an unknown sequence or ticket;
-// kFailedPrecondition for a released sequence, a double release, or a call in the wrong state;
+// kFailedPrecondition for a released sequence, a double release, or a call in the wrong state
+// (the cache remembers the 65,536 ids released last; an id released before them reads as
+// unknown, kNotFound, and may be created again);
 // kOutOfRange for a token range past the end; kInvalidArgument for malformed arguments;
 // kDeadlineExceeded for a deadline already past; kAlreadyExists for a sequence id in use;
 // kResourceExhausted when HBM is full of locked and held blocks. On error nothing changes.
@@ -480,7 +482,9 @@ using CacheEventCallback = std::function<void(absl::Span<const CacheEvent>)>;
 class KvCache {
  public:
   // Errors: kInvalidArgument for a missing HBM tier, a tier at the wrong index or built for
-  // another block size, an HBM tier without a device pool, an unknown eviction policy or bad
+  // another block size, an HBM tier without a device pool or whose pool (if it has addresses) is
+  // not shaped as ns's geometry in ns's hbm_layout (layers, block, token and head strides: a
+  // stack built for another namespace), an unknown eviction policy or bad
   // cost_aware or reuse_index options, kExclusive with kWriteThrough, admit_after_uses < 1 (or != 1
   // for HBM), a prefill_cost or link that is not positive and finite, event_buffer < 1, a worker_id
   // over 256 bytes, room_wait < 0, bounce_buffers < 1; PrefixHasher's errors; kResourceExhausted if
@@ -505,7 +509,8 @@ class KvCache {
   // hits); phase 2 plans restore versus recompute and keeps the leading blocks worth restoring,
   // unpinning the rest. The sequence then holds those blocks' tokens; the caller Appends the
   // remaining prompt tokens and computes them. At least the prompt's last token is left to
-  // compute. Blocks below HBM are onboarded by EnsureResident. Counts the query in the stats.
+  // compute. Blocks below HBM are onboarded by EnsureResident. Counts the query in the stats (a
+  // sequence with caching off attaches nothing and is not counted).
   // Where the local match ends early, remote discovery (KvCacheOptions::remote_probe_*) first
   // asks the store for the next blocks, the cache lock released meanwhile: blocks found are
   // indexed as ready remote copies (each taking a free remote slot, or one the remote tier's
@@ -535,7 +540,10 @@ class KvCache {
   // The KV of tokens [0, num_tokens) is in HBM once `ready` fires (the kernel's completion; LT-3:
   // nothing reads those blocks before). Full blocks inside that range become readable: indexed
   // in HBM (matchable by other requests), and with write-through copied down. A `ready` that
-  // fails leaves them unindexed. Errors: kNotFound / kFailedPrecondition as above; kOutOfRange if
+  // fails leaves them unindexed. Until `ready` fires, the slots it writes stay allocated even if
+  // the ticket and the sequence are let go at once (the loop above): full blocks as pending
+  // copies, the partial last block (every block, with caching off) locked.
+  // Errors: kNotFound / kFailedPrecondition as above; kOutOfRange if
   // num_tokens > the sequence's tokens; kInvalidArgument if it is below what was reported before.
   absl::Status ReportWritten(SequenceId id, int64_t num_tokens,
                              Completion ready = Completion::Done(absl::OkStatus()));
@@ -692,24 +700,23 @@ class KvCache {
   // ---- ensure-resident
 
   // Makes blocks [begin_token / B, ceil(end_token / B)) of the sequence resident in HBM and pins
-  // them until ReleaseTicket. Blocks not resident by the deadline (or failing to load) are
-  // reported kNotResident with their cause (kDeadlineExceeded, the load's error) and slot -1,
-  // never silently missing; an onboard still running at the deadline goes on, and its block
-  // lands for the sequence (a later call finds it resident) but is not pinned by this ticket;
-  // one not yet started by then (waiting for a staging buffer) gives up. A store read waits at
-  // most until the deadline (room_wait's bound without one). A block whose HBM copy another
-  // sequence's kernel is still writing (ReportWritten before its `ready` fired) waits for that
-  // write and then shares its slot; if the write fails, it is onboarded from its own copy below.
-  // kWait blocks until done or the deadline; a kAsync ticket completes by its deadline, except
-  // that a block of which some layer has landed by then is not given up: its copy into HBM has
-  // started and is not cut, and a kernel may already read its landed layers, so it stays kPending
-  // until it lands (pinned then) or fails; the same for a block a stream waits on
-  // (EnqueueStreamWait). A kWait call returns at the deadline even then, with such a block still
-  // kPending (its completion fires when it lands). Layer by layer: ResidencyTicket::layer_ready.
-  // Errors:
-  // kNotFound / kFailedPrecondition for the sequence; kInvalidArgument if begin_token > end_token
-  // or begin_token < 0; kOutOfRange if end_token is past the sequence's tokens; kDeadlineExceeded
-  // if the deadline has already passed.
+  // them until ReleaseTicket (begin_token == end_token: no block, an empty table). Blocks not
+  // resident by the deadline (or failing to load) are reported kNotResident with their cause
+  // (kDeadlineExceeded, the load's error) and slot -1, never silently missing; an onboard still
+  // running at the deadline goes on, and its block lands for the sequence (a later call finds it
+  // resident) but is not pinned by this ticket; one not yet started by then (waiting for a staging
+  // buffer) gives up. A store read waits at most until the deadline (room_wait's bound without
+  // one). A block whose HBM copy another sequence's kernel is still writing (ReportWritten before
+  // its `ready` fired) waits for that write and then shares its slot; if the write fails, it is
+  // onboarded from its own copy below. kWait blocks until done or the deadline; a kAsync ticket
+  // completes by its deadline, except that a block of which some layer has landed by then is not
+  // given up: its copy into HBM has started and is not cut, and a kernel may already read its
+  // landed layers, so it stays kPending until it lands (pinned then) or fails; the same for a block
+  // a stream waits on (EnqueueStreamWait). A kWait call returns at the deadline even then, with
+  // such a block still kPending (its completion fires when it lands). Layer by layer:
+  // ResidencyTicket::layer_ready. Errors: kNotFound / kFailedPrecondition for the sequence;
+  // kInvalidArgument if begin_token > end_token or begin_token < 0; kOutOfRange if end_token is
+  // past the sequence's tokens; kDeadlineExceeded if the deadline has already passed.
   absl::StatusOr<ResidencyTicket> EnsureResident(SequenceId id, int64_t begin_token,
                                                  int64_t end_token,
                                                  const EnsureResidentOptions& options = {});

@@ -28,7 +28,9 @@ struct KvTierStats {
   // Gauges, in blocks. free + locked + held + droppable + in_flight + quarantined == capacity.
   int64_t capacity_blocks = 0;
   int64_t free_blocks = 0;
-  int64_t locked_blocks = 0;     // HBM: pinned by a residency ticket (the kernel reads them)
+  // HBM: pinned by a residency ticket (the kernel reads them), or written by a kernel whose
+  // ReportWritten `ready` has not fired and that no index entry keeps (a partial block).
+  int64_t locked_blocks = 0;
   int64_t held_blocks = 0;       // referenced by a sequence (or a transfer reading it), no ticket
   int64_t droppable_blocks = 0;  // cached, referenced by nobody: evictable
   int64_t in_flight_blocks = 0;  // destinations of transfers still running

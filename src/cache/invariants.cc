@@ -229,10 +229,13 @@ absl::Status KvCache::Impl::CheckInvariantsLocked() {
   }
   int64_t locked_count = 0;
   for (size_t s = 0; s < pins.size(); ++s) {
-    if (pins[s] != ticket_refs[s]) {
-      return fail("HBM slot ", s, " has ", ticket_refs[s], " ticket pins, tickets say ", pins[s]);
+    const auto held = kernel_holds.find(static_cast<uint32_t>(s));
+    const uint32_t kernels = held == kernel_holds.end() ? 0 : held->second;
+    if (pins[s] + kernels != ticket_refs[s]) {
+      return fail("HBM slot ", s, " has ", ticket_refs[s], " ticket pins, tickets say ", pins[s],
+                  " and kernels still writing ", kernels);
     }
-    if (pins[s] != 0) ++locked_count;
+    if (ticket_refs[s] != 0) ++locked_count;
   }
   if (locked_count != locked) return fail("locked = ", locked, ", counted ", locked_count);
   return absl::OkStatus();

@@ -312,6 +312,9 @@ struct KvCache::Impl {
     std::vector<std::shared_ptr<Move>> moves;  // register completion callbacks
     std::vector<std::pair<Completion, absl::Status>> fire;
     std::vector<std::pair<Completion, std::vector<std::pair<BlockKey, SlotId>>>> publish;
+    // HBM slots a kernel still writes that no index entry keeps (PublishWritten): held (in
+    // ticket_refs, counted in kernel_holds) until the Completion fires (EndKernelHolds).
+    std::vector<std::pair<Completion, std::vector<SlotId>>> kernel_holds;
     // Events were handed to the hub while the lock was held (DeferredRelease): the scope
     // delivers them once it lets the lock go, even if it makes no more.
     bool events_published = false;
@@ -414,6 +417,9 @@ struct KvCache::Impl {
   // ticket's release knows without the engine's lock which slots nobody holds any more.
   std::vector<uint32_t> seq_refs ABSL_GUARDED_BY(mu);
   int64_t locked ABSL_GUARDED_BY(mu) = 0;  // HBM slots with ticket_refs > 0
+  // Per HBM slot: the holds of kernels still writing it (Deferred::kernel_holds), also counted
+  // in ticket_refs, so that such a slot is never a candidate and never freed until they end.
+  absl::flat_hash_map<uint32_t, uint32_t> kernel_holds ABSL_GUARDED_BY(mu);
   absl::flat_hash_set<uint32_t> orphan_partials ABSL_GUARDED_BY(mu);
   // sequence_table.cc: live sequences, their twins, and recently released ids.
   absl::flat_hash_map<SequenceId, std::unique_ptr<Sequence>> seqs ABSL_GUARDED_BY(mu);
@@ -830,6 +836,9 @@ struct KvCache::Impl {
       ABSL_LOCKS_EXCLUDED(mu);
   void OnWritten(const std::vector<std::pair<BlockKey, SlotId>>& written,
                  const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu);
+  // The kernel that wrote `slots` is done: their holds go, and a slot nobody keeps any more is
+  // freed (SettleSlot).
+  void EndKernelHolds(const std::vector<SlotId>& slots) ABSL_LOCKS_EXCLUDED(mu);
 
   // ---- sequence_table.cc: sequences, their blocks, and the memory of released ids.
 

@@ -83,7 +83,9 @@ absl::StatusOr<std::shared_ptr<KvCache::Impl::Move>> KvCache::Impl::StartMove(co
 }
 
 bool KvCache::Impl::DeferredRelease(Deferred& d) {
-  if (d.moves.empty() && d.fire.empty() && d.publish.empty()) return false;
+  if (d.moves.empty() && d.fire.empty() && d.publish.empty() && d.kernel_holds.empty()) {
+    return false;
+  }
   Deferred now;
   std::swap(now, d);
   d.batch = now.batch;  // the scope's moves after this are still one batch with those before
@@ -108,6 +110,17 @@ void KvCache::Impl::RunDeferred(Deferred& work) {
       auto* impl = static_cast<Impl*>(life->Enter());
       if (impl == nullptr) return;
       impl->OnWritten(written, s);
+      life->Exit();
+    });
+  }
+  for (auto& [ready, slots] : d.kernel_holds) {
+    std::weak_ptr<internal::Lifeline> weak = lifeline;
+    ready.OnDone([weak, slots = std::move(slots)](const absl::Status&) {
+      auto life = weak.lock();
+      if (!life) return;
+      auto* impl = static_cast<Impl*>(life->Enter());
+      if (impl == nullptr) return;
+      impl->EndKernelHolds(slots);
       life->Exit();
     });
   }
@@ -165,6 +178,20 @@ void KvCache::Impl::OnWritten(const std::vector<std::pair<BlockKey, SlotId>>& wr
     SettleTwins(key);  // written twins' holders take this copy
   }
   for (const auto& [key, slot] : written) WakeWriteWaiters(key, d);
+}
+
+void KvCache::Impl::EndKernelHolds(const std::vector<SlotId>& slots) {
+  CacheScope scope(*this);
+  for (const SlotId slot : slots) {
+    const uint32_t s = slot.value();
+    if (auto it = kernel_holds.find(s); it != kernel_holds.end() && --it->second == 0) {
+      kernel_holds.erase(it);
+    }
+    if (--ticket_refs[s] == 0) {
+      --locked;
+      if (seq_refs[s] == 0) SettleSlot(Tier::kHbm, slot);
+    }
+  }
 }
 
 void KvCache::Impl::AddWaiter(Move& m, Move::Waiter w, Deferred& d) {

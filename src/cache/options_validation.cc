@@ -15,6 +15,8 @@
 #include "cache/kv_cache_impl.h"
 #include "internal/status_macros.h"
 #include "internal/strings.h"
+#include "kvtier/hbm_layout.h"
+#include "tiers/device_pool_view.h"
 
 namespace kvtier {
 namespace {
@@ -47,6 +49,28 @@ absl::Status KvCache::Impl::ValidateOptions(const CacheNamespace& ns,
   if ((hbm->info().capabilities & kCapDeviceMemory) == 0 || !hbm->device_pool().has_value()) {
     return absl::InvalidArgumentError(absl::StrCat("KvCache: the HBM tier ", hbm->info().name,
                                                    " has no device pool for block tables"));
+  }
+  // Equal block sizes are not enough: a pool shaped for another geometry or layout (built for
+  // another namespace) would be read with this namespace's tokens_per_block and strides, past
+  // its blocks, and offloaded as scrambled bytes under valid keys. A pool without addresses (a
+  // metadata tier) holds no bytes to misread.
+  if (const DevicePoolView pool = *hbm->device_pool(); !pool.k_base.empty()) {
+    const DevicePoolView want = internal::MakeDevicePoolView(
+        g, ns.options().hbm_layout, hbm->info().capacity_blocks,
+        [](int) -> void* { return nullptr; }, /*host_accessible=*/false);
+    if (pool.block_stride_bytes != want.block_stride_bytes ||
+        pool.token_stride_bytes != want.token_stride_bytes ||
+        pool.head_stride_bytes != want.head_stride_bytes ||
+        pool.k_base.size() != want.k_base.size() || pool.v_base.size() != want.v_base.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("KvCache: the HBM tier ", hbm->info().name, "'s pool (", pool.k_base.size(),
+                       " layers; block, token and head strides ", pool.block_stride_bytes, ", ",
+                       pool.token_stride_bytes, ", ", pool.head_stride_bytes,
+                       " bytes) is not the namespace's geometry in its hbm_layout ",
+                       HbmLayoutName(ns.options().hbm_layout), " (", want.k_base.size(),
+                       " layers; ", want.block_stride_bytes, ", ", want.token_stride_bytes, ", ",
+                       want.head_stride_bytes, " bytes): build the tier stack for this namespace"));
+    }
   }
   if (!options.make_eviction_policy && options.eviction_policy != "lru" &&
       options.eviction_policy != "cost_aware" && options.eviction_policy != "reuse_index" &&

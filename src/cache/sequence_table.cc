@@ -151,11 +151,29 @@ absl::Status KvCache::Impl::PublishWritten(SequenceId id, int64_t num_tokens, Co
                                                    " were reported written"));
   }
   DropCopySources(*seq);
+  const int64_t b_tokens = block_tokens;
+  // Slots the kernel writes that no index entry will keep until `ready` fires: every block of a
+  // sequence with caching off, and the partial last block (full ones become pending copies or
+  // twins below). Held as a ticket pins a slot, so a sequence let go right after this call (the
+  // serving loop's order) does not free a slot the GPU may still be writing.
+  if (num_tokens > seq->written && !ready.done()) {
+    const int64_t first =
+        seq->options.enable_caching ? num_tokens / b_tokens : seq->written / b_tokens;
+    const int64_t last = (num_tokens + b_tokens - 1) / b_tokens;
+    std::vector<SlotId> hold;
+    for (int64_t j = first; j < last; ++j) {
+      const SeqBlock b = seq->blocks[static_cast<size_t>(j)];
+      if (b.tier != Tier::kHbm) continue;
+      if (ticket_refs[b.slot.value()]++ == 0) ++locked;
+      ++kernel_holds[b.slot.value()];
+      hold.push_back(b.slot);
+    }
+    if (!hold.empty()) d.kernel_holds.emplace_back(ready, std::move(hold));
+  }
   if (!seq->options.enable_caching) {  // its blocks stay private (freed when let go)
     seq->written = num_tokens;
     return absl::OkStatus();
   }
-  const int64_t b_tokens = block_tokens;
   std::vector<std::pair<BlockKey, SlotId>> publish;
   for (int64_t j = seq->written / b_tokens; j < num_tokens / b_tokens; ++j) {
     const SeqBlock b = seq->blocks[static_cast<size_t>(j)];

@@ -18,6 +18,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kvtier/dram_tier.h"
+#include "kvtier/emulated_hbm.h"
 #include "kvtier/kv_cache_stats.h"
 #include "tests/testing/fixtures.h"
 #include "tests/testing/kv_cache_fixture.h"
@@ -35,9 +36,11 @@ using ::kvtier::testing::KvCacheTestConfig;
 using ::kvtier::testing::StatsString;
 using ::kvtier::testing::WriteBlockPattern;
 using ::testing::AnyOf;
+using ::testing::Contains;
 using ::testing::Each;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::UnorderedElementsAreArray;
 
 constexpr int kB = KvCacheEnv::kTokensPerBlock;
@@ -125,6 +128,36 @@ class KvCacheTest : public ::testing::Test {
 };
 
 // ---------------------------------------------------------------- Create
+
+// Found in review (C ABI): Create compared block sizes only, so an HBM pool built for another
+// namespace with blocks of the same size (another tokens_per_block and head count, or another
+// layout) was taken and read with this namespace's shape: past its blocks, or scrambled.
+TEST_F(KvCacheTest, CreateRejectsAnHbmPoolOfAnotherShape) {
+  const CacheNamespace& ns = env_->ns();  // 2 layers, 2 heads of 8 bf16, 4 tokens a block
+  const auto create_with = [&](const KvGeometry& g, HbmLayout layout) {
+    KvCacheOptions o = env_->MakeOptions();
+    auto hbm = EmulatedHbm::Create(g, {.layout = layout, .capacity_blocks = 16});
+    EXPECT_TRUE(hbm.ok()) << hbm.status();
+    if (hbm.ok()) o.tiers[kHbm] = std::move(*hbm);
+    return KvCache::Create(ns, std::move(o));
+  };
+  // 1 head, 8 tokens a block: the same 512-byte blocks.
+  const absl::StatusOr<KvGeometry> other = KvGeometry::Create({.num_layers = 2,
+                                                               .num_kv_heads = 1,
+                                                               .head_dim = 8,
+                                                               .dtype = KvDtype::kBf16,
+                                                               .tokens_per_block = 8});
+  ASSERT_TRUE(other.ok()) << other.status();
+  ASSERT_EQ(other->bytes_per_block(), ns.geometry().bytes_per_block());
+  constexpr char kWhy[] = "build the tier stack for this namespace";
+  EXPECT_THAT(create_with(*other, HbmLayout::kLayerFirst),
+              IsError(StatusCode::kInvalidArgument, kWhy));
+  EXPECT_THAT(create_with(ns.geometry(), HbmLayout::kBlockFirst),
+              IsError(StatusCode::kInvalidArgument, kWhy));
+  EXPECT_THAT(create_with(ns.geometry(), HbmLayout::kLayerKvSplit),
+              IsError(StatusCode::kInvalidArgument, kWhy));
+  KVTIER_EXPECT_OK(create_with(ns.geometry(), HbmLayout::kLayerFirst).status());
+}
 
 TEST_F(KvCacheTest, CreateRejectsBadOptions) {
   const CacheNamespace& ns = env_->ns();
@@ -1696,6 +1729,46 @@ TEST_F(KvCacheWriteWaitTest, ABlockWaitingForAWriteNeedsNoRoom) {
   KVTIER_ASSERT_OK(t.completion().WaitFor(absl::Seconds(30)));
   EXPECT_THAT(t.block_status(), Each(BlockResidency::kResident));
   KVTIER_ASSERT_OK(cache_->ReleaseTicket(t));
+}
+
+// Found in review: a slot the kernel writes that no index entry keeps (the partial last block,
+// and every block of a sequence with caching off) was freed as soon as its sequence let it go,
+// although the kernel's `ready` had not fired: the serving loop releases the ticket and the
+// sequence right after ReportWritten, and the next allocation could hand the slot to another
+// block while the GPU still wrote it. Such slots are now held until `ready` fires.
+TEST_F(KvCacheTest, SlotsAKernelStillWritesAreNotReused) {
+  for (const bool caching : {true, false}) {
+    SCOPED_TRACE(caching ? "caching on" : "caching off");
+    Rebuild({.hbm_blocks = 4, .dram_blocks = 0});
+    Completion kernel;
+    KVTIER_ASSERT_OK(cache_->CreateSequence(Seq(1), {.enable_caching = caching}));
+    KVTIER_ASSERT_OK(cache_->Append(Seq(1), Iota(kB + 2, 100)).status());  // full + partial
+    KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket t, Resident(1, 0, kB + 2));
+    const std::vector<int32_t> written = t.block_table().slots;
+    ASSERT_EQ(written.size(), 2u);
+    KVTIER_ASSERT_OK(cache_->ReportWritten(Seq(1), kB + 2, kernel));
+    KVTIER_ASSERT_OK(cache_->ReleaseTicket(t));
+    KVTIER_ASSERT_OK(cache_->Release(Seq(1)));
+    // Both slots stay taken (caching on, the full block as its pending indexed copy).
+    EXPECT_EQ(TierStats(Tier::kHbm).free_blocks, 2) << StatsString(cache_->stats());
+    KVTIER_ASSERT_OK(cache_->CheckInvariants());
+    // Another sequence takes what HBM has: none of the kernel's slots.
+    KVTIER_ASSERT_OK(cache_->CreateSequence(Seq(2)));
+    const absl::StatusOr<KvAppendResult> more =
+        cache_->Append(Seq(2), Iota(4 * kB, 900), RoomWait::kNever);
+    EXPECT_EQ(more.status().code(), StatusCode::kResourceExhausted) << more.status();
+    KVTIER_ASSERT_OK(cache_->Append(Seq(2), Iota(2 * kB, 900), RoomWait::kNever).status());
+    KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket other, Resident(2, 0, 2 * kB));
+    for (const int32_t slot : other.block_table().slots) {
+      EXPECT_THAT(written, Not(Contains(slot)));
+    }
+    KVTIER_ASSERT_OK(cache_->ReleaseTicket(other));
+    // The kernel is done: the partial block's slot (and a private full block's) is free again.
+    kernel.Complete(absl::OkStatus());
+    EXPECT_EQ(TierStats(Tier::kHbm).free_blocks, caching ? 1 : 2) << StatsString(cache_->stats());
+    EXPECT_EQ(TierStats(Tier::kHbm).locked_blocks, 0);
+    KVTIER_ASSERT_OK(cache_->Release(Seq(2)));
+  }
 }
 
 TEST_F(KvCacheWriteWaitTest, AFailedWriteOnboardsTheBlocksFromBelow) {

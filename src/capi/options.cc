@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "capi/handles.h"
+#include "kvtier/prefix_hasher.h"
 
 namespace kvtier::capi {
 namespace {
@@ -58,8 +59,12 @@ absl::StatusOr<CacheNamespaceOptions> ToNamespaceOptions(const kvtier_namespace_
 absl::StatusOr<TierStackOptions> ToTierStackOptions(const CacheNamespace& ns,
                                                     const kvtier_tier_stack_options& o) {
   TierStackOptions t;
-  // Fields of an absent tier are not looked at (the header's promise): not even range-checked.
-  auto present = [&](kvtier_tier tier) { return o.tiers[tier].capacity_blocks != 0; };
+  // Fields of an absent or metadata tier are not looked at (the header's promise): not even
+  // range-checked. `present` is read after the loop below has checked the kinds.
+  auto present = [&](kvtier_tier tier) {
+    return o.tiers[tier].capacity_blocks != 0 &&
+           RawEnum(o.tiers[tier].kind) == RawEnum(KVTIER_BACKEND_NATIVE);
+  };
   for (int i = 0; i < kNumTiers; ++i) {
     t.tiers[i].capacity_blocks = o.tiers[i].capacity_blocks;
     if (o.tiers[i].capacity_blocks == 0) continue;
@@ -83,13 +88,23 @@ absl::StatusOr<TierStackOptions> ToTierStackOptions(const CacheNamespace& ns,
     s = CheckEnum("tier stack hbm_backend", RawEnum(o.hbm_backend), KVTIER_HBM_CUDA);
   }
   if (!s.ok()) return s;
-  if (o.hbm_num_tensors > 0 && o.hbm_tensors == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("tier stack: hbm_num_tensors is ",
-                                                   o.hbm_num_tensors, " but hbm_tensors is NULL"));
+  if (present(KVTIER_TIER_HBM)) {
+    if (o.hbm_num_tensors > 0 && o.hbm_tensors == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tier stack: hbm_num_tensors is ", o.hbm_num_tensors, " but hbm_tensors is NULL"));
+    }
+    // At most one a layer, checked before the array is read (the builder checks the exact count).
+    if (o.hbm_num_tensors > static_cast<size_t>(ns.geometry().num_layers())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tier stack: hbm_num_tensors is ", o.hbm_num_tensors, ", more than the ",
+                       ns.geometry().num_layers(), " layers of the namespace's geometry"));
+    }
+    t.hbm_backend = static_cast<HbmBackend>(RawEnum(o.hbm_backend));
+    for (size_t i = 0; i < o.hbm_num_tensors; ++i) {
+      t.hbm.external_pool.push_back(o.hbm_tensors[i]);
+    }
   }
-  if (present(KVTIER_TIER_HBM)) t.hbm_backend = static_cast<HbmBackend>(RawEnum(o.hbm_backend));
   t.cuda_hbm.device = o.cuda_device;
-  for (size_t i = 0; i < o.hbm_num_tensors; ++i) t.hbm.external_pool.push_back(o.hbm_tensors[i]);
   t.cuda_hbm.external_pool = t.hbm.external_pool;
   // The emulated HBM keeps the layout the namespace (and so every block key) names.
   t.hbm.layout = ns.options().hbm_layout;
@@ -149,6 +164,13 @@ absl::StatusOr<SequenceOptions> ToSequenceOptions(const kvtier_sequence_options*
   if (o->adapter_id != nullptr) {
     s.adapter = AdapterIdentity{o->adapter_id, o->adapter_load_generation};
   }
+  // Lengths are checked before the bytes are copied: a length past the caller's buffer would
+  // read beyond it (PrefixHasher checks the same bounds, but only once the copy is made).
+  if (o->tenant_salt_bytes > PrefixHasher::kMaxExtraBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sequence options: tenant_salt_bytes ", o->tenant_salt_bytes,
+                     " is over PrefixHasher::kMaxExtraBytes (", PrefixHasher::kMaxExtraBytes, ")"));
+  }
   if (o->tenant_salt != nullptr) {
     s.tenant_salt =
         std::string(reinterpret_cast<const char*>(o->tenant_salt), o->tenant_salt_bytes);
@@ -163,6 +185,11 @@ absl::StatusOr<SequenceOptions> ToSequenceOptions(const kvtier_sequence_options*
     if (item.digest == nullptr && item.digest_bytes > 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("sequence options: multimodal item ", i, " digest is null"));
+    }
+    if (item.digest_bytes > PrefixHasher::kMaxDigestBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sequence options: multimodal item ", i, " digest_bytes ", item.digest_bytes,
+          " is over PrefixHasher::kMaxDigestBytes (", PrefixHasher::kMaxDigestBytes, ")"));
     }
     s.multimodal.push_back(
         MultimodalItem{item.start_token, item.num_tokens,

@@ -66,8 +66,8 @@ void ReleaseTicket(PyTicket& t) {
     throw StatusError(absl::FailedPreconditionError(
         "ReleaseTicket: ticket " + std::to_string(t.ticket.id()) + " was released before"));
   }
-  t.released = true;
   ThrowIfError(Unlocked([&] { return t.cache->ReleaseTicket(t.ticket); }));
+  t.released = true;  // only once it is: a failed release can be retried
 }
 
 void BindHashedPrompt(py::module_& m) {
@@ -412,7 +412,8 @@ void BindKvCache(py::module_& m) {
           py::arg("preempted") = false,
           "Pauses the sequence (its written full blocks get a copy one tier down; its HBM copies "
           "become droppable). An agent's tool wait of about expected_idle_s: returns None "
-          "(ValueError for a negative estimate). preempted=True (the scheduler swaps the request "
+          "(kvtier.InvalidArgumentError for a negative estimate). preempted=True (the scheduler "
+          "swaps the request "
           "out; counted in stats().preemptions, its resume is a readmission) or no estimate: "
           "returns the HintOutcome (a negative estimate is rejected there, the pause happens).")
       .def(
@@ -479,7 +480,16 @@ void BindKvCache(py::module_& m) {
           "Pins blocks [begin / B, ceil(end / B)) in HBM, onboarding those below; a "
           "ResidencyTicket, usable as a context manager (released on exit).")
       .def(
-          "release_ticket", [](const PyKvCache&, PyTicket& t) { ReleaseTicket(t); },
+          "release_ticket",
+          [](const PyKvCache& c, PyTicket& t) {
+            // As KvCache::ReleaseTicket: a ticket of another cache is unknown to this one.
+            if (t.cache != c.cache) {
+              throw StatusError(absl::NotFoundError("ReleaseTicket: ticket " +
+                                                    std::to_string(t.ticket.id()) +
+                                                    " was issued by another cache"));
+            }
+            ReleaseTicket(t);
+          },
           py::arg("ticket"))
       // ---- Lookups, stats, events
       .def(

@@ -18,7 +18,7 @@ namespace {
 // The addresses of `tensors` (torch tensors: data_ptr(), checked to hold the bytes the layout
 // needs; or plain int addresses, taken on trust), one per layer or one for block_first.
 std::vector<void*> RegisteredTensors(const CacheNamespace& ns, int64_t hbm_blocks,
-                                     const std::vector<py::object>& tensors) {
+                                     const std::vector<py::object>& tensors, bool cuda) {
   std::vector<void*> out;
   if (tensors.empty()) return out;
   const KvGeometry& g = ns.geometry();
@@ -40,6 +40,14 @@ std::vector<void*> RegisteredTensors(const CacheNamespace& ns, int64_t hbm_block
       throw StatusError(absl::InvalidArgumentError(
           "TierStack: hbm_tensors[" + std::to_string(i) + "] holds " + std::to_string(bytes) +
           " bytes; the layout needs " + std::to_string(need)));
+    }
+    // The emulated HBM copies with memcpy, so its tensors must be in host memory; CudaHbm's on
+    // the GPU. A tensor on the other side would be dereferenced on the wrong device.
+    if (py::hasattr(t, "is_cuda") && t.attr("is_cuda").cast<bool>() != cuda) {
+      throw StatusError(absl::InvalidArgumentError(
+          "TierStack: hbm_tensors[" + std::to_string(i) + "] is " +
+          (cuda ? "not a CUDA tensor; hbm_backend='cuda' needs GPU memory"
+                : "a CUDA tensor; hbm_backend='emulated' needs host memory")));
     }
     if (py::hasattr(t, "is_contiguous") && !t.attr("is_contiguous")().cast<bool>()) {
       throw StatusError(absl::InvalidArgumentError(
@@ -86,7 +94,8 @@ void BindTierStack(py::module_& m) {
                    "'"));
              }
              o.cuda_hbm.device = cuda_device;
-             o.hbm.external_pool = RegisteredTensors(ns, hbm_blocks, hbm_tensors);
+             o.hbm.external_pool =
+                 RegisteredTensors(ns, hbm_blocks, hbm_tensors, o.hbm_backend == HbmBackend::kCuda);
              o.cuda_hbm.external_pool = o.hbm.external_pool;
              {
                py::gil_scoped_release unlocked;

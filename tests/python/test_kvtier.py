@@ -142,6 +142,32 @@ def test_events_name_the_blocks_adapter():
     assert [e.worker_id for e in stored] == ["", ""]
 
 
+def test_release_ticket_refuses_another_caches_ticket():
+    # Found in review: release_ticket released the ticket on the cache that issued it, whichever
+    # cache was asked, and marked it released before trying.
+    a, b = make_cache(), make_cache()
+    a.create_sequence(1)
+    a.append(1, tokens(20))
+    t = a.ensure_resident(1, 0, 20)
+    with pytest.raises(kvtier.NotFoundError, match="another cache"):
+        b.release_ticket(t)
+    a.release_ticket(t)  # still open after the refusal
+    with pytest.raises(kvtier.FailedPreconditionError):
+        a.release_ticket(t)
+
+
+def test_a_tier_stack_for_another_namespace_is_refused():
+    # Found in review: a stack built for another namespace with blocks of the same size (other
+    # tokens per block and heads) was taken, and its pool read with this namespace's shape.
+    ns = make_namespace()  # 2 layers, 2 heads of 8, fp16, 16 tokens a block
+    g = kvtier.KvGeometry(num_layers=2, num_kv_heads=1, head_dim=8, dtype=kvtier.KvDtype.FP16,
+                          tokens_per_block=2 * B)
+    other = kvtier.CacheNamespace(g, model_id="test-model", weights_fingerprint="w1")
+    assert g.bytes_per_block == ns.geometry.bytes_per_block
+    with pytest.raises(kvtier.InvalidArgumentError, match="build the tier stack for this"):
+        kvtier.KvCache.create(ns, kvtier.TierStack(other, hbm_blocks=8, dram_blocks=16))
+
+
 def test_ticket_is_a_context_manager_with_an_int32_block_table():
     cache = make_cache()
     cache.create_sequence(1)

@@ -130,3 +130,7 @@ def test_registered_torch_tensors_in_the_flash_attention_layout_are_the_pool():
     with pytest.raises(kvtier.InvalidArgumentError):
         small = [torch.zeros(2, 1, B, H, D, dtype=torch.float16) for _ in range(L)]
         kvtier.TierStack(ns, hbm_blocks=blocks, hbm_tensors=small)
+    # Found in review: a tensor's device was not checked, so host tensors went to the CUDA
+    # backend (and CUDA tensors to the emulated one, which memcpys through their addresses).
+    with pytest.raises(kvtier.InvalidArgumentError, match="not a CUDA tensor"):
+        kvtier.TierStack(ns, hbm_blocks=blocks, hbm_tensors=engine, hbm_backend="cuda")

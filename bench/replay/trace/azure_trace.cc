@@ -168,6 +168,7 @@ struct Loader {
   std::string previous_timestamp;  // as written, for the out-of-order message
   int64_t previous_line = 0;
   int64_t next_id = 0;
+  int64_t max_block_ids = kMaxAzureBlockIds;
   Trace trace;
 
   absl::Status Line(int64_t line_number, absl::string_view line) {
@@ -215,16 +216,22 @@ struct Loader {
     }
     const int64_t blocks = (*input + block_tokens - 1) / block_tokens;
     // Checked before allocating: the ids come from a count, not from the file's bytes.
-    if (blocks > kMaxAzureBlockIds - next_id) {
+    if (blocks > max_block_ids - next_id) {
       return ColumnError(
           where, 1,
           absl::StrCat(*input, " needs ", blocks, " block ids at block_tokens ", block_tokens,
-                       ", more than the ", kMaxAzureBlockIds - next_id, " left of the ",
-                       kMaxAzureBlockIds, " one trace may have (kMaxAzureBlockIds)"));
+                       ", more than the ", max_block_ids - next_id, " left of the ", max_block_ids,
+                       " one trace may have (max_block_ids)"));
     }
     if (first) first_time = *time;
     TraceRequest request;
     request.arrival_seconds = SecondsBetween(first_time, *time);
+    if (request.arrival_seconds > kMaxTraceSeconds) {
+      return ColumnError(
+          where, 0,
+          absl::StrCat(fields[0], " is ", request.arrival_seconds, " s after the first row, past ",
+                       kMaxTraceSeconds, " s (kMaxTraceSeconds)"));
+    }
     request.input_tokens = *input;
     request.output_tokens = *output;
     request.block_ids.resize(static_cast<size_t>(blocks));
@@ -239,14 +246,20 @@ struct Loader {
 
 }  // namespace
 
-absl::StatusOr<Trace> LoadAzureTrace(const std::string& path, int block_tokens) {
+absl::StatusOr<Trace> LoadAzureTrace(const std::string& path, int block_tokens,
+                                     int64_t max_block_ids) {
   if (block_tokens < 1 || block_tokens > kMaxBlockTokens) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": block_tokens must be in [1, ",
                                                    kMaxBlockTokens, "], got ", block_tokens));
   }
+  if (max_block_ids < 1 || max_block_ids > kMaxAzureBlockIds) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": max_block_ids must be in [1, ",
+                                                   kMaxAzureBlockIds, "], got ", max_block_ids));
+  }
   Loader loader;
   loader.path = path;
   loader.block_tokens = block_tokens;
+  loader.max_block_ids = max_block_ids;
   loader.trace.name = TraceNameOf(path);
   loader.trace.block_tokens = block_tokens;
   // Line by line, so a hostile line costs at most kMaxTraceLineBytes (trace_file.h).

@@ -39,8 +39,8 @@ namespace kvtier::replay {
 
 inline constexpr int kAzureDefaultBlockTokens = 64;
 // The most block ids one load makes (1 GiB of ids). The ids are made from counts, not read, so
-// a short hostile row could otherwise ask for gigabytes (2^31 - 1 tokens at block_tokens 1);
-// the released conv trace needs 359,180 at 64 tokens a block, 20M at 1.
+// a short hostile row could otherwise ask for gigabytes (2^24 tokens at block_tokens 1, a row after
+// row); the released conv trace needs 359,180 at 64 tokens a block, 20M at 1.
 inline constexpr int64_t kMaxAzureBlockIds = int64_t{1} << 27;
 
 // The whole trace, or the first error; never a partial Trace. Errors:
@@ -54,15 +54,19 @@ inline constexpr int64_t kMaxAzureBlockIds = int64_t{1} << 27;
 //   - a row without exactly 3 columns ("<path>:<line>: has 4 columns, expected 3");
 //   - a TIMESTAMP not in the format above or not a real date and time (2023-02-30, 24:00:00,
 //     a leap second);
-//   - ContextTokens not a decimal integer in [1, kMaxTraceTokens] (2^31 - 1, trace.h), or
+//   - ContextTokens not a decimal integer in [1, kMaxTraceTokens] (2^24, trace.h), or
 //     GeneratedTokens not one in [0, kMaxTraceTokens] (digits only: no sign, space or point);
+//   - a TIMESTAMP more than kMaxTraceSeconds (10^9 s, trace.h) after the first row's;
 //   - a TIMESTAMP earlier than the row before it (equal ones are fine): the released files are
 //     in arrival order, and sorting would hide a shuffled or concatenated file;
-//   - more than kMaxAzureBlockIds block ids in all, at the row that passes it;
+//   - more than max_block_ids block ids in all, at the row that passes it;
 //   - a line over kMaxTraceLineBytes (trace_file.h; the file is read line by line).
 // - kInvalidArgument "<path>: ...": an empty file (no header), or a header and no rows.
+// - kInvalidArgument naming max_block_ids: max_block_ids < 1 or > kMaxAzureBlockIds.
+// `max_block_ids` bounds the ids the whole trace may make (tests lower it).
 absl::StatusOr<Trace> LoadAzureTrace(const std::string& path,
-                                     int block_tokens = kAzureDefaultBlockTokens);
+                                     int block_tokens = kAzureDefaultBlockTokens,
+                                     int64_t max_block_ids = kMaxAzureBlockIds);
 
 }  // namespace kvtier::replay
 

@@ -72,9 +72,14 @@ StopReason ParseStop(const std::string& stop) {
 absl::StatusOr<RawRequest> ParseRequest(const json& entry, const std::string& where,
                                         double start_seconds, int block_tokens) {
   RawRequest request;
-  absl::StatusOr<double> t = NumberField(entry, where, "t", 0);
+  absl::StatusOr<double> t = NumberField(entry, where, "t", 0, kMaxTraceSeconds);
   if (!t.ok()) return t.status();
   request.arrival_seconds = start_seconds + *t;
+  if (request.arrival_seconds > kMaxTraceSeconds) {  // a sub-agent's start plus its own t
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": \"t\" ", *t, " after the session's start at ", start_seconds,
+                     " s arrives past ", kMaxTraceSeconds, " s (kMaxTraceSeconds)"));
+  }
   absl::StatusOr<int64_t> input = IntField(entry, where, "in", 1, kMaxTraceTokens);
   if (!input.ok()) return input.status();
   request.input_tokens = *input;
@@ -106,13 +111,13 @@ absl::StatusOr<RawRequest> ParseRequest(const json& entry, const std::string& wh
     request.stop = ParseStop(*stop);
   }
   if (HasValue(entry, "think_time")) {
-    absl::StatusOr<double> think = NumberField(entry, where, "think_time", 0);
+    absl::StatusOr<double> think = NumberField(entry, where, "think_time", 0, kMaxTraceSeconds);
     if (!think.ok()) return think.status();
     request.think_seconds = *think;
     request.think_given = true;
   }
   if (HasValue(entry, "api_time")) {
-    absl::StatusOr<double> api = NumberField(entry, where, "api_time", 0);
+    absl::StatusOr<double> api = NumberField(entry, where, "api_time", 0, kMaxTraceSeconds);
     if (!api.ok()) return api.status();
     request.api_seconds = *api;
   }
@@ -186,11 +191,12 @@ absl::Status ParseSessionRequests(const json& requests, const std::string& path,
     }
     // The entry's "t" is when the sub-agent finished (its result entered the parent's
     // transcript); it started duration_ms before. See the header.
-    absl::StatusOr<double> t = NumberField(entry, where, "t", 0);
+    absl::StatusOr<double> t = NumberField(entry, where, "t", 0, kMaxTraceSeconds);
     if (!t.ok()) return t.status();
     double duration_seconds = 0;
     if (HasValue(entry, "duration_ms")) {
-      absl::StatusOr<double> duration_ms = NumberField(entry, where, "duration_ms", 0);
+      absl::StatusOr<double> duration_ms =
+          NumberField(entry, where, "duration_ms", 0, kMaxTraceSeconds * 1000);
       if (!duration_ms.ok()) return duration_ms.status();
       duration_seconds = *duration_ms / 1000.0;
     } else if (const auto nested = entry.find("requests"); nested != entry.end()) {

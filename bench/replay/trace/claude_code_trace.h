@@ -113,10 +113,12 @@ struct ClaudeCodeOptions {
 //   ("requests[12].requests[3]", a sub-agent's requests nested in its entry) and the field: not
 //   valid JSON (with the parser's line and column); not an object; a missing field ("type", "t",
 //   "in", "out", "hash_ids"; "requests" of a file; "t", "requests" of a sub-agent); a field of
-//   the wrong type; t < 0, in < 1, out < 0, in or out > kMaxTraceTokens (2^31 - 1, trace.h),
-//   think_time < 0, duration_ms < 0, an id < 0 or >= 2^40; len(hash_ids) neither floor nor ceil
-//   of in / block_size; hash_id_scope other than "local" or "global"; block_size differing
-//   between files; no requests at all; sub-agents nested deeper than kMaxClaudeSubagentDepth.
+//   the wrong type; t < 0, in < 1, out < 0, in or out > kMaxTraceTokens (2^24, trace.h),
+//   think_time < 0, duration_ms < 0, t, think_time or api_time over kMaxTraceSeconds (10^9 s,
+//   trace.h; duration_ms over 1000 times it), an arrival (a sub-agent's start plus t) past it, an
+//   id < 0 or >= 2^40; len(hash_ids) neither floor nor ceil of in / block_size; hash_id_scope other
+//   than "local" or "global"; block_size differing between files; no requests at all; sub-agents
+//   nested deeper than kMaxClaudeSubagentDepth.
 // - kInvalidArgument "<file>: <n> bytes, over the limit of 256 MiB ...": a file larger than
 //   kMaxTraceFileBytes (trace_file.h), refused from its size before any of it is read. A file is
 //   parsed whole, and its parsed form takes several times its size, so this bounds memory (the

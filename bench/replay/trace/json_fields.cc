@@ -104,14 +104,16 @@ absl::StatusOr<int64_t> IntField(const json& object, absl::string_view where,
 }
 
 absl::StatusOr<double> NumberField(const json& object, absl::string_view where,
-                                   absl::string_view field, double min) {
+                                   absl::string_view field, double min, double max) {
   absl::StatusOr<const json*> value = RequiredField(object, where, field);
   if (!value.ok()) return value.status();
   const json& v = **value;
-  const std::string problem = absl::StrCat("must be a number >= ", min);
+  const std::string problem = std::isfinite(max)
+                                  ? absl::StrCat("must be a number >= ", min, " and <= ", max)
+                                  : absl::StrCat("must be a number >= ", min);
   if (!v.is_number()) return BadValue(where, field, problem, v);
   const double d = v.get<double>();
-  if (!std::isfinite(d) || d < min) return BadValue(where, field, problem, v);
+  if (!std::isfinite(d) || d < min || d > max) return BadValue(where, field, problem, v);
   return d;
 }
 

@@ -43,14 +43,15 @@ absl::StatusOr<const nlohmann::json*> RequiredField(const nlohmann::json& object
 bool HasValue(const nlohmann::json& object, absl::string_view field);
 
 // An integer field in [min, max]. A float (even 3.0 or 1e300), a string or an out-of-range value
-// is an error ("must be an integer >= 1 and <= 2147483647, got 2147483648").
+// is an error ("must be an integer >= 1 and <= 16777216, got 16777217").
 absl::StatusOr<int64_t> IntField(const nlohmann::json& object, absl::string_view where,
                                  absl::string_view field, int64_t min,
                                  int64_t max = std::numeric_limits<int64_t>::max());
 
-// A finite number >= `min`, integer or not.
+// A finite number in [min, max], integer or not.
 absl::StatusOr<double> NumberField(const nlohmann::json& object, absl::string_view where,
-                                   absl::string_view field, double min);
+                                   absl::string_view field, double min,
+                                   double max = std::numeric_limits<double>::infinity());
 
 // A boolean, or `absent` where the field is missing; anything else is an error ("must be true or
 // false, got 1").

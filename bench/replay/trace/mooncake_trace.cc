@@ -37,7 +37,8 @@ absl::StatusOr<Line> ParseLine(absl::string_view line, const std::string& where,
   const nlohmann::json& record = *parsed;
   if (absl::Status s = ExpectObject(record, where); !s.ok()) return s;
 
-  absl::StatusOr<double> timestamp_ms = NumberField(record, where, "timestamp", 0);
+  absl::StatusOr<double> timestamp_ms =
+      NumberField(record, where, "timestamp", 0, kMaxTraceSeconds * 1000);
   if (!timestamp_ms.ok()) return timestamp_ms.status();
   if (*timestamp_ms < previous_timestamp_ms) {
     return FieldError(

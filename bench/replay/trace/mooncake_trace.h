@@ -26,8 +26,9 @@ inline constexpr int kMooncakeBlockTokens = 512;
 // - kNotFound: `path` does not exist (other I/O failures: the errno's code, see ForEachTraceLine).
 // - kInvalidArgument, the message naming the path, the 1-based line and the field: a line that
 //   is not valid JSON or not an object; a missing field; a field of the wrong type (timestamp a
-//   number, lengths and ids integers); timestamp < 0, input_length < 1, output_length < 0, a
-//   length > kMaxTraceTokens (2^31 - 1, trace.h), an id < 0; len(hash_ids) !=
+//   number, lengths and ids integers); timestamp < 0 or > 1000 * kMaxTraceSeconds (ms; 10^9 s,
+//   trace.h), input_length < 1, output_length < 0, a length > kMaxTraceTokens (2^24, trace.h),
+//   an id < 0; len(hash_ids) !=
 //   ceil(input_length / 512); a timestamp earlier than the line before it (see below); a file
 //   with no requests.
 // - kInvalidArgument "<path>:<line>: line exceeds the limit of 64 MiB ...": a line longer than

@@ -21,6 +21,12 @@ absl::StatusOr<Trace> ScaleRate(const Trace& trace, double rate_scale) {
     r.arrival_seconds = first + (r.arrival_seconds - first) / rate_scale;
     r.think_seconds /= rate_scale;
   }
+  // A small scale stretches the trace: past kMaxTraceSeconds the replay's clock would overflow.
+  if (const double span = out.requests.back().arrival_seconds - first; span > kMaxTraceSeconds) {
+    return absl::InvalidArgumentError(absl::StrCat("rate scale ", rate_scale,
+                                                   ": stretches the trace to ", span, " s, past ",
+                                                   kMaxTraceSeconds, " s (kMaxTraceSeconds)"));
+  }
   return out;
 }
 

@@ -42,11 +42,19 @@ inline kvtier::StopReason ToCacheStopReason(StopReason stop) {
   return kvtier::StopReason::kUnknown;
 }
 
-// The largest token count a loader accepts (input or output of one request): 2^31 - 1, so a
-// count fits an int32 (as a token position does downstream) and ceil(count / block_tokens) or a
-// sum of two counts cannot overflow int64. Loaders reject larger counts before using them; the
-// longest context windows served today (~10M tokens) are far inside it.
-inline constexpr int64_t kMaxTraceTokens = (int64_t{1} << 31) - 1;
+// The largest token count a loader accepts (input or output of one request): 2^24 (16,777,216),
+// above the longest context windows served today (~10M tokens). A replay builds a prompt's token
+// ids (4 bytes each) and decodes its output a token at a time, so a count sizes memory and work:
+// at 2^31 - 1, one short line of an Azure file made the replay ask for 8 GiB at once (bad_alloc).
+// Loaders reject larger counts before using them; counts fit an int32 (as token positions do
+// downstream), and ceil(count / block_tokens) or a sum of counts cannot overflow int64.
+inline constexpr int64_t kMaxTraceTokens = int64_t{1} << 24;
+
+// The latest arrival a loader accepts, in seconds from the trace's time origin (and the longest
+// think or service time it reads): 10^9 s, about 31.7 years. A replay's clock counts int64
+// nanoseconds (2^63 ns is about 292 years), so an arrival plus the times a replay adds to it
+// stays in range; a larger timestamp would overflow the conversion.
+inline constexpr double kMaxTraceSeconds = 1e9;
 
 struct TraceRequest {
   double arrival_seconds = 0;  // since the trace's start, non-decreasing over Trace::requests

@@ -154,9 +154,8 @@ TEST_P(AzureMalformedTest, NamesFileLineAndColumn) {
 }
 
 constexpr char kTimestamp[] = "column 1 (TIMESTAMP) must be";
-constexpr char kContext[] = "column 2 (ContextTokens) must be an integer >= 1 and <= 2147483647";
-constexpr char kGenerated[] =
-    "column 3 (GeneratedTokens) must be an integer >= 0 and <= 2147483647";
+constexpr char kContext[] = "column 2 (ContextTokens) must be an integer >= 1 and <= 16777216";
+constexpr char kGenerated[] = "column 3 (GeneratedTokens) must be an integer >= 0 and <= 16777216";
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, AzureMalformedTest,
@@ -179,6 +178,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"ZoneHour25", "2023-11-16 18:15:51.1+25:00,10,1", kTimestamp, "+25:00"},
         BadCase{"ZoneWithoutColon", "2023-11-16 18:15:51.1+0000,10,1", kTimestamp, "+0000"},
         BadCase{"ZoneName", "2023-11-16 18:15:51 UTC,10,1", kTimestamp, " UTC"},
+        // 37 years after line 2: past kMaxTraceSeconds (10^9 s), which the replay's
+        // nanosecond clock needs.
+        BadCase{"PastTheClock", "2060-11-16 18:15:51,10,1", "column 1 (TIMESTAMP) 2060-11-16",
+                "kMaxTraceSeconds"},
         BadCase{"Backwards", "2023-11-16 18:15:46.6805899,10,1",
                 "column 1 (TIMESTAMP) 2023-11-16 18:15:46.6805899 is before line 2's "
                 "2023-11-16 18:15:46.6805900",
@@ -192,6 +195,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"ContextFraction", "2023-11-16 18:15:51,1.5,1", kContext, R"(got "1.5")"},
         BadCase{"ContextExponent", "2023-11-16 18:15:51,1e3,1", kContext, R"(got "1e3")"},
         BadCase{"Context2Pow31", "2023-11-16 18:15:51,2147483648,1", kContext, "2147483648"},
+        // Found in review: at the old limit (2^31 - 1) this row loaded, and the replay's
+        // prompt of 2^31 - 1 token ids (8 GiB) ended it with bad_alloc.
+        BadCase{"Context2Pow24Plus1", "2023-11-16 18:15:51,16777217,1", kContext, "16777217"},
         BadCase{"ContextInt64Max", "2023-11-16 18:15:51,9223372036854775807,1", kContext,
                 "9223372036854775807"},
         BadCase{"ContextHuge", "2023-11-16 18:15:51,99999999999999999999999999,1", kContext,
@@ -253,16 +259,26 @@ TEST(AzureTraceTest, EmptyMissingAndHeaderOnlyFiles) {
 // block_tokens 1: refused before allocating.
 TEST(AzureTraceTest, RefusesMoreBlockIdsThanTheLimit) {
   kvtier::testing::TempDir dir;
-  const std::string path =
+  // A short row asking for 2^31 - 1 tokens (16 GiB of ids at block_tokens 1) is refused by the
+  // token limit before any id is made.
+  const std::string huge =
       Write(dir, "a.csv", absl::StrCat(kHeader, kRow1, "\n2023-11-16 18:15:47,2147483647,1\n"));
   const uint64_t peak_before = kvtier::testing::PeakRssBytes();
-  EXPECT_THAT(LoadAzureTrace(path, 1),
+  EXPECT_THAT(LoadAzureTrace(huge, 1),
               IsError(StatusCode::kInvalidArgument,
-                      absl::StrCat(path, ":3: column 2 (ContextTokens) 2147483647 needs ")));
+                      absl::StrCat(huge, ":3: column 2 (ContextTokens) must be an integer")));
   EXPECT_LT(kvtier::testing::PeakRssBytes() - peak_before, uint64_t{64} << 20);
-  // At 2^20 tokens a block the same row needs 2,048 ids: within the limit.
-  KVTIER_ASSERT_OK_AND_ASSIGN(const Trace trace, LoadAzureTrace(path, 1 << 20));
-  EXPECT_EQ(trace.requests[1].block_ids.size(), 2048u);
+  // The ids of all rows are bounded too: with room for 500, row 3 passes it (374 + 200).
+  const std::string path =
+      Write(dir, "b.csv", absl::StrCat(kHeader, kRow1, "\n2023-11-16 18:15:47,200,1\n"));
+  EXPECT_THAT(LoadAzureTrace(path, 1, 500),
+              IsError(StatusCode::kInvalidArgument,
+                      absl::StrCat(path,
+                                   ":3: column 2 (ContextTokens) 200 needs 200 block ids "
+                                   "at block_tokens 1, more than the 126 left of the 500")));
+  KVTIER_ASSERT_OK_AND_ASSIGN(const Trace trace, LoadAzureTrace(path, 1, 574));
+  EXPECT_EQ(trace.requests[1].block_ids.size(), 200u);
+  EXPECT_THAT(LoadAzureTrace(path, 1, 0), IsError(StatusCode::kInvalidArgument, "max_block_ids"));
 }
 
 TEST(AzureTraceTest, RefusesALineOverTheLimit) {

@@ -147,26 +147,35 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"TooManyIds",
                 R"({"timestamp": 1, "input_length": 512, "output_length": 1, "hash_ids": [0, 1]})",
                 "\"hash_ids\"", "has 2 ids"},
-        // Lengths past kMaxTraceTokens (2^31 - 1) are refused before ceil(input / 512) is
+        // Lengths past kMaxTraceTokens (2^24) are refused before ceil(input / 512) is
         // computed, so it cannot overflow and no length sizes an allocation.
         BadCase{"InputLength2Pow31",
                 R"({"timestamp": 1, "input_length": 2147483648, "output_length": 1, )"
                 R"("hash_ids": []})",
-                "\"input_length\"", "<= 2147483647"},
+                "\"input_length\"", "<= 16777216"},
+        BadCase{"InputLength2Pow24Plus1",
+                R"({"timestamp": 1, "input_length": 16777217, "output_length": 1, )"
+                R"("hash_ids": []})",
+                "\"input_length\"", "<= 16777216, got 16777217"},
         // At the limit the count is accepted, and the ids must still agree with it.
         BadCase{"InputLengthMaxWithoutItsIds",
-                R"({"timestamp": 1, "input_length": 2147483647, "output_length": 1, )"
+                R"({"timestamp": 1, "input_length": 16777216, "output_length": 1, )"
                 R"("hash_ids": [0]})",
                 "\"hash_ids\"",
-                "has 1 ids, but input_length 2147483647 needs ceil(2147483647 / 512) = 4194304"},
+                "has 1 ids, but input_length 16777216 needs ceil(16777216 / 512) = 32768"},
+        // Timestamps past kMaxTraceSeconds (10^9 s, in ms here) would overflow the replay's
+        // nanosecond clock.
+        BadCase{"TimestampPastTheClock",
+                R"({"timestamp": 1e300, "input_length": 10, "output_length": 1, "hash_ids": [0]})",
+                "\"timestamp\"", "<= 1e+12"},
         BadCase{"InputLengthInt64Max",
                 R"({"timestamp": 1, "input_length": 9223372036854775807, "output_length": 1, )"
                 R"("hash_ids": []})",
-                "\"input_length\"", "<= 2147483647"},
+                "\"input_length\"", "<= 16777216"},
         BadCase{"InputLengthUint64Max",
                 R"({"timestamp": 1, "input_length": 18446744073709551615, "output_length": 1, )"
                 R"("hash_ids": []})",
-                "\"input_length\"", "<= 2147483647"},
+                "\"input_length\"", "<= 16777216"},
         BadCase{"InputLengthHugeFloat",
                 R"({"timestamp": 1, "input_length": 1e300, "output_length": 1, "hash_ids": []})",
                 "\"input_length\"", "1e+300"},
@@ -176,7 +185,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"OutputLength2Pow31",
                 R"({"timestamp": 1, "input_length": 10, "output_length": 2147483648, )"
                 R"("hash_ids": [0]})",
-                "\"output_length\"", "<= 2147483647"}),
+                "\"output_length\"", "<= 16777216"}),
     [](const ::testing::TestParamInfo<BadCase>& param) { return param.param.name; });
 
 TEST(MooncakeTraceTest, RejectsOutOfOrderTimestamps) {

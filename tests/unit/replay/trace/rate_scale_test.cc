@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -133,6 +134,17 @@ TEST(ScaleRateTest, RefusesScalesThatAreNotPositiveAndFinite) {
     auto s = ScaleRate(TwoSessions(), x);
     EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << x;
   }
+}
+
+// A tiny scale stretches the 16 s trace past kMaxTraceSeconds, where the replay's nanosecond
+// clock would overflow: refused, naming the limit. Inside it, accepted.
+TEST(ScaleRateTest, RefusesAStretchPastTheReplaysClock) {
+  auto s = ScaleRate(TwoSessions(), 1e-9);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("kMaxTraceSeconds"), std::string::npos) << s.status();
+  auto ok = ScaleRate(TwoSessions(), 32.0 / kMaxTraceSeconds);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_DOUBLE_EQ(ok->requests.back().arrival_seconds, 10 + kMaxTraceSeconds / 2);
 }
 
 }  // namespace

@@ -238,7 +238,9 @@ struct RoomCheck {
   int64_t demotions_in_flight = 0;  // out of HBM: each frees its slot when it lands
   // needed <= free: an Append with RoomWait::kNever succeeds now.
   bool fits_now = false;
-  // needed <= free + evictable + demotions in flight: it fits once evictions land.
+  // needed <= free + evictable + demotions in flight + slots only a running kernel's write holds
+  // (a released sequence's partial block, until its ReportWritten `ready` fires): it fits once
+  // evictions land and those kernels complete.
   bool fits_after_evictions = false;
   // Slots no eviction frees: what running sequences or tickets must let go first (preemption).
   int64_t missing_slots = 0;

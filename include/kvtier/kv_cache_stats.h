@@ -29,7 +29,8 @@ struct KvTierStats {
   int64_t capacity_blocks = 0;
   int64_t free_blocks = 0;
   // HBM: pinned by a residency ticket (the kernel reads them), or written by a kernel whose
-  // ReportWritten `ready` has not fired and that no index entry keeps (a partial block).
+  // ReportWritten `ready` has not fired and that no index entry keeps (the partial last block;
+  // every block of a sequence with caching off).
   int64_t locked_blocks = 0;
   int64_t held_blocks = 0;       // referenced by a sequence (or a transfer reading it), no ticket
   int64_t droppable_blocks = 0;  // cached, referenced by nobody: evictable

@@ -337,12 +337,15 @@ absl::Status KvCache::Impl::MakeHbmRoom(int64_t need, absl::Time deadline, Defer
           " demotions in flight (RoomWait::kNever does not wait for them)"));
     }
     if (dropped_lock && !past_deadline) continue;
-    if ((evicting[0] == 0 && !waiting_below && !CopiesWillFreeHbm()) || past_deadline) {
+    if ((evicting[0] == 0 && !waiting_below && !CopiesWillFreeHbm() &&
+         KernelWritesFreeingHbm() == 0) ||
+        past_deadline) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "HBM has ", FreeBlocks(Tier::kHbm), " free slots, ", need, " needed; ",
           evicting[0] > 0
               ? absl::StrCat(evicting[0], " demotions still in flight at the room wait's end")
-              : "every other slot is locked by a ticket or held by a sequence"));
+              : "every other slot is locked by a ticket or a running kernel's write, or held by "
+                "a sequence"));
     }
     cv.WaitUntil(&mu, absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Milliseconds(50))));
   }
@@ -385,7 +388,9 @@ RoomCheck KvCache::Impl::RoomFor(int64_t need) {
   r.demotions_in_flight = evicting[0];
   r.evictable_slots = std::max<int64_t>(0, a.cached - busy);
   r.fits_now = r.needed_slots <= r.free_slots;
-  const int64_t reachable = r.free_slots + r.evictable_slots + r.demotions_in_flight;
+  // Slots only a running kernel's write holds are free once it completes: no eviction needed.
+  const int64_t reachable =
+      r.free_slots + r.evictable_slots + r.demotions_in_flight + KernelWritesFreeingHbm();
   r.fits_after_evictions = r.needed_slots <= reachable;
   r.missing_slots = std::max<int64_t>(0, r.needed_slots - reachable);
   return r;
@@ -416,6 +421,14 @@ int64_t KvCache::Impl::ResetTier(Tier t) {
   cleared.tier = t;
   Emit(cleared);
   return dropped;
+}
+
+int64_t KvCache::Impl::KernelWritesFreeingHbm() {
+  int64_t n = 0;
+  for (const auto& [slot, holds] : kernel_holds) {
+    if (seq_refs[slot] == 0 && ticket_refs[slot] == holds) ++n;
+  }
+  return n;
 }
 
 bool KvCache::Impl::CopiesWillFreeHbm() {

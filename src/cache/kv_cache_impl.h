@@ -807,6 +807,9 @@ struct KvCache::Impl {
   // so making room waits for it as for a demotion. Walks the copies in flight; only called
   // where making room would otherwise give up.
   bool CopiesWillFreeHbm() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // HBM slots only a kernel's write still holds (kernel_holds; no sequence holds and no ticket
+  // pins them): each is freed when that kernel's `ready` fires, so making room waits for them.
+  int64_t KernelWritesFreeingHbm() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // ---- moves.cc: transfers the cache starts, and the work deferred until the lock is dropped.
 

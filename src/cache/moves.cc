@@ -192,6 +192,7 @@ void KvCache::Impl::EndKernelHolds(const std::vector<SlotId>& slots) {
       if (seq_refs[s] == 0) SettleSlot(Tier::kHbm, slot);
     }
   }
+  cv.SignalAll();  // a room wait may be waiting for these slots (KernelWritesFreeingHbm)
 }
 
 void KvCache::Impl::AddWaiter(Move& m, Move::Waiter w, Deferred& d) {

@@ -295,7 +295,8 @@ typedef struct kvtier_tier_spec {
  * looked at. */
 typedef struct kvtier_tier_stack_options {
   kvtier_tier_spec tiers[KVTIER_NUM_TIERS]; /* index kvtier_tier; all absent by default */
-  /* Emulated HBM: refuse a pool larger than MemAvailable. Default true. */
+  /* Emulated HBM: refuse a pool larger than the memory available (MemAvailable and the room
+   * under the process's cgroup memory limits). Default true. */
   bool hbm_check_available_memory;
   /* Native HBM's device: EMULATED (default) or CUDA on device cuda_device (default 0): without
    * a GPU UNAVAILABLE, in a build without CUDA UNIMPLEMENTED. */
@@ -341,8 +342,8 @@ void kvtier_tier_stack_options_init(kvtier_tier_stack_options* options);
  * negative capacity, an unknown kind or enum value, a native remote tier with no store or two,
  * a null pointer; otherwise the first failing backend's error, unchanged (INVALID_ARGUMENT for a
  * native NVMe tier without a path or a bad Redis URL, RESOURCE_EXHAUSTED for a pool over
- * MemAvailable or a file that cannot be preallocated, UNAVAILABLE for a file without O_DIRECT).
- * Nothing is left built on error. */
+ * the memory available (MemAvailable, cgroup limits) or a file that cannot be preallocated,
+ * UNAVAILABLE for a file without O_DIRECT). Nothing is left built on error. */
 kvtier_status_code kvtier_tier_stack_build(const kvtier_namespace* ns,
                                            const kvtier_tier_stack_options* options,
                                            kvtier_tier_stack** out, kvtier_error* error);
@@ -543,7 +544,9 @@ typedef struct kvtier_room_check {
   int64_t evictable_slots;
   int64_t demotions_in_flight; /* leaving HBM: each frees its slot when it lands */
   bool fits_now;               /* needed <= free: a ROOM_NEVER append succeeds now */
-  bool fits_after_evictions;   /* needed <= free + evictable + demotions in flight */
+  /* needed <= free + evictable + demotions in flight + slots only a running kernel's write
+   * holds (freed when its kvtier_report_written completion fires) */
+  bool fits_after_evictions;
   /* Slots no eviction frees: what running sequences or tickets must let go first (preempt). */
   int64_t missing_slots;
 } kvtier_room_check;
@@ -843,7 +846,7 @@ typedef struct kvtier_tier_stats {
   /* Gauges, blocks: free + locked + held + droppable + in_flight + quarantined == capacity. */
   int64_t capacity_blocks;
   int64_t free_blocks;
-  int64_t locked_blocks;    /* HBM: pinned by a ticket */
+  int64_t locked_blocks;    /* HBM: pinned by a ticket, or a kernel's unindexed write */
   int64_t held_blocks;      /* referenced by a sequence (or a transfer reading it) */
   int64_t droppable_blocks; /* cached, referenced by nobody: evictable */
   int64_t in_flight_blocks; /* destinations of transfers still running */

@@ -9,6 +9,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -1769,6 +1770,35 @@ TEST_F(KvCacheTest, SlotsAKernelStillWritesAreNotReused) {
     EXPECT_EQ(TierStats(Tier::kHbm).locked_blocks, 0);
     KVTIER_ASSERT_OK(cache_->Release(Seq(2)));
   }
+}
+
+// Found in review of the fix above: a room wait gave up at once (kResourceExhausted) when the
+// only slots that could come free were held by a running kernel's write, and nothing woke it when
+// they did. Such slots now count as room on the way, and the kernel's completion wakes the wait.
+TEST_F(KvCacheTest, ARoomWaitWaitsForAKernelsWrite) {
+  Rebuild({.hbm_blocks = 4, .dram_blocks = 0});
+  Completion kernel;
+  KVTIER_ASSERT_OK(cache_->CreateSequence(Seq(1), {.enable_caching = false}));
+  KVTIER_ASSERT_OK(cache_->Append(Seq(1), Iota(4 * kB, 100)).status());
+  KVTIER_ASSERT_OK(cache_->ReportWritten(Seq(1), 4 * kB, kernel));
+  KVTIER_ASSERT_OK(cache_->Release(Seq(1)));
+  ASSERT_EQ(TierStats(Tier::kHbm).free_blocks, 0);
+  KVTIER_ASSERT_OK_AND_ASSIGN(const RoomCheck room, cache_->CheckRoom(2));
+  EXPECT_FALSE(room.fits_now);
+  EXPECT_TRUE(room.fits_after_evictions);
+  EXPECT_EQ(room.missing_slots, 0);
+  std::thread done([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    kernel.Complete(absl::OkStatus());
+  });
+  KVTIER_ASSERT_OK(cache_->CreateSequence(Seq(2)));
+  const absl::Time start = absl::Now();
+  const absl::StatusOr<KvAppendResult> appended = cache_->Append(Seq(2), Iota(2 * kB, 900));
+  done.join();
+  KVTIER_EXPECT_OK(appended.status());  // it waited for the kernel (room_wait is 5 s)
+  EXPECT_LT(absl::Now() - start, absl::Seconds(4));
+  EXPECT_EQ(TierStats(Tier::kHbm).locked_blocks, 0);
+  KVTIER_ASSERT_OK(cache_->Release(Seq(2)));
 }
 
 TEST_F(KvCacheWriteWaitTest, AFailedWriteOnboardsTheBlocksFromBelow) {

@@ -239,10 +239,13 @@ struct RoomCheck {
   // needed <= free: an Append with RoomWait::kNever succeeds now.
   bool fits_now = false;
   // needed <= free + evictable + demotions in flight + slots only a running kernel's write holds
-  // (a released sequence's partial block, until its ReportWritten `ready` fires): it fits once
-  // evictions land and those kernels complete.
+  // (a released sequence's partial block, or any block of a released sequence with caching off,
+  // until its ReportWritten `ready` fires): it fits once evictions land and those kernels
+  // complete. Append does not wait for the kernels (the caller may be the one to fire `ready`):
+  // until they complete it may answer kResourceExhausted, naming them.
   bool fits_after_evictions = false;
-  // Slots no eviction frees: what running sequences or tickets must let go first (preemption).
+  // Slots neither eviction nor a running kernel's completion frees: what running sequences or
+  // tickets must let go first (preemption).
   int64_t missing_slots = 0;
 };
 

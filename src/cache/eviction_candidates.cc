@@ -337,15 +337,20 @@ absl::Status KvCache::Impl::MakeHbmRoom(int64_t need, absl::Time deadline, Defer
           " demotions in flight (RoomWait::kNever does not wait for them)"));
     }
     if (dropped_lock && !past_deadline) continue;
-    if ((evicting[0] == 0 && !waiting_below && !CopiesWillFreeHbm() &&
-         KernelWritesFreeingHbm() == 0) ||
-        past_deadline) {
+    // Slots only a running kernel's write holds (KernelWritesFreeingHbm) are not waited for:
+    // the thread waiting here may be the one that fires that kernel's `ready` (a host-side
+    // Completion), and it would wait out room_wait for nothing. CheckRoom counts them as room.
+    if ((evicting[0] == 0 && !waiting_below && !CopiesWillFreeHbm()) || past_deadline) {
+      const int64_t kernels = KernelWritesFreeingHbm();
       return absl::ResourceExhaustedError(absl::StrCat(
           "HBM has ", FreeBlocks(Tier::kHbm), " free slots, ", need, " needed; ",
           evicting[0] > 0
               ? absl::StrCat(evicting[0], " demotions still in flight at the room wait's end")
-              : "every other slot is locked by a ticket or a running kernel's write, or held by "
-                "a sequence"));
+              : "every other slot is locked by a ticket or held by a sequence",
+          kernels > 0 ? absl::StrCat("; ", kernels,
+                                     " are freed once running kernels' ReportWritten completions "
+                                     "fire (not waited for)")
+                      : ""));
     }
     cv.WaitUntil(&mu, absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Milliseconds(50))));
   }

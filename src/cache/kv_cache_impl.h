@@ -808,7 +808,8 @@ struct KvCache::Impl {
   // where making room would otherwise give up.
   bool CopiesWillFreeHbm() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // HBM slots only a kernel's write still holds (kernel_holds; no sequence holds and no ticket
-  // pins them): each is freed when that kernel's `ready` fires, so making room waits for them.
+  // pins them): each is freed when that kernel's `ready` fires. CheckRoom counts them as room;
+  // making room does not wait for them (the waiting thread may be the one to fire `ready`).
   int64_t KernelWritesFreeingHbm() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // ---- moves.cc: transfers the cache starts, and the work deferred until the lock is dropped.

@@ -192,7 +192,7 @@ void KvCache::Impl::EndKernelHolds(const std::vector<SlotId>& slots) {
       if (seq_refs[s] == 0) SettleSlot(Tier::kHbm, slot);
     }
   }
-  cv.SignalAll();  // a room wait may be waiting for these slots (KernelWritesFreeingHbm)
+  cv.SignalAll();  // a room wait in progress (for demotions) looks again at once
 }
 
 void KvCache::Impl::AddWaiter(Move& m, Move::Waiter w, Deferred& d) {

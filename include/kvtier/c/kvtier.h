@@ -547,7 +547,9 @@ typedef struct kvtier_room_check {
   /* needed <= free + evictable + demotions in flight + slots only a running kernel's write
    * holds (freed when its kvtier_report_written completion fires) */
   bool fits_after_evictions;
-  /* Slots no eviction frees: what running sequences or tickets must let go first (preempt). */
+  /* Slots neither eviction nor a running kernel's completion frees: what running sequences or
+   * tickets must let go first (preempt). kvtier_append does not wait for kernels: until their
+   * completions fire it may return RESOURCE_EXHAUSTED although fits_after_evictions is true. */
   int64_t missing_slots;
 } kvtier_room_check;
 

@@ -99,7 +99,9 @@ inline DevicePoolView MakeDevicePoolView(const KvGeometry& g, HbmLayout layout,
   for (int l = 0; l < g.num_layers(); ++l) {
     auto* base = static_cast<std::byte*>(layer_base(l));
     v.k_base.push_back(base);
-    if (g.kv_planes() == 2) v.v_base.push_back(base + v_offset);
+    // A pool without addresses (null bases: a metadata tier, a shape to compare) stays null:
+    // an offset applied to a null pointer is undefined behaviour.
+    if (g.kv_planes() == 2) v.v_base.push_back(base != nullptr ? base + v_offset : nullptr);
   }
   return v;
 }

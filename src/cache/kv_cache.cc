@@ -383,10 +383,6 @@ absl::StatusOr<ResidencyTicket> KvCache::EnsureResident(SequenceId id, int64_t b
       options.mode != ResidencyMode::kAsync) {
     return absl::InvalidArgumentError("EnsureResident: unknown mode");
   }
-  if (options.deadline <= absl::Now()) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "EnsureResident: the deadline ", absl::FormatTime(options.deadline), " has passed"));
-  }
   auto t = std::make_shared<internal::TicketState>();
   {
     Impl::CacheScope scope(I);

@@ -249,6 +249,12 @@ absl::Status KvCache::Impl::IssueTicket(SequenceId id, int64_t begin_token, int6
                                               " is past the end of ", SeqName(id), " (",
                                               seq->tokens.size(), " tokens)"));
   }
+  // After the sequence's own errors (the header's order): an unknown id is kNotFound whatever
+  // the deadline.
+  if (options.deadline <= absl::Now()) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "EnsureResident: the deadline ", absl::FormatTime(options.deadline), " has passed"));
+  }
   const int64_t first = begin_token / b_tokens;
   const int64_t last = end_token == begin_token ? first : (end_token + b_tokens - 1) / b_tokens;
   // Pin first (DESIGN section 5): HBM copies this request can use are taken before any room

@@ -425,6 +425,14 @@ TEST_F(KvCacheTest, EnsureResidentErrors) {
         cache_->EnsureResident(Seq(1), 0, 6, {.deadline = absl::InfinitePast(), .mode = mode}),
         IsError(StatusCode::kDeadlineExceeded, ""));
   }
+  // The sequence's errors come before the deadline's, as the header lists them.
+  EXPECT_THAT(cache_->EnsureResident(Seq(9), 0, 6, {.deadline = absl::InfinitePast()}),
+              IsError(StatusCode::kNotFound, "9"));
+  EXPECT_THAT(cache_->EnsureResident(Seq(1), 0, 7, {.deadline = absl::InfinitePast()}),
+              IsError(StatusCode::kOutOfRange, "7"));
+  KVTIER_ASSERT_OK(cache_->Release(Seq(1)));
+  EXPECT_THAT(cache_->EnsureResident(Seq(1), 0, 6, {.deadline = absl::InfinitePast()}),
+              IsError(StatusCode::kFailedPrecondition, ""));
   const KvCacheStats s = cache_->stats();
   EXPECT_EQ(s.open_tickets, 0);
   EXPECT_EQ(s.tiers[kHbm].locked_blocks, 0);

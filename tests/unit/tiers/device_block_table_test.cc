@@ -17,11 +17,14 @@
 #include "kvtier/kv_address.h"
 #include "kvtier/kv_geometry.h"
 #include "tests/testing/status_matchers.h"
+#include "tiers/device_pool_view.h"
 
 namespace kvtier {
 namespace {
 
 using ::kvtier::testing::IsError;
+using ::testing::Each;
+using ::testing::IsNull;
 
 constexpr HbmLayout kLayouts[] = {HbmLayout::kLayerFirst, HbmLayout::kBlockFirst,
                                   HbmLayout::kLayerKvSplit};
@@ -234,6 +237,30 @@ TEST(DeviceBlockTableTest, CheckedAddressIsNullOutsideTheTable) {
 // An engine's own tensors registered as the pool (EmulatedHbmOptions::external_pool), in every
 // layout: a block written through the tier lands in them where the addresses say, and a pool of
 // the wrong shape is refused.
+// A pool shape with no addresses (what KvCache::Create compares a tier's pool with) keeps null
+// bases for K and V: offsetting a null pointer to V's plane is undefined behaviour (UBSan stopped
+// the fuzzer at it), and a non-null V of a null K would pass for an address. Its strides are
+// those of the pool with addresses.
+TEST(DeviceBlockTableTest, APoolViewWithoutAddressesKeepsEveryBaseNull) {
+  for (HbmLayout layout : kLayouts) {
+    SCOPED_TRACE(HbmLayoutName(layout));
+    const KvGeometry g = Mha();
+    const DevicePoolView shape = internal::MakeDevicePoolView(
+        g, layout, kSlots, [](int) -> void* { return nullptr; }, /*host_accessible=*/false);
+    ASSERT_EQ(shape.k_base.size(), 2u);
+    ASSERT_EQ(shape.v_base.size(), 2u);
+    EXPECT_THAT(shape.k_base, Each(IsNull()));
+    EXPECT_THAT(shape.v_base, Each(IsNull()));
+    KVTIER_ASSERT_OK_AND_ASSIGN(
+        std::unique_ptr<EmulatedHbm> real,
+        EmulatedHbm::Create(g, {.layout = layout, .capacity_blocks = kSlots}));
+    const DevicePoolView pool = *real->device_pool();
+    EXPECT_EQ(shape.block_stride_bytes, pool.block_stride_bytes);
+    EXPECT_EQ(shape.token_stride_bytes, pool.token_stride_bytes);
+    EXPECT_EQ(shape.head_stride_bytes, pool.head_stride_bytes);
+  }
+}
+
 TEST(DeviceBlockTableTest, RegisteredTensorsAreThePool) {
   const KvGeometry g = Mha();
   for (HbmLayout layout : kLayouts) {

@@ -242,7 +242,7 @@ struct ReuseIndexOptions {
   // How long a block's access history (class, turn, accesses) is kept after its last access while
   // it is not a candidate (a candidate's, until the first prune after its Remove; prunes run
   // at ObserveRequest and ObserveRelease), > 0: bounds the memory to the
-  // candidates and the blocks accessed that recently (about 150 bytes each). A request whose
+  // candidates and the blocks accessed that recently (about 170 bytes each). A request whose
   // predecessor is older than this counts as a first turn. A session not heard of (no request,
   // no release) for this long is forgotten, and the blocks it let go count as moved on from.
   absl::Duration history = absl::Hours(2);
@@ -262,6 +262,21 @@ struct ReuseIndexOptions {
 // Errors: kInvalidArgument for an option out of range (named), or those of ReuseLifeTable::Create.
 absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeReuseIndexPolicy(
     const ReuseIndexOptions& options = {});
+// What a reuse_index policy holds, for stats and tests (all zero for another policy, a
+// follow_best one included). Its memory is about 170 bytes per tracked block, 100 per session
+// and 12 per kept birth: every access is a birth in the life table,
+// kept until the table's last edge has passed it (an hour with the recipe's edges), so the
+// table's share grows with the accesses per hour, not with the blocks.
+struct ReuseIndexStats {
+  int64_t tracked_blocks = 0;    // access histories kept (candidates and recent accesses)
+  int64_t tracked_sessions = 0;  // sessions heard of within `history`
+  // Blocks in the order that forgets them `history` after their last access: one entry per
+  // tracked block at most (a candidate leaves it once that time has passed), however often it
+  // is read.
+  int64_t history_entries = 0;
+  int64_t births_kept = 0;  // in the per-block life table
+};
+ReuseIndexStats ReuseIndexStatsOf(const EvictionPolicy& policy);
 
 // Follows the best of several candidate policies, after miniature simulations (Waldspurger et
 // al., "Cache Modeling and Optimization using Miniature Simulations", USENIX ATC 2017) with

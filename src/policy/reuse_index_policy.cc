@@ -116,7 +116,7 @@ class ReuseIndexPolicy final : public EvictionPolicy {
       r.turn = turn;
       r.named = true;
       ++r.accesses;
-      Access(blocks[d], r, now);
+      Access(*it, now);
     }
   }
 
@@ -165,7 +165,7 @@ class ReuseIndexPolicy final : public EvictionPolicy {
       if (inserted) {
         r.cls = kUnnamedClass;
         r.accesses = 1;
-        Access(key, r, now);
+        Access(*it, now);
       }
       if (!ends) {
         // Another session's claim is kept for later while that session may still come back
@@ -195,7 +195,7 @@ class ReuseIndexPolicy final : public EvictionPolicy {
     if (inserted) {  // never named by a request: its own class, born now
       r.cls = kUnnamedClass;
       r.accesses = 1;
-      Access(key, r, now);
+      Access(*it, now);
     }
     r.parent = traits.parent;
     r.retention_priority = traits.retention_priority;
@@ -218,7 +218,7 @@ class ReuseIndexPolicy final : public EvictionPolicy {
     if (!r.named && now > r.last_access) {
       table_.Reuse(r.birth, now);
       ++r.accesses;
-      Access(key, r, now);
+      Access(*it, now);
     }
     return absl::OkStatus();
   }
@@ -269,6 +269,12 @@ class ReuseIndexPolicy final : public EvictionPolicy {
   }
 
   int64_t size() const override { return static_cast<int64_t>(candidates_.size()); }
+  ReuseIndexStats stats() const {
+    return {.tracked_blocks = static_cast<int64_t>(records_.size()),
+            .tracked_sessions = static_cast<int64_t>(sessions_.size()),
+            .history_entries = history_size_,
+            .births_kept = table_.births_kept()};
+  }
 
   std::unique_ptr<EvictionPolicy> MakeSharedShadow() override;
 
@@ -316,8 +322,16 @@ class ReuseIndexPolicy final : public EvictionPolicy {
     uint8_t session_cls = 0;    // the release's stop reason
     bool scaled = false;        // the release had an idle estimate, idle_scale
   };
+  struct Record;
+  using Entry = std::pair<const BlockKey, Record>;
   struct Record {
     absl::Time last_access = absl::InfinitePast();
+    // Its place in the access order (oldest_ ... newest_) while `linked`: Prune forgets from the
+    // oldest end. One link per block, however often it is read (a hot prefix is read by every
+    // request).
+    Entry* older = nullptr;
+    Entry* newer = nullptr;
+    bool linked = false;
     uint64_t birth = 0;  // in table_, of the last access
     uint32_t accesses = 0;
     uint32_t turn = 1;  // of the latest request that named it
@@ -344,11 +358,15 @@ class ReuseIndexPolicy final : public EvictionPolicy {
     absl::Time released_at;
     absl::Duration idle;
     absl::Time last_seen;        // its latest request or release
+    // Its place in the order of last_seen (ids; 0: none), while `linked`: one link per session,
+    // however many requests it sends.
+    uint64_t older = 0;
+    uint64_t newer = 0;
+    bool linked = false;
     absl::Time since;            // when it was first heard of (again, once forgotten)
     // Its latest last_turn release: the blocks it let go then, or before, are not waited for.
     absl::Time ended_at = absl::InfinitePast();
   };
-  using Entry = std::pair<const BlockKey, Record>;
   struct Follow {
     absl::Time time;
     BlockKey parent;
@@ -412,10 +430,30 @@ class ReuseIndexPolicy final : public EvictionPolicy {
     return boosted ? index * (1 + r.retention_priority) + r.retention_priority : index;
   }
 
-  void Access(const BlockKey& key, Record& r, absl::Time now) {
+  void Access(Entry& e, absl::Time now) {
+    Record& r = e.second;
     r.birth = table_.Birth(r.cls, now);
     r.last_access = now;
-    history_.emplace_back(now, key);
+    Unlink(e);
+    r.older = newest_;
+    r.newer = nullptr;
+    (newest_ != nullptr ? newest_->second.newer : oldest_) = &e;
+    newest_ = &e;
+    r.linked = true;
+    ++history_size_;
+  }
+  void Unlink(Entry& e) {
+    Record& r = e.second;
+    if (!r.linked) return;
+    (r.older != nullptr ? r.older->second.newer : oldest_) = r.newer;
+    (r.newer != nullptr ? r.newer->second.older : newest_) = r.older;
+    r.older = r.newer = nullptr;
+    r.linked = false;
+    --history_size_;
+  }
+  void Forget(absl::node_hash_map<BlockKey, Record>::iterator it) {
+    Unlink(*it);
+    records_.erase(it);
   }
 
   void AdvanceTables(absl::Time now) {
@@ -477,8 +515,32 @@ class ReuseIndexPolicy final : public EvictionPolicy {
     Session& s = it->second;
     if (inserted) s.since = now;
     s.last_seen = now;
-    session_history_.emplace_back(now, session);
+    UnlinkSession(s);
+    s.older = newest_session_;
+    s.newer = 0;
+    if (newest_session_ != 0) {
+      sessions_.find(newest_session_)->second.newer = session;
+    } else {
+      oldest_session_ = session;
+    }
+    newest_session_ = session;
+    s.linked = true;
     return s;
+  }
+  void UnlinkSession(Session& s) {
+    if (!s.linked) return;
+    if (s.older != 0) {
+      sessions_.find(s.older)->second.newer = s.newer;
+    } else {
+      oldest_session_ = s.newer;
+    }
+    if (s.newer != 0) {
+      sessions_.find(s.newer)->second.older = s.older;
+    } else {
+      newest_session_ = s.older;
+    }
+    s.older = s.newer = 0;
+    s.linked = false;
   }
 
   // Forgets blocks last accessed more than `history` ago that are not candidates (one that was
@@ -490,22 +552,22 @@ class ReuseIndexPolicy final : public EvictionPolicy {
       auto it = records_.find(key);
       if (it != records_.end() && it->second.candidate < 0 &&
           it->second.last_access < forgotten_before_) {
-        records_.erase(it);
+        Forget(it);
       }
     }
     lapsed_.clear();
-    while (!session_history_.empty() && session_history_.front().first < now - options_.history) {
-      auto [t, session] = session_history_.front();
-      session_history_.pop_front();
-      auto it = sessions_.find(session);
-      if (it != sessions_.end() && it->second.last_seen == t) sessions_.erase(it);
+    while (oldest_session_ != 0) {
+      auto it = sessions_.find(oldest_session_);
+      if (it->second.last_seen >= now - options_.history) break;
+      UnlinkSession(it->second);
+      sessions_.erase(it);
     }
-    while (!history_.empty() && history_.front().first < now - options_.history) {
-      auto [t, key] = history_.front();
-      history_.pop_front();
-      auto it = records_.find(key);
-      if (it != records_.end() && it->second.last_access == t && it->second.candidate < 0) {
-        records_.erase(it);
+    while (oldest_ != nullptr && oldest_->second.last_access < now - options_.history) {
+      Entry& e = *oldest_;
+      Unlink(e);
+      if (e.second.candidate < 0) {
+        const BlockKey key = e.first;
+        records_.erase(key);
       }
     }
   }
@@ -525,11 +587,16 @@ class ReuseIndexPolicy final : public EvictionPolicy {
   EstimateFit estimate_fit_[kNumStopReasons];
   bool estimate_helps_ = false;
   absl::flat_hash_map<uint64_t, Session> sessions_;
-  std::deque<std::pair<absl::Time, uint64_t>> session_history_;  // oldest first
+  // Sessions by last_seen, oldest first (Session::older / newer).
+  uint64_t oldest_session_ = 0;
+  uint64_t newest_session_ = 0;
   // Node map: candidates_ points at its elements, which stay put until erased.
   absl::node_hash_map<BlockKey, Record> records_;
   std::vector<Entry*> candidates_;
-  std::deque<std::pair<absl::Time, BlockKey>> history_;  // accesses, oldest first
+  // Blocks by last access, oldest first (Record::older / newer), and how many.
+  Entry* oldest_ = nullptr;
+  Entry* newest_ = nullptr;
+  int64_t history_size_ = 0;
   // Prune's cutoff: a block last accessed before it is forgotten once it is not a candidate.
   absl::Time forgotten_before_ = absl::InfinitePast();
   // Candidates Removed after their history entry passed (Prune forgets them next time).
@@ -641,6 +708,11 @@ std::unique_ptr<EvictionPolicy> ReuseIndexPolicy::MakeSharedShadow() {
 }
 
 }  // namespace
+
+ReuseIndexStats ReuseIndexStatsOf(const EvictionPolicy& policy) {
+  const auto* r = dynamic_cast<const ReuseIndexPolicy*>(&policy);
+  return r == nullptr ? ReuseIndexStats{} : r->stats();
+}
 
 absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeReuseIndexPolicy(
     const ReuseIndexOptions& options) {

@@ -414,6 +414,43 @@ TEST(ReuseIndexPolicyTest, ACandidateOlderThanHistoryIsForgottenOnceRemoved) {
   EXPECT_EQ(policy.ReuseChance(Key(3), ever, At(22)), 0.0);
 }
 
+// What the policy keeps grows with the blocks and sessions it tracks, not with how often they
+// are read: a hot prefix read by 100,000 requests holds one forgetting entry per block (it held
+// one per access: 400,000 here, 2.5 GB for a 2,000-block prefix read 5 times a second for the
+// default two hours). A block read again stays as long as its latest read says; the others go.
+TEST(ReuseIndexPolicyTest, ForgettingKeepsOneEntryPerBlock) {
+  auto p = MakeReuseIndexPolicy({.history = absl::Seconds(100)});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EvictionPolicy& policy = **p;
+  EXPECT_EQ(ReuseIndexStatsOf(policy).tracked_blocks, 0);
+  const std::vector<BlockKey> prefix = {Key(1), Key(2), Key(3), Key(4)};
+  for (int i = 0; i < 100'000; ++i) {
+    Observe(policy, prefix, At(i * 0.0005), /*session=*/1 + i % 3);  // 50 s in all
+  }
+  ReuseIndexStats stats = ReuseIndexStatsOf(policy);
+  EXPECT_EQ(stats.tracked_blocks, 4);
+  EXPECT_EQ(stats.history_entries, 4);
+  EXPECT_EQ(stats.tracked_sessions, 3);
+  EXPECT_EQ(stats.births_kept, 400'000);  // the life table's samples: one per access
+  // Block 1 is read again at 120 s by session 1; at 160 s the others, last read at 50 s, are
+  // forgotten, and so are sessions 2 and 3.
+  Observe(policy, {Key(1)}, At(120), /*session=*/1);
+  Observe(policy, {Key(9)}, At(160), /*session=*/4);
+  stats = ReuseIndexStatsOf(policy);
+  EXPECT_EQ(stats.tracked_blocks, 2);  // 1 and 9
+  EXPECT_EQ(stats.history_entries, 2);
+  EXPECT_EQ(stats.tracked_sessions, 2);  // 1 and 4
+  // At 230 block 1 (read at 120) and session 1 go too.
+  Observe(policy, {Key(5)}, At(230), /*session=*/4);
+  stats = ReuseIndexStatsOf(policy);
+  EXPECT_EQ(stats.tracked_blocks, 2);  // 9 (read at 160) and 5
+  EXPECT_EQ(stats.history_entries, 2);
+  EXPECT_EQ(stats.tracked_sessions, 1);
+  auto lru = MakeEvictionPolicy("lru");
+  KVTIER_ASSERT_OK(lru.status());
+  EXPECT_EQ(ReuseIndexStatsOf(**lru).tracked_blocks, 0);
+}
+
 // last_turn on a superseded release (a later request of the session is live) is not taken: the
 // session is not ending. Block 3 then ranks as any (0 with no data), and the older block 1 goes.
 TEST(ReuseIndexPolicyTest, ASupersededLastTurnIsNotTaken) {

@@ -314,7 +314,8 @@ struct FollowBestOptions {
 // shared shadow (MakeSharedShadow), once more for its shadow.
 using EvictionPolicyFactory = std::function<absl::StatusOr<std::unique_ptr<EvictionPolicy>>()>;
 // name() is "follow_best"; following() names the leader. Errors: kInvalidArgument for no
-// candidates or an option out of range; a factory's error.
+// candidates, an empty factory or one that makes a null policy, or an option out of range; a
+// factory's error.
 absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeFollowBestPolicy(
     std::vector<EvictionPolicyFactory> candidates, const FollowBestOptions& options);
 // The leader of a policy MakeFollowBestPolicy made ("" for any other policy): for tests and stats.

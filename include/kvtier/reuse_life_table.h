@@ -84,9 +84,13 @@ class ReuseLifeTable {
   // data), or when S(a) is 0.
   std::optional<double> ChanceOfReuse(int cls, double age_seconds, double within_seconds,
                                       int64_t min_lives) const;
-  // Counts as of the last Advance (for tests and stats).
-  int64_t at_risk(int cls, int bucket) const { return at_risk_[Cell(cls, bucket)]; }
-  int64_t events(int cls, int bucket) const { return events_[Cell(cls, bucket)]; }
+  // Counts as of the last Advance (for tests and stats); 0 for a class or bucket out of range.
+  int64_t at_risk(int cls, int bucket) const {
+    return InRange(cls, bucket) ? at_risk_[Cell(cls, bucket)] : 0;
+  }
+  int64_t events(int cls, int bucket) const {
+    return InRange(cls, bucket) ? events_[Cell(cls, bucket)] : 0;
+  }
   int num_classes() const { return static_cast<int>(group_.size()); }
   int num_buckets() const { return static_cast<int>(edges_.size()) - 1; }
   int64_t births_kept() const { return static_cast<int64_t>(log_.size() - head_); }
@@ -101,6 +105,9 @@ class ReuseLifeTable {
     uint32_t cls = 0;
   };
   ReuseLifeTable() = default;
+  bool InRange(int cls, int bucket) const {
+    return cls >= 0 && cls < num_classes() && bucket >= 0 && bucket < num_buckets();
+  }
   size_t Cell(int cls, int bucket) const {
     return static_cast<size_t>(cls) * static_cast<size_t>(num_buckets()) +
            static_cast<size_t>(bucket);

@@ -201,13 +201,21 @@ absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeFollowBestPolicy(
       std::max<int64_t>(1, std::llround(rate * static_cast<double>(options.capacity_blocks)));
   std::vector<std::unique_ptr<EvictionPolicy>> live;
   std::vector<Shadow> shadows;
-  for (const EvictionPolicyFactory& make : candidates) {
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const EvictionPolicyFactory& make = candidates[i];
+    const auto no_policy = [i] {
+      return absl::InvalidArgumentError(
+          absl::StrCat("follow_best: candidate ", i, "'s factory is empty or made no policy"));
+    };
+    if (!make) return no_policy();
     absl::StatusOr<std::unique_ptr<EvictionPolicy>> a = make();
     if (!a.ok()) return a.status();
+    if (*a == nullptr) return no_policy();
     std::unique_ptr<EvictionPolicy> shadow = (*a)->MakeSharedShadow();
     if (shadow == nullptr) {
       absl::StatusOr<std::unique_ptr<EvictionPolicy>> b = make();
       if (!b.ok()) return b.status();
+      if (*b == nullptr) return no_policy();
       shadow = *std::move(b);
     }
     live.push_back(*std::move(a));

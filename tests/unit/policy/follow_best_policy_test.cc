@@ -254,6 +254,15 @@ TEST(FollowBestPolicyTest, Errors) {
   });
   EXPECT_THAT(MakeFollowBestPolicy(bad, {.capacity_blocks = 8}).status(),
               IsError(StatusCode::kInvalidArgument, "factory says no"));
+  // A factory that is empty, or that answers OK with no policy, is refused (the first was a
+  // std::bad_function_call, the second a null dereference).
+  std::vector<EvictionPolicyFactory> empty(1);
+  EXPECT_THAT(MakeFollowBestPolicy(empty, {.capacity_blocks = 8}).status(),
+              IsError(StatusCode::kInvalidArgument, "candidate 0"));
+  std::vector<EvictionPolicyFactory> null = c;
+  null.push_back([]() -> absl::StatusOr<std::unique_ptr<EvictionPolicy>> { return nullptr; });
+  EXPECT_THAT(MakeFollowBestPolicy(null, {.capacity_blocks = 8}).status(),
+              IsError(StatusCode::kInvalidArgument, "candidate 1"));
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "kvtier/reuse_life_table.h"
 
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -91,6 +92,21 @@ TEST(ReuseLifeTableTest, CountsABirthOnlyOnceItsBucketHasEnded) {
   EXPECT_EQ(t->births_kept(), 1);  // [10,20) has not counted it yet (12 > 30 - 20)
   EXPECT_TRUE(t->Advance(At(40)));
   EXPECT_EQ(t->births_kept(), 0);
+}
+
+// The counts' accessors read nothing outside the table: a class or bucket out of range is 0
+// (at_risk(-1, 0) indexed about 2^64 bytes away).
+TEST(ReuseLifeTableTest, CountsOutOfRangeAreZero) {
+  auto t = ReuseLifeTable::Create({0}, Small({0, 10, 20}, {10}));
+  KVTIER_ASSERT_OK(t.status());
+  t->Reuse(t->Birth(0, At(0)), At(1));
+  EXPECT_TRUE(t->Advance(At(60)));
+  EXPECT_EQ(t->at_risk(0, 0), 1);
+  for (const auto& [cls, bucket] : std::vector<std::pair<int, int>>{
+           {-1, 0}, {1, 0}, {0, -1}, {0, 2}, {1 << 30, 0}, {0, 1 << 30}}) {
+    EXPECT_EQ(t->at_risk(cls, bucket), 0) << cls << " " << bucket;
+    EXPECT_EQ(t->events(cls, bucket), 0) << cls << " " << bucket;
+  }
 }
 
 // Each class's hazard shrinks towards its group's, which shrinks towards the pooled one

@@ -187,7 +187,14 @@ std::vector<Completion> DirectoryTransport::Put(absl::Span<const TransportPut> i
       continue;
     }
     const std::string path = options_.root + "/" + *name;
-    if (p.if_absent && access(path.c_str(), F_OK) == 0) {  // stored already: skip the write
+    // What is at the key without following it: only a regular file is a stored value. Anything
+    // else (a symbolic link, a FIFO: planted, or left by a tool) is removed so that the value
+    // can be written; rename would replace a link, but link(2) of if_absent fails on one.
+    struct stat at {};
+    const bool exists = lstat(path.c_str(), &at) == 0;
+    if (exists && !S_ISREG(at.st_mode)) {
+      (void)unlink(path.c_str());
+    } else if (p.if_absent && exists) {  // stored already: skip the write
       out.push_back(Completion::Done(absl::AlreadyExistsError("directory: " + path + " exists")));
       continue;
     }
@@ -287,7 +294,12 @@ std::vector<Completion> DirectoryTransport::Get(absl::Span<const TransportGet> i
     const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) {
       const int e = errno;
-      out.push_back(Completion::Done(FromErrno(e, "directory: " + path)));
+      // A symbolic link at a key is a damaged value (kDataLoss: a miss the tier counts and
+      // replaces), not a store that is down.
+      out.push_back(Completion::Done(
+          e == ELOOP ? absl::DataLossError(
+                           absl::StrCat("directory: ", path, " is a symbolic link, not a value"))
+                     : FromErrno(e, "directory: " + path)));
       continue;
     }
     struct stat st {};
@@ -356,9 +368,13 @@ std::vector<Completion> ForEachKey(const std::string& root, absl::Span<const std
 
 std::vector<Completion> DirectoryTransport::Exists(absl::Span<const std::string> keys,
                                                    absl::Time deadline) {
+  // Only a regular file is a value (what Get reads); a symbolic link is not followed.
   return ForEachKey(options_.root, keys, deadline, [](const std::string& path) {
     struct stat st {};
-    return stat(path.c_str(), &st) == 0;
+    if (lstat(path.c_str(), &st) != 0) return false;
+    if (S_ISREG(st.st_mode)) return true;
+    errno = ENOENT;
+    return false;
   });
 }
 

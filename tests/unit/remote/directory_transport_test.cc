@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -139,12 +141,49 @@ TEST(DirectoryTransportTest, PlantedFilesAreRefusedNotFollowed) {
   const std::vector<TransportGet> fifo = {{"fifo", &out}};
   EXPECT_THAT((*t)->Get(fifo, kNoDeadline)[0].Wait(),
               IsError(StatusCode::kDataLoss, "not a regular file"));
+  // A link is a damaged value (kDataLoss: a miss the remote tier counts and rewrites), not a
+  // store that is down (it read as kUnavailable, which opened the tier's circuit breaker).
   const std::vector<TransportGet> link = {{"link", &out}};
-  EXPECT_FALSE((*t)->Get(link, kNoDeadline)[0].Wait().ok());
+  EXPECT_THAT((*t)->Get(link, kNoDeadline)[0].Wait(),
+              IsError(StatusCode::kDataLoss, "symbolic link"));
   const std::vector<TransportGet> limited = {{"big", &out, 1024}};
   EXPECT_THAT((*t)->Get(limited, kNoDeadline)[0].Wait(),
               IsError(StatusCode::kDataLoss, "at most 1024 bytes"));
   EXPECT_TRUE(out.empty()) << "an oversized value was read";
+}
+
+// Something other than a value at a key is not one: Exists does not find it, and a Put, if_absent
+// or not, replaces the link itself (a write through it, or a skip as "stored already", left the
+// key poisoned for good).
+TEST(DirectoryTransportTest, APutReplacesALinkAtItsKeyWithoutFollowingIt) {
+  testing::TempDir dir;
+  auto t = DirectoryTransport::Create({.root = dir.File("store")});
+  ASSERT_TRUE(t.ok());
+  {
+    std::ofstream target(dir.File("target"));
+    target << "not KV";
+  }
+  ASSERT_EQ(symlink(dir.File("target").c_str(), (dir.File("store") + "/live").c_str()), 0);
+  ASSERT_EQ(symlink("/nonexistent/kv", (dir.File("store") + "/dangling").c_str()), 0);
+  const std::vector<std::string> keys = {"live", "dangling"};
+  for (const Completion& c : (*t)->Exists(keys, kNoDeadline)) {
+    EXPECT_THAT(c.Wait(), IsError(StatusCode::kNotFound, ""));
+  }
+  const std::vector<std::byte> value(16, std::byte{7});
+  const std::vector<TransportPut> puts = {{.key = "live", .value = value, .if_absent = true},
+                                          {.key = "dangling", .value = value}};
+  KVTIER_ASSERT_OK(Completion::All((*t)->Put(puts, kNoDeadline)).Wait());
+  for (const std::string& key : keys) {
+    std::vector<std::byte> got;
+    const std::vector<TransportGet> get = {{key, &got}};
+    KVTIER_EXPECT_OK((*t)->Get(get, kNoDeadline)[0].Wait()) << key;
+    EXPECT_TRUE(got == value) << key;
+  }
+  for (const Completion& c : (*t)->Exists(keys, kNoDeadline)) KVTIER_EXPECT_OK(c.Wait());
+  std::ifstream target(dir.File("target"));
+  std::string text;
+  std::getline(target, text);
+  EXPECT_EQ(text, "not KV");  // what the link pointed at is untouched
 }
 
 TEST(DirectoryTransportTest, KeysThatDifferOnlyInColonAndUnderscoreStayApart) {

@@ -112,7 +112,12 @@ class RemoteTier final : public TierBackend {
   // With delete_freed: deletes the block's store value (one Transport::Delete, not waited for,
   // bounded by 1 s; skipped unless the breaker is closed; a failed delete is ignored: the value
   // is then left to the store's own eviction). Only if `slot` holds `key` here and this tier's
-  // write stored it (see delete_freed).
+  // write stored it (see delete_freed). A later write of the same block waits for the store's
+  // answer to that delete (at most until the write's deadline, else it fails with
+  // kDeadlineExceeded), in a batch of its own, so the delete cannot land after the write: a
+  // Redis store may otherwise run them in either order. A transport that does its I/O on the
+  // calling thread (DirectoryTransport) deletes within this call, which the cache makes under
+  // its lock: a hung mount holds the cache (directory_transport.h).
   void DiscardBlock(SlotId slot, const BlockKey& key) override;
   // Store deletes DiscardBlock issued.
   int64_t deleted_keys() const;

@@ -2,11 +2,14 @@
 #include "kvtier/remote_tier.h"
 
 #include <atomic>
-#include <memory>
+#include <cstddef>
 #include <limits>
+#include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -50,6 +53,30 @@ struct RemoteTier::Impl {
     if (corrupt_keys.size() < 65536) corrupt_keys.insert(key);  // bounded: a hostile store
   }
   std::atomic<int64_t> writes_skipped{0};
+
+  // Deletes DiscardBlock sent that the store has not answered, by store key. A write of such a
+  // key waits for its delete first: Redis sends the two on different connections in no order,
+  // and a delete landing after a write (skipped as if_absent, or not) would take the value the
+  // tier now says it holds. Each delete is bounded by 1 s, so the map is small.
+  struct InFlightDelete {
+    Completion done;
+    uint64_t id = 0;
+  };
+  internal::Mutex delete_mu;
+  absl::flat_hash_map<std::string, InFlightDelete> deletes_in_flight ABSL_GUARDED_BY(delete_mu);
+  uint64_t next_delete_id ABSL_GUARDED_BY(delete_mu) = 0;
+  // The deletes in flight of these keys (none answered yet), by position in `puts`.
+  std::vector<std::pair<size_t, Completion>> DeletesOf(absl::Span<const TransportPut> puts) {
+    std::vector<std::pair<size_t, Completion>> out;
+    internal::MutexLock lock(&delete_mu);
+    if (deletes_in_flight.empty()) return out;
+    for (size_t j = 0; j < puts.size(); ++j) {
+      auto it = deletes_in_flight.find(puts[j].key);
+      if (it != deletes_in_flight.end()) out.emplace_back(j, it->second.done);
+    }
+    return out;
+  }
+
   std::atomic<int64_t> probes{0};
   std::atomic<int64_t> probe_failures{0};
   std::atomic<int64_t> probe_hits{0};
@@ -173,8 +200,23 @@ void RemoteTier::DiscardBlock(SlotId slot, const BlockKey& key) {
   // store the breaker does not trust.
   if (impl_->breaker.state() != internal::CircuitBreaker::State::kClosed) return;
   const std::string store_key = impl_->StoreKey(key);
-  (void)transport_->Delete({&store_key, 1}, absl::Now() + absl::Seconds(1));
+  Completion sent = transport_->Delete({&store_key, 1}, absl::Now() + absl::Seconds(1))[0];
   impl_->deleted_keys.fetch_add(1);
+  if (sent.done()) return;  // answered on this thread (DirectoryTransport)
+  uint64_t id = 0;
+  {
+    internal::MutexLock lock(&impl_->delete_mu);
+    id = ++impl_->next_delete_id;
+    impl_->deletes_in_flight[store_key] = {sent, id};
+  }
+  // Runs at once if the store answered meanwhile.
+  sent.OnDone([impl = impl_, store_key, id](const absl::Status&) {
+    internal::MutexLock lock(&impl->delete_mu);
+    auto it = impl->deletes_in_flight.find(store_key);
+    if (it != impl->deletes_in_flight.end() && it->second.id == id) {
+      impl->deletes_in_flight.erase(it);
+    }
+  });
 }
 
 int64_t RemoteTier::breaker_opened() const { return impl_->breaker.opened(); }
@@ -430,28 +472,60 @@ std::vector<Completion> RemoteTier::WriteBlocks(absl::Span<const BlockWrite> wri
     index.push_back(i);
   }
   std::shared_ptr<Impl> impl = impl_;
-  RunBatch(
-      impl_->breaker, impl_, options.deadline, index, out,
-      [&] { return transport_->Put(puts, options.deadline); },
-      [&](size_t i) {
-        const int64_t bytes = put_bytes[i];
-        // A bool, not a vector<bool> reference: the lambda outlives `replacing` (it runs when the
-        // transport answers, after WriteBlocks returned; ASan found the reference).
-        const bool replace = replacing[i];
-        return [impl, frames, slot = writes[i].slot, key = writes[i].key, bytes,
-                replace](const absl::Status& s) -> absl::Status {
-          // Skipped because the store has the block (if_absent): content-addressed, so that is
-          // the block, written by another worker or an earlier run.
-          const bool present = absl::IsAlreadyExists(s);
-          if (replace && !s.ok()) impl->NoteCorrupt(key);
-          if (s.ok()) impl->bytes_written.fetch_add(bytes);
-          if (present) impl->writes_skipped.fetch_add(1);
-          if (s.ok() || present) impl->contents->Set(slot, key);
-          if (s.ok() || present) impl->stored_here[slot.value()].store(s.ok());
-          return present ? absl::OkStatus() : s;
-        };
-      });
-  // A batch the breaker refused never reached the store (its blocks completed at once).
+  // Sends `subset` (positions in puts / index) as one batch.
+  const auto send = [&](absl::Span<const size_t> subset) {
+    std::vector<TransportPut> batch;
+    std::vector<size_t> batch_index;
+    for (size_t j : subset) {
+      batch.push_back(puts[j]);
+      batch_index.push_back(index[j]);
+    }
+    RunBatch(
+        impl_->breaker, impl_, options.deadline, batch_index, out,
+        [&] { return transport_->Put(batch, options.deadline); },
+        [&](size_t i) {
+          const int64_t bytes = put_bytes[i];
+          // A bool, not a vector<bool> reference: the lambda outlives `replacing` (it runs when
+          // the transport answers, after WriteBlocks returned; ASan found the reference).
+          const bool replace = replacing[i];
+          return [impl, frames, slot = writes[i].slot, key = writes[i].key, bytes,
+                  replace](const absl::Status& s) -> absl::Status {
+            // Skipped because the store has the block (if_absent): content-addressed, so that
+            // is the block, written by another worker or an earlier run.
+            const bool present = absl::IsAlreadyExists(s);
+            if (replace && !s.ok()) impl->NoteCorrupt(key);
+            if (s.ok()) impl->bytes_written.fetch_add(bytes);
+            if (present) impl->writes_skipped.fetch_add(1);
+            if (s.ok() || present) impl->contents->Set(slot, key);
+            if (s.ok() || present) impl->stored_here[slot.value()].store(s.ok());
+            return present ? absl::OkStatus() : s;
+          };
+        });
+  };
+  // A write of a key whose delete is still in flight goes after it (a delete landing later
+  // would take the value), in a second batch, so the others do not wait: each delete is bounded
+  // by its 1 s and the write's deadline; a write it outlives fails rather than be undone.
+  const std::vector<std::pair<size_t, Completion>> deletes = impl_->DeletesOf(puts);
+  std::vector<bool> after_delete(puts.size(), false);
+  for (const auto& [j, done] : deletes) after_delete[j] = true;
+  std::vector<size_t> now_set, later_set;
+  for (size_t j = 0; j < puts.size(); ++j) (after_delete[j] ? later_set : now_set).push_back(j);
+  send(now_set);
+  if (!deletes.empty()) {
+    later_set.clear();
+    for (const auto& [j, done] : deletes) {
+      if (absl::IsDeadlineExceeded(done.WaitUntil(options.deadline))) {
+        out[index[j]] = Completion::Done(absl::DeadlineExceededError(
+            "RemoteTier: the store had not answered a delete of the block's old value by the "
+            "write's deadline"));
+      } else {
+        later_set.push_back(j);
+      }
+    }
+    send(later_set);
+  }
+  // A batch the breaker refused never reached the store, and a write a delete outlived never
+  // left (their blocks completed at once).
   for (size_t i : index) {
     if (replacing[i] && out[i].done() && !out[i].status().ok()) impl_->NoteCorrupt(writes[i].key);
   }

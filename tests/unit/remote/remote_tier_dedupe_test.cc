@@ -3,12 +3,17 @@
 // write completes OK and is counted; a stored value that reads as corrupt is replaced by the
 // block's next write. Over the in-process and the directory transport; Redis's SET NX is tested
 // in redis_transport_test.cc.
+#include <atomic>
 #include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "kvtier/directory_transport.h"
 #include "kvtier/in_process_transport.h"
@@ -189,6 +194,85 @@ TEST_P(RemoteTierDedupeTest, DiscardDeletesOnlyValuesThisTierStored) {
   a->DiscardBlock(SlotId(0), key);
   EXPECT_EQ(a->deleted_keys(), 1);
   EXPECT_FALSE(stored());
+}
+
+// A store that answers deletes only when the test says (Redis sends a delete and a later write on
+// different connections: either may land first), and counts the writes it is handed.
+class HeldDeleteStore final : public Transport {
+ public:
+  std::string name() const override { return "held-delete"; }
+  std::vector<Completion> Put(absl::Span<const TransportPut> items, absl::Time deadline) override {
+    puts_ += static_cast<int>(items.size());
+    return inner_.Put(items, deadline);
+  }
+  std::vector<Completion> Get(absl::Span<const TransportGet> items, absl::Time deadline) override {
+    return inner_.Get(items, deadline);
+  }
+  std::vector<Completion> Exists(absl::Span<const std::string> keys, absl::Time deadline) override {
+    return inner_.Exists(keys, deadline);
+  }
+  std::vector<Completion> Delete(absl::Span<const std::string> keys, absl::Time) override {
+    std::vector<Completion> out;
+    for (const std::string& k : keys) {
+      held_.emplace_back(k, Completion());
+      out.push_back(held_.back().second);
+    }
+    return out;
+  }
+  // Lands the held deletes now, as a store answering late does.
+  void LandDeletes() {
+    for (auto& [key, done] : held_) {
+      (void)inner_.Delete({&key, 1}, kNoDeadline)[0].Wait();
+      done.Complete(absl::OkStatus());
+    }
+    held_.clear();
+  }
+  int puts() const { return puts_; }
+  bool Stored(const std::string& key) {
+    return inner_.Exists({&key, 1}, kNoDeadline)[0].Wait().ok();
+  }
+
+ private:
+  InProcessTransport inner_;
+  std::atomic<int> puts_{0};
+  std::vector<std::pair<std::string, Completion>> held_;  // the test thread's alone
+};
+
+// A block written again while the delete of its old value is unanswered: the write waits for
+// the delete, so the delete cannot land after it and take the value the tier says it holds
+// (before, the write was skipped as if_absent, the delete landed, and the block was gone). A
+// write whose deadline comes first fails, and sends nothing.
+TEST(RemoteTierDeleteOrderTest, AWriteWaitsForTheDeleteOfItsKey) {
+  auto store = std::make_shared<HeldDeleteStore>();
+  auto tier = Tier(store);
+  const BlockKey key{41, 42}, other{43, 44};
+  const std::string store_key = tier->StoreKey(key);
+  const std::vector<std::byte> block = testing::RandomBytes(Geometry().bytes_per_block(), 9);
+  KVTIER_ASSERT_OK(tier->WriteBlock(SlotId(0), key, block).Wait());
+  tier->DiscardBlock(SlotId(0), key);  // its delete is sent, not answered
+  EXPECT_EQ(tier->deleted_keys(), 1);
+
+  // In a batch with another block: that one is written, this one fails.
+  const std::vector<BlockWrite> batch = {{SlotId(3), other, block}, {SlotId(1), key, block}};
+  std::vector<Completion> late =
+      tier->WriteBlocks(batch, {.deadline = absl::Now() + absl::Milliseconds(50)});
+  KVTIER_EXPECT_OK(late[0].Wait());
+  EXPECT_THAT(late[1].Wait(), testing::IsError(absl::StatusCode::kDeadlineExceeded, "delete"));
+  EXPECT_EQ(store->puts(), 2);
+
+  Completion written;
+  std::thread writer([&] { written = tier->WriteBlock(SlotId(2), key, block); });
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(store->puts(), 2) << "the write went out before the delete was answered";
+  store->LandDeletes();
+  writer.join();
+  KVTIER_ASSERT_OK(written.Wait());
+  EXPECT_EQ(store->puts(), 3);
+  EXPECT_TRUE(store->Stored(store_key));
+  std::vector<std::byte> out(block.size());
+  KVTIER_ASSERT_OK(tier->ReadBlock(SlotId(2), key, absl::MakeSpan(out)).Wait());
+  EXPECT_TRUE(out == block);
+  KVTIER_ASSERT_OK(tier->ReadBlock(SlotId(3), other, absl::MakeSpan(out)).Wait());
 }
 
 INSTANTIATE_TEST_SUITE_P(

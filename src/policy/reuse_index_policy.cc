@@ -240,6 +240,7 @@ class ReuseIndexPolicy final : public EvictionPolicy {
   std::optional<BlockKey> Victim(absl::Time now) override {
     if (candidates_.empty()) return std::nullopt;
     AdvanceTables(now);
+    latest_now_ = std::max(latest_now_, now);
     if (follow_ && follow_->time == now && follow_->parent != kRootBlockKey) {
       auto it = records_.find(follow_->parent);
       if (it != records_.end() && it->second.candidate >= 0 &&
@@ -412,7 +413,8 @@ class ReuseIndexPolicy final : public EvictionPolicy {
   }
 
   double Rank(const Record& r, absl::Time now) const {
-    const bool boosted = r.retention_priority > 0 && now < r.priority_until;
+    // latest_now_: a priority seen ended stays ended, whatever an earlier `now` says.
+    const bool boosted = r.retention_priority > 0 && std::max(now, latest_now_) < r.priority_until;
     double index = 0;
     if (r.claim.session != 0) {
       // A retention is the caller's word, moving on only what the policy infers: a retained
@@ -593,6 +595,7 @@ class ReuseIndexPolicy final : public EvictionPolicy {
   // Node map: candidates_ points at its elements, which stay put until erased.
   absl::node_hash_map<BlockKey, Record> records_;
   std::vector<Entry*> candidates_;
+  absl::Time latest_now_ = absl::InfinitePast();  // the latest Victim's time
   // Blocks by last access, oldest first (Record::older / newer), and how many.
   Entry* oldest_ = nullptr;
   Entry* newest_ = nullptr;

@@ -777,6 +777,23 @@ TEST(PolicyApiEdgeTest, LruPrioritySeenEndedStaysEnded) {
   EXPECT_EQ(p->Victim(At(50)), Key(0));
 }
 
+// The same promise of reuse_index (eviction_policy.h), which ranked by the `now` it was given, so
+// the priority counted again at 50. (cost_aware ranks every block 0 until it has outcomes, and
+// a priority then counts for nothing.)
+TEST(PolicyApiEdgeTest, ReuseIndexPrioritySeenEndedStaysEnded) {
+  std::vector<std::unique_ptr<EvictionPolicy>> policies;
+  policies.push_back(MakeLruPolicy());
+  policies.push_back(Unwrap(MakeReuseIndexPolicy({.sample_size = 0})));
+  for (auto& p : policies) {
+    SCOPED_TRACE(p->name());
+    KVTIER_ASSERT_OK(p->Add(Key(0), {.retention_priority = 1, .priority_until = At(100)}, At(-10)));
+    KVTIER_ASSERT_OK(p->Add(Key(1), {}, At(0)));
+    EXPECT_EQ(p->Victim(At(50)), Key(1)) << "the priority lasts at 50";
+    EXPECT_EQ(p->Victim(At(200)), Key(0));
+    EXPECT_EQ(p->Victim(At(50)), Key(0));
+  }
+}
+
 // --- cost_aware ---------------------------------------------------------------------------------
 
 TEST(PolicyApiEdgeTest, CostAwareColdStartIsLruWhateverPriorityOrBytes) {

@@ -74,6 +74,9 @@ absl::StatusOr<ScaledLifeTable> ScaledLifeTable::Create(int num_classes,
 }
 
 double ScaledLifeTable::Seconds(absl::Time t) {
+  // An infinite time is no time on the table's clock: it reads as the latest (and never sets the
+  // origin, which would put every finite time at infinity and end all learning).
+  if (t == absl::InfinitePast() || t == absl::InfiniteFuture()) return latest_;
   if (!started_) {
     started_ = true;
     origin_ = t;

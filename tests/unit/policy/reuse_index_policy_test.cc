@@ -451,6 +451,19 @@ TEST(ReuseIndexPolicyTest, ForgettingKeepsOneEntryPerBlock) {
   EXPECT_EQ(ReuseIndexStatsOf(**lru).tracked_blocks, 0);
 }
 
+// A request at an infinite time forgets nothing (it set the forgetting horizon to infinity: every
+// block went at once, and each new one at the next request).
+TEST(ReuseIndexPolicyTest, AnInfiniteTimeForgetsNothing) {
+  auto p = MakeReuseIndexPolicy({.history = absl::Seconds(100)});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EvictionPolicy& policy = **p;
+  Observe(policy, {Key(1)}, At(0));
+  Observe(policy, {Key(2)}, absl::InfiniteFuture());
+  Observe(policy, {Key(3)}, At(1));
+  Observe(policy, {Key(4)}, At(2));
+  EXPECT_EQ(ReuseIndexStatsOf(policy).tracked_blocks, 4);
+}
+
 // last_turn on a superseded release (a later request of the session is live) is not taken: the
 // session is not ending. Block 3 then ranks as any (0 with no data), and the older block 1 goes.
 TEST(ReuseIndexPolicyTest, ASupersededLastTurnIsNotTaken) {

@@ -94,6 +94,20 @@ TEST(ReuseLifeTableTest, CountsABirthOnlyOnceItsBucketHasEnded) {
   EXPECT_EQ(t->births_kept(), 0);
 }
 
+// An infinite time reads as the table's latest: as the first time seen it set the origin, every
+// finite time after it was infinitely far, and nothing was ever learned.
+TEST(ReuseLifeTableTest, AnInfiniteTimeDoesNotStopTheLearning) {
+  auto t = ReuseLifeTable::Create({0}, Small({0, 10, 20}, {10}));
+  KVTIER_ASSERT_OK(t.status());
+  (void)t->Birth(0, absl::InfinitePast());
+  t->Advance(absl::InfiniteFuture());
+  const uint64_t b = t->Birth(0, At(0));
+  t->Reuse(b, At(3));
+  EXPECT_TRUE(t->Advance(At(60)));
+  EXPECT_EQ(t->events(0, 0), 1);
+  EXPECT_FALSE(t->Advance(At(60)));  // no rebuild until the next refresh
+}
+
 // The counts' accessors read nothing outside the table: a class or bucket out of range is 0
 // (at_risk(-1, 0) indexed about 2^64 bytes away).
 TEST(ReuseLifeTableTest, CountsOutOfRangeAreZero) {

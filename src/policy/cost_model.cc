@@ -1,7 +1,9 @@
 // The restore-versus-recompute cost model (cost_model.h) and the table of known models.
 #include "kvtier/cost_model.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -39,7 +41,14 @@ double PrefillCostModel::Flops(int64_t tokens) const {
 
 absl::Duration PrefillCostModel::RecomputeTime(int64_t from, int64_t to) const {
   if (to <= from) return absl::ZeroDuration();
-  return Seconds((Flops(to) - Flops(from)) / options_.flops_per_second);
+  // F(to) - F(from) as one product, never inf - inf (NaN) where both overflow: a negative or
+  // NaN duration would rank recomputing as free.
+  const double a = static_cast<double>(std::max<int64_t>(from, 0));
+  const auto b = static_cast<double>(to);
+  const double flops = 2.0 * (b - a) *
+                       (options_.params + static_cast<double>(options_.num_layers) *
+                                              static_cast<double>(options_.d_model) * (a + b));
+  return Seconds(flops / options_.flops_per_second);
 }
 
 absl::StatusOr<RestorePlan> PlanRestore(const PrefillCostModel& model,
@@ -53,7 +62,7 @@ absl::StatusOr<RestorePlan> PlanRestore(const PrefillCostModel& model,
                      bytes_per_block, ", prompt_tokens = ", prompt_tokens, "; each must be > 0"));
   }
   const auto n = static_cast<int64_t>(matched.size());
-  if (n * tokens_per_block > prompt_tokens) {
+  if (n > prompt_tokens / tokens_per_block) {  // n * tokens_per_block could overflow
     return absl::InvalidArgumentError(absl::StrCat("PlanRestore: ", n, " matched blocks of ",
                                                    tokens_per_block, " tokens in a prompt of ",
                                                    prompt_tokens, " tokens"));

@@ -164,6 +164,24 @@ TEST(PlanRestoreTest, RejectsBadInput) {
               IsError(StatusCode::kInvalidArgument, "remote"));
 }
 
+// Sizes near int64's end: the matched blocks' tokens were a signed product that overflowed (2
+// blocks of 2^62 tokens "fit" a prompt of INT64_MAX), and a model of huge size made inf - inf, a
+// NaN recompute time that absl turned into minus infinity: recomputing looked free.
+TEST(PlanRestoreTest, HugeSizesAreRefusedOrCostInfinitely) {
+  const PrefillCostModel m = Model();
+  const std::vector<Tier> two(2, Tier::kHbm);
+  EXPECT_THAT(PlanRestore(m, two, Links(1, 1), int64_t{1} << 62, 1, INT64_MAX).status(),
+              IsError(StatusCode::kInvalidArgument, "2 matched blocks"));
+  const PrefillCostModel huge = Model(/*params=*/1e308);
+  EXPECT_EQ(huge.RecomputeTime(1, 100), absl::InfiniteDuration());
+  EXPECT_GT(huge.RecomputeTime(0, 2), absl::ZeroDuration());
+  auto plan = PlanRestore(huge, two, Links(1, 1), 16, 1, 100);
+  KVTIER_ASSERT_OK(plan.status());
+  // Every choice leaves some tokens to recompute, at infinite cost: never a negative one.
+  EXPECT_EQ(plan->recompute_time, absl::InfiniteDuration());
+  EXPECT_EQ(plan->total_time, absl::InfiniteDuration());
+}
+
 TEST(KnownModelCostTest, IsTheKnownModelsCost) {
   EXPECT_FALSE(KnownModelCost("no-such-model").has_value());
   EXPECT_FALSE(KnownModelCost("llama-3.1-70b").has_value());  // exact names only

@@ -191,6 +191,15 @@ class EvictionPolicy {
   // learn nothing from a Remove). cost_aware, which counts a Remove not after Victim as a reuse,
   // ends the candidate's life unreused at its age instead, as an eviction without a ghost.
   virtual absl::Status Discard(const BlockKey& key) { return Remove(key); }
+  // `key` stopped being a candidate because it was evicted at `now`, by another policy's choice
+  // (follow_best tells its candidates that did not lead what the leader's Victim evicted).
+  // kNotFound if it was not one. Default: Remove. cost_aware ends the life as an eviction at its
+  // age, with its ghost, as if its own Victim had chosen the block (a plain Remove would count
+  // as a reuse).
+  virtual absl::Status Evicted(const BlockKey& key, absl::Time now) {
+    (void)now;
+    return Remove(key);
+  }
   // The candidate to evict at `now` (it stays a candidate until Removed), or nullopt if none.
   // The caller is expected to Remove it before the next Victim call (cost_aware counts that
   // Remove as an eviction, any other as a reuse). cost_aware samples: two calls may differ.

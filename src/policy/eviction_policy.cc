@@ -223,6 +223,13 @@ class HitDensityPolicy final : public EvictionPolicy {
     return Erase(it);
   }
 
+  absl::Status Evicted(const BlockKey& key, absl::Time now) override {
+    if (!entries_.contains(key)) return NotACandidate(key);
+    clock_ = std::max(clock_, now);
+    pending_victim_ = std::make_pair(key, now);  // as if Victim had chosen it
+    return Remove(key);
+  }
+
   absl::Status Discard(const BlockKey& key) override {
     auto it = entries_.find(key);
     if (it == entries_.end()) return NotACandidate(key);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -144,12 +145,37 @@ class FollowBest final : public EvictionPolicy {
     return ForEach([&](EvictionPolicy& p) { return p.Touch(key, traits, now); });
   }
   absl::Status Remove(const BlockKey& key) override {
+    // The leader's victim leaving: an eviction to the others too, not a reuse (cost_aware counts
+    // a Remove that does not follow its own Victim as one).
+    if (last_victim_.has_value() && last_victim_->first == key) {
+      const absl::Time when = last_victim_->second;
+      last_victim_.reset();
+      absl::Status first;
+      for (size_t i = 0; i < live_.size(); ++i) {
+        absl::Status s = i == leader_ ? live_[i]->Remove(key) : live_[i]->Evicted(key, when);
+        if (first.ok() && !s.ok()) first = s;
+      }
+      return first;
+    }
     return ForEach([&](EvictionPolicy& p) { return p.Remove(key); });
   }
   absl::Status Discard(const BlockKey& key) override {
+    if (last_victim_.has_value() && last_victim_->first == key) last_victim_.reset();
     return ForEach([&](EvictionPolicy& p) { return p.Discard(key); });
   }
-  std::optional<BlockKey> Victim(absl::Time now) override { return live_[leader_]->Victim(now); }
+  std::optional<BlockKey> Victim(absl::Time now) override {
+    std::optional<BlockKey> victim = live_[leader_]->Victim(now);
+    if (victim.has_value()) {
+      last_victim_ = std::make_pair(*victim, now);
+    } else {
+      last_victim_.reset();
+    }
+    return victim;
+  }
+  absl::Status Evicted(const BlockKey& key, absl::Time now) override {
+    if (last_victim_.has_value() && last_victim_->first == key) last_victim_.reset();
+    return ForEach([&](EvictionPolicy& p) { return p.Evicted(key, now); });
+  }
   std::optional<double> ReuseChance(const BlockKey& key, absl::Duration within,
                                     absl::Time now) const override {
     return live_[leader_]->ReuseChance(key, within, now);
@@ -177,6 +203,8 @@ class FollowBest final : public EvictionPolicy {
   bool run_blocks_ = false;
   std::vector<BlockKey> sampled_;
   FollowBestStats stats_;
+  // The leader's latest Victim and its time, until that block is Removed.
+  std::optional<std::pair<BlockKey, absl::Time>> last_victim_;
 };
 
 }  // namespace

@@ -91,7 +91,7 @@ class ReuseIndexPolicy final : public EvictionPolicy {
 
   void ObserveRequest(const RequestObservation& request) override {
     const absl::Span<const BlockKey> blocks = request.blocks;
-    const absl::Time now = request.now;
+    const absl::Time now = Clock(request.now);
     Prune(now);
     AdvanceTables(now);
     if (request.session != 0) {
@@ -122,7 +122,7 @@ class ReuseIndexPolicy final : public EvictionPolicy {
 
   void ObserveRelease(const ReleaseObservation& release) override {
     if (release.session == 0) return;
-    const absl::Time now = release.now;
+    const absl::Time now = Clock(release.now);
     Prune(now);
     AdvanceTables(now);
     Session& s = Touch(release.session, now);
@@ -185,6 +185,7 @@ class ReuseIndexPolicy final : public EvictionPolicy {
   }
 
   absl::Status Add(const BlockKey& key, const BlockTraits& traits, absl::Time now) override {
+    now = Clock(now);
     if (absl::Status s = internal::CheckTraits(traits); !s.ok()) return s;
     auto [it, inserted] = records_.try_emplace(key);
     Record& r = it->second;
@@ -206,6 +207,7 @@ class ReuseIndexPolicy final : public EvictionPolicy {
   }
 
   absl::Status Touch(const BlockKey& key, const BlockTraits& traits, absl::Time now) override {
+    now = Clock(now);
     if (absl::Status s = internal::CheckTraits(traits); !s.ok()) return s;
     auto it = records_.find(key);
     if (it == records_.end() || it->second.candidate < 0) return NotACandidate(key);
@@ -238,6 +240,7 @@ class ReuseIndexPolicy final : public EvictionPolicy {
   }
 
   std::optional<BlockKey> Victim(absl::Time now) override {
+    now = Clock(now);
     if (candidates_.empty()) return std::nullopt;
     AdvanceTables(now);
     latest_now_ = std::max(latest_now_, now);
@@ -598,6 +601,14 @@ class ReuseIndexPolicy final : public EvictionPolicy {
   absl::node_hash_map<BlockKey, Record> records_;
   std::vector<Entry*> candidates_;
   absl::Time latest_now_ = absl::InfinitePast();  // the latest Victim's time
+  // The latest finite time of any call: what an infinite `now` is taken as (InfinitePast before
+  // any finite one: a block or session seen only then is the first to be forgotten).
+  absl::Time latest_finite_ = absl::InfinitePast();
+  absl::Time Clock(absl::Time now) {
+    if (now == absl::InfinitePast() || now == absl::InfiniteFuture()) return latest_finite_;
+    latest_finite_ = std::max(latest_finite_, now);
+    return now;
+  }
   // Blocks by last access, oldest first (Record::older / newer), and how many.
   Entry* oldest_ = nullptr;
   Entry* newest_ = nullptr;

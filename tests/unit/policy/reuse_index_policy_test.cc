@@ -462,6 +462,17 @@ TEST(ReuseIndexPolicyTest, AnInfiniteTimeForgetsNothing) {
   Observe(policy, {Key(3)}, At(1));
   Observe(policy, {Key(4)}, At(2));
   EXPECT_EQ(ReuseIndexStatsOf(policy).tracked_blocks, 4);
+  // Taken as the latest finite time (0), block 2 is forgotten with the others: kept at +inf, it
+  // stopped all forgetting behind it.
+  Observe(policy, {Key(5)}, At(1000));
+  EXPECT_EQ(ReuseIndexStatsOf(policy).tracked_blocks, 1);
+  // A Victim at an infinite time ends no retention priority (it ended them all, for good: block
+  // 6, older, then went first).
+  KVTIER_ASSERT_OK(
+      policy.Add(Key(6), {.retention_priority = 1, .priority_until = At(2000)}, At(1000)));
+  KVTIER_ASSERT_OK(policy.Add(Key(7), {}, At(1000)));
+  EXPECT_TRUE(policy.Victim(absl::InfiniteFuture()).has_value());
+  EXPECT_EQ(policy.Victim(At(1001)), Key(7));
 }
 
 // last_turn on a superseded release (a later request of the session is live) is not taken: the

@@ -76,6 +76,10 @@ struct RemoteTierOptions {
   bool write_if_absent = true;
   absl::Duration breaker_backoff_min = absl::Milliseconds(100);
   absl::Duration breaker_backoff_max = absl::Seconds(10);
+  // How long a write of a block waits for the store's answer to this tier's delete of the same
+  // block (DiscardBlock), >= 0 and finite: on the transfer engine's thread, so short. A store
+  // answers in a round trip; one that has not by then fails the write (kUnavailable).
+  absl::Duration delete_wait = absl::Milliseconds(100);
 };
 
 enum class RemoteHealth : uint8_t {
@@ -113,9 +117,11 @@ class RemoteTier final : public TierBackend {
   // bounded by 1 s; skipped unless the breaker is closed; a failed delete is ignored: the value
   // is then left to the store's own eviction). Only if `slot` holds `key` here and this tier's
   // write stored it (see delete_freed). A later write of the same block waits for the store's
-  // answer to that delete (at most until the write's deadline, else it fails with
-  // kDeadlineExceeded), in a batch of its own, so the delete cannot land after the write: a
-  // Redis store may otherwise run them in either order. A transport that does its I/O on the
+  // answer to that delete (any answer; at most delete_wait and the write's deadline, else the
+  // write fails with kUnavailable), in a batch of its own, so a delete the store answered cannot
+  // land after the write: a Redis store may otherwise run them in either order. A delete the
+  // transport gave up on (its 1 s passed) may still land later; the block then reads as missing
+  // (kNotFound) and leaves the cache's index. A transport that does its I/O on the
   // calling thread (DirectoryTransport) deletes within this call, which the cache makes under
   // its lock: a hung mount holds the cache (directory_transport.h).
   void DiscardBlock(SlotId slot, const BlockKey& key) override;

@@ -1,6 +1,7 @@
 // RemoteTier (remote_tier.h): framed, checksummed blocks over a Transport, behind a breaker.
 #include "kvtier/remote_tier.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <limits>
@@ -139,6 +140,12 @@ absl::StatusOr<std::unique_ptr<RemoteTier>> RemoteTier::Create(const CacheNamesp
       options.breaker_backoff_max < options.breaker_backoff_min) {
     return absl::InvalidArgumentError(
         "RemoteTier: the breaker backoff must satisfy 0 < min <= max");
+  }
+  if (options.delete_wait < absl::ZeroDuration() ||
+      options.delete_wait == absl::InfiniteDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RemoteTier: delete_wait = ", absl::FormatDuration(options.delete_wait),
+                     " must be >= 0 and finite"));
   }
   auto impl = std::make_shared<Impl>(options);
   std::shared_ptr<Transport> transport = options.transport;
@@ -512,14 +519,18 @@ std::vector<Completion> RemoteTier::WriteBlocks(absl::Span<const BlockWrite> wri
   for (size_t j = 0; j < puts.size(); ++j) (after_delete[j] ? later_set : now_set).push_back(j);
   send(now_set);
   if (!deletes.empty()) {
+    // This runs on the caller's thread (the transfer engine's dispatcher): at most delete_wait
+    // (a store answers in a round trip), however late the write's deadline.
+    const absl::Time until = std::min(options.deadline, absl::Now() + impl_->options.delete_wait);
     later_set.clear();
     for (const auto& [j, done] : deletes) {
-      if (absl::IsDeadlineExceeded(done.WaitUntil(options.deadline))) {
-        out[index[j]] = Completion::Done(absl::DeadlineExceededError(
-            "RemoteTier: the store had not answered a delete of the block's old value by the "
-            "write's deadline"));
+      (void)done.WaitUntil(until);
+      if (done.done()) {
+        later_set.push_back(j);  // answered (one the transport timed out may yet land: header)
       } else {
-        later_set.push_back(j);
+        out[index[j]] = Completion::Done(absl::UnavailableError(absl::StrCat(
+            "RemoteTier: the store had not answered a delete of the block's old value within ",
+            absl::FormatDuration(impl_->options.delete_wait), " or by the write's deadline")));
       }
     }
     send(later_set);

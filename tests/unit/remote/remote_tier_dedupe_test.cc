@@ -244,7 +244,13 @@ class HeldDeleteStore final : public Transport {
 // write whose deadline comes first fails, and sends nothing.
 TEST(RemoteTierDeleteOrderTest, AWriteWaitsForTheDeleteOfItsKey) {
   auto store = std::make_shared<HeldDeleteStore>();
-  auto tier = Tier(store);
+  auto ns = CacheNamespace::Create(Geometry(), {.model_id = "m", .weights_fingerprint = "w"});
+  ASSERT_TRUE(ns.ok());
+  // A long delete_wait: the test, not the cap, decides when the delete is answered.
+  auto made = RemoteTier::Create(
+      *ns, {.transport = store, .capacity_blocks = 4, .delete_wait = absl::Seconds(30)});
+  KVTIER_ASSERT_OK(made.status());
+  std::unique_ptr<RemoteTier> tier = *std::move(made);
   const BlockKey key{41, 42}, other{43, 44};
   const std::string store_key = tier->StoreKey(key);
   const std::vector<std::byte> block = testing::RandomBytes(Geometry().bytes_per_block(), 9);
@@ -257,7 +263,12 @@ TEST(RemoteTierDeleteOrderTest, AWriteWaitsForTheDeleteOfItsKey) {
   std::vector<Completion> late =
       tier->WriteBlocks(batch, {.deadline = absl::Now() + absl::Milliseconds(50)});
   KVTIER_EXPECT_OK(late[0].Wait());
-  EXPECT_THAT(late[1].Wait(), testing::IsError(absl::StatusCode::kDeadlineExceeded, "delete"));
+  EXPECT_THAT(late[1].Wait(), testing::IsError(absl::StatusCode::kUnavailable, "delete"));
+  EXPECT_THAT(
+      RemoteTier::Create(
+          *ns, {.transport = store, .capacity_blocks = 4, .delete_wait = absl::InfiniteDuration()})
+          .status(),
+      testing::IsError(absl::StatusCode::kInvalidArgument, "delete_wait"));
   EXPECT_EQ(store->puts(), 2);
 
   Completion written;
@@ -273,6 +284,16 @@ TEST(RemoteTierDeleteOrderTest, AWriteWaitsForTheDeleteOfItsKey) {
   KVTIER_ASSERT_OK(tier->ReadBlock(SlotId(2), key, absl::MakeSpan(out)).Wait());
   EXPECT_TRUE(out == block);
   KVTIER_ASSERT_OK(tier->ReadBlock(SlotId(3), other, absl::MakeSpan(out)).Wait());
+
+  // delete_wait bounds the wait whatever the write's deadline (none here).
+  auto impatient = RemoteTier::Create(
+      *ns, {.transport = store, .capacity_blocks = 4, .delete_wait = absl::Milliseconds(20)});
+  KVTIER_ASSERT_OK(impatient.status());
+  const BlockKey third{45, 46};
+  KVTIER_ASSERT_OK((*impatient)->WriteBlock(SlotId(0), third, block).Wait());
+  (*impatient)->DiscardBlock(SlotId(0), third);  // held: never answered
+  EXPECT_THAT((*impatient)->WriteBlock(SlotId(1), third, block).Wait(),
+              testing::IsError(absl::StatusCode::kUnavailable, "within 20ms"));
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -57,8 +57,9 @@ class DirectoryTransport final : public Transport {
   // Keys may use letters, digits and . _ : -, up to 200 bytes, and are the file names; anything
   // else is kInvalidArgument (no key can name a path outside the root). A read of something that
   // is not a regular file within the size limit is kDataLoss (a symbolic link included; it is not
-  // followed). Exists finds only regular files, and Put, if_absent or not, replaces anything
-  // else at its key (a link itself, never what it points at).
+  // followed). Exists finds only regular files, and Put, if_absent or not, replaces a link,
+  // FIFO or other non-directory at its key (the link itself, never what it points at); a
+  // directory there stays, and a Put of that key fails with kDataLoss.
   std::vector<Completion> Put(absl::Span<const TransportPut> items, absl::Time deadline) override;
   std::vector<Completion> Get(absl::Span<const TransportGet> items, absl::Time deadline) override;
   std::vector<Completion> Exists(absl::Span<const std::string> keys, absl::Time deadline) override;

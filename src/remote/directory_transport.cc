@@ -193,7 +193,11 @@ std::vector<Completion> DirectoryTransport::Put(absl::Span<const TransportPut> i
     struct stat at {};
     const bool exists = lstat(path.c_str(), &at) == 0;
     if (exists && !S_ISREG(at.st_mode)) {
-      (void)unlink(path.c_str());
+      if (unlink(path.c_str()) != 0 && errno != ENOENT) {  // a directory, say
+        out.push_back(Completion::Done(absl::DataLossError(
+            absl::StrCat("directory: ", path, " is not a value and cannot be replaced"))));
+        continue;
+      }
     } else if (p.if_absent && exists) {  // stored already: skip the write
       out.push_back(Completion::Done(absl::AlreadyExistsError("directory: " + path + " exists")));
       continue;

@@ -180,6 +180,11 @@ TEST(DirectoryTransportTest, APutReplacesALinkAtItsKeyWithoutFollowingIt) {
     EXPECT_TRUE(got == value) << key;
   }
   for (const Completion& c : (*t)->Exists(keys, kNoDeadline)) KVTIER_EXPECT_OK(c.Wait());
+  // A directory at a key cannot be replaced: the write fails (it read as stored, if_absent).
+  ASSERT_EQ(mkdir((dir.File("store") + "/dir").c_str(), 0700), 0);
+  const std::vector<TransportPut> onto_dir = {{.key = "dir", .value = value, .if_absent = true}};
+  EXPECT_THAT((*t)->Put(onto_dir, kNoDeadline)[0].Wait(),
+              IsError(StatusCode::kDataLoss, "cannot be replaced"));
   std::ifstream target(dir.File("target"));
   std::string text;
   std::getline(target, text);

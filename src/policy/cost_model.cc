@@ -43,6 +43,7 @@ absl::Duration PrefillCostModel::RecomputeTime(int64_t from, int64_t to) const {
   if (to <= from) return absl::ZeroDuration();
   // F(to) - F(from) as one product, never inf - inf (NaN) where both overflow: a negative or
   // NaN duration would rank recomputing as free.
+  if (to <= 0) return absl::ZeroDuration();  // F is 0 for no tokens
   const double a = static_cast<double>(std::max<int64_t>(from, 0));
   const auto b = static_cast<double>(to);
   const double flops = 2.0 * (b - a) *

@@ -175,6 +175,8 @@ TEST(PlanRestoreTest, HugeSizesAreRefusedOrCostInfinitely) {
   const PrefillCostModel huge = Model(/*params=*/1e308);
   EXPECT_EQ(huge.RecomputeTime(1, 100), absl::InfiniteDuration());
   EXPECT_GT(huge.RecomputeTime(0, 2), absl::ZeroDuration());
+  EXPECT_EQ(m.RecomputeTime(-5, -2), absl::ZeroDuration());  // no tokens: F is 0 at both ends
+  EXPECT_EQ(m.RecomputeTime(-5, 10), m.RecomputeTime(0, 10));
   auto plan = PlanRestore(huge, two, Links(1, 1), 16, 1, 100);
   KVTIER_ASSERT_OK(plan.status());
   // Every choice leaves some tokens to recompute, at infinite cost: never a negative one.

@@ -2,6 +2,7 @@
 #include "kvtier/emulated_hbm.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <functional>
 #include <optional>
@@ -21,8 +22,16 @@ namespace {
 
 // Queues `op` on `worker`; the Completion fires with its status, or with kDeadlineExceeded and
 // `op` not run if the worker reaches it after `deadline`. `info` must outlive the queued work.
-Completion EnqueueUnlessLate(internal::StreamWorker& worker, const TierInfo& info, SlotId slot,
-                             absl::Time deadline, std::function<absl::Status()> op) {
+// Closing() (the tier's destructor has begun): a call made then, from a completion callback of a
+// queued operation, say, gets kUnavailable instead of a worker that may be gone.
+absl::Status ClosingError(const TierInfo& info) {
+  return absl::UnavailableError(absl::StrCat(info.name, ": the tier is being destroyed"));
+}
+
+Completion EnqueueUnlessLate(const std::atomic<bool>& closing, internal::StreamWorker& worker,
+                             const TierInfo& info, SlotId slot, absl::Time deadline,
+                             std::function<absl::Status()> op) {
+  if (closing.load()) return Completion::Done(ClosingError(info));
   Completion done;
   worker.Enqueue([&info, slot, deadline, done, op = std::move(op)] {
     done.Complete(absl::Now() > deadline ? internal::DeadlinePassed(info, slot) : op());
@@ -96,6 +105,11 @@ struct EmulatedHbm::Impl {
   const int64_t capacity_blocks;
   std::optional<internal::HostRegion> region;  // none: the engine's tensors (external_pool)
   std::vector<std::byte*> layer_bases;
+  // Set first thing in the destructor: the workers drain after it (device_to_host first), and a
+  // completion callback of their work that calls the tier again must not reach a worker that is
+  // gone (EnqueueUnlessLate).
+  std::atomic<bool> closing{false};
+  ~Impl() { closing.store(true); }
   // Last members: destroyed first, so queued work finishes while everything above (and the
   // InMemorySlotTier base, destroyed after this Impl) still exists.
   internal::StreamWorker host_to_device;
@@ -172,7 +186,7 @@ Completion EmulatedHbm::WriteBlock(SlotId slot, const BlockKey& key,
     const BlockWrite one{slot, key, src, options.layers};
     return WriteBlocks({&one, 1}, options)[0];
   }
-  return EnqueueUnlessLate(impl->host_to_device, info(), slot, options.deadline,
+  return EnqueueUnlessLate(impl->closing, impl->host_to_device, info(), slot, options.deadline,
                            [this, impl, slot, key, src] {
                              BeginSlotWrite(slot);
                              impl->ToPool(slot, src.data());
@@ -208,6 +222,10 @@ std::vector<Completion> EmulatedHbm::WriteBlocks(absl::Span<const BlockWrite> wr
   }
   if (jobs.empty()) return out;
   Impl* impl = impl_.get();
+  if (impl->closing.load()) {
+    for (Job& j : jobs) j.done.Complete(ClosingError(info()));
+    return out;
+  }
   impl->host_to_device.Enqueue([this, impl, jobs = std::move(jobs), deadline = options.deadline] {
     if (absl::Now() > deadline) {
       for (const Job& j : jobs) j.done.Complete(internal::DeadlinePassed(info(), j.write.slot));
@@ -235,7 +253,7 @@ Completion EmulatedHbm::ReadBlock(SlotId slot, const BlockKey& key, absl::Span<s
     return Completion::Done(std::move(s));
   }
   Impl* impl = impl_.get();
-  return EnqueueUnlessLate(impl->device_to_host, info(), slot, options.deadline,
+  return EnqueueUnlessLate(impl->closing, impl->device_to_host, info(), slot, options.deadline,
                            [this, impl, slot, key, dst] {
                              KVTIER_RETURN_IF_ERROR(CheckSlotHolds(slot, key));
                              impl->FromPool(slot, dst.data());

@@ -234,9 +234,6 @@ TEST(DeviceBlockTableTest, CheckedAddressIsNullOutsideTheTable) {
   EXPECT_EQ(CheckedKvAddress(table, 4, 2, KvPlane::kK, 1), nullptr) << "MLA has one head";
 }
 
-// An engine's own tensors registered as the pool (EmulatedHbmOptions::external_pool), in every
-// layout: a block written through the tier lands in them where the addresses say, and a pool of
-// the wrong shape is refused.
 // A pool shape with no addresses (what KvCache::Create compares a tier's pool with) keeps null
 // bases for K and V: offsetting a null pointer to V's plane is undefined behaviour (UBSan stopped
 // the fuzzer at it), and a non-null V of a null K would pass for an address. Its strides are
@@ -261,6 +258,9 @@ TEST(DeviceBlockTableTest, APoolViewWithoutAddressesKeepsEveryBaseNull) {
   }
 }
 
+// An engine's own tensors registered as the pool (EmulatedHbmOptions::external_pool), in every
+// layout: a block written through the tier lands in them where the addresses say, and a pool of
+// the wrong shape is refused.
 TEST(DeviceBlockTableTest, RegisteredTensorsAreThePool) {
   const KvGeometry g = Mha();
   for (HbmLayout layout : kLayouts) {

@@ -10,6 +10,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -156,6 +158,41 @@ TEST(InMemorySlotTierTest, EachHookActsOnlyForItsCapability) {
       EXPECT_THAT(t.CheckHolds(SlotId(1), Key(1)),
                   IsError(StatusCode::kUnimplemented, "this tier is not host addressable"));
     }
+  }
+}
+
+// A completion callback that calls the tier while it is being destroyed (the write's callback
+// runs on the host-to-device worker, which drains after the device-to-host one is gone): the call
+// is answered kUnavailable instead of being queued on a worker that no longer runs (its
+// completion never fired; the queue it went to was freed).
+TEST(EmulatedHbmTest, ACallFromACallbackDuringDestructionIsAnsweredNotLost) {
+  std::unique_ptr<EmulatedHbm> hbm = MakeHbm();
+  ASSERT_NE(hbm, nullptr);
+  EmulatedHbm* tier = hbm.get();
+  const std::vector<std::byte> block = Block(7);
+  std::vector<std::byte> out(block.size());
+  Completion read;
+  Completion read_made;
+  KVTIER_ASSERT_OK(tier->WriteBlock(SlotId(0), Key(1), block).Wait());
+  // A layer-wise write whose progress callback holds the host-to-device worker for 200 ms, long
+  // enough for this thread to start destroying the tier (if it is slower, the read below simply
+  // runs: either outcome is an answer), so the next write is still queued then.
+  auto slow = std::make_shared<LayerProgress>();
+  slow->landed = [](int layers) {
+    if (layers == 1) absl::SleepFor(absl::Milliseconds(200));
+  };
+  (void)tier->WriteBlock(SlotId(2), Key(3), block, {.layers = slow});
+  Completion queued = tier->WriteBlock(SlotId(1), Key(2), block);
+  ASSERT_FALSE(queued.done());
+  queued.OnDone([&](const absl::Status&) {
+    read = tier->ReadBlock(SlotId(0), Key(1), absl::MakeSpan(out));
+    read_made.Complete(absl::OkStatus());
+  });
+  hbm.reset();  // waits for both writes and the callback
+  ASSERT_TRUE(read_made.done());
+  ASSERT_TRUE(read.done()) << "a read queued on a worker that had stopped";
+  if (!read.status().ok()) {
+    EXPECT_THAT(read.status(), IsError(StatusCode::kUnavailable, "being destroyed"));
   }
 }
 

@@ -83,8 +83,8 @@
 // Times are absl::Time (the caller's clock, so a replay can run on trace time). They must not go
 // backwards from call to call: an earlier `now` than one seen is not an error, but may be ranked
 // as if at the latest (a retention priority seen ended stays ended). An infinite `now` is not an
-// error either: reuse_index's tables read it as the latest time they have seen, and it makes
-// nothing forgotten. Thread-safety:
+// error either: reuse_index takes it as the latest finite time it has seen (before any, as
+// InfinitePast: what it touched then is the first to be forgotten). Thread-safety:
 // not thread-safe; the caller serializes (KvCache holds its lock). Keys must be unique. A policy
 // owns only copies of the keys and traits it is given.
 #ifndef KVTIER_EVICTION_POLICY_H_

@@ -4,12 +4,10 @@
 #include <memory>
 #include <optional>
 #include <set>
-#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kvtier/eviction_policy.h"
 #include "tests/testing/policy_testing.h"
@@ -190,10 +188,13 @@ TEST(FollowBestPolicyTest, LearnedIsLruAndReuseIndex) {
   EXPECT_EQ(FollowedPolicy(*MakeLruPolicy()), "");
 }
 
-// LRU that counts the Removes and Discards it is told of, in counts shared by every instance.
+// LRU that counts the Removes, Discards and Evicteds it is told of, in counts shared by every
+// instance.
 struct CallCounts {
   int removes = 0;
   int discards = 0;
+  int evicted = 0;
+  absl::Time evicted_at;
 };
 class CountingLru final : public EvictionPolicy {
  public:
@@ -211,6 +212,11 @@ class CountingLru final : public EvictionPolicy {
   }
   absl::Status Discard(const BlockKey& key) override {
     ++counts_->discards;
+    return lru_->Remove(key);
+  }
+  absl::Status Evicted(const BlockKey& key, absl::Time now) override {
+    ++counts_->evicted;
+    counts_->evicted_at = now;
     return lru_->Remove(key);
   }
   std::optional<BlockKey> Victim(absl::Time now) override { return lru_->Victim(now); }
@@ -239,57 +245,34 @@ TEST(FollowBestPolicyTest, ADiscardReachesEveryCandidateAsADiscard) {
   EXPECT_THAT((*p)->Discard(Key(1)), IsError(StatusCode::kNotFound, ""));
 }
 
-// A candidate that logs how its candidates leave, ranking as lru does.
-class LeaveLog final : public EvictionPolicy {
- public:
-  explicit LeaveLog(std::vector<std::string>* log) : log_(log) {}
-  std::string_view name() const override { return "leave_log"; }
-  absl::Status Add(const BlockKey& key, const BlockTraits& traits, absl::Time now) override {
-    return lru_->Add(key, traits, now);
-  }
-  absl::Status Touch(const BlockKey& key, const BlockTraits& traits, absl::Time now) override {
-    return lru_->Touch(key, traits, now);
-  }
-  absl::Status Remove(const BlockKey& key) override {
-    log_->push_back(absl::StrCat("remove ", key.lo));
-    return lru_->Remove(key);
-  }
-  absl::Status Evicted(const BlockKey& key, absl::Time now) override {
-    log_->push_back(absl::StrCat("evicted ", key.lo, " at ", absl::ToUnixSeconds(now)));
-    return lru_->Remove(key);
-  }
-  std::optional<BlockKey> Victim(absl::Time now) override { return lru_->Victim(now); }
-  int64_t size() const override { return lru_->size(); }
-
- private:
-  std::vector<std::string>* log_;
-  std::unique_ptr<EvictionPolicy> lru_ = MakeLruPolicy();
-};
-
 // The candidates that do not lead hear of the leader's evictions as evictions (Evicted), not as
 // Removes, which cost_aware counts as reuses: a cost_aware beside a leading lru learned that
 // every block it lost was used again, and ranked by that once its shadow took the lead.
 TEST(FollowBestPolicyTest, OthersHearTheLeadersEvictionsAsEvictions) {
-  std::vector<std::string> log;
+  auto counts = std::make_shared<CallCounts>();
   std::vector<EvictionPolicyFactory> c;
   c.push_back([]() -> absl::StatusOr<std::unique_ptr<EvictionPolicy>> { return MakeLruPolicy(); });
-  c.push_back([&log]() -> absl::StatusOr<std::unique_ptr<EvictionPolicy>> {
-    return std::make_unique<LeaveLog>(&log);
+  c.push_back([counts]() -> absl::StatusOr<std::unique_ptr<EvictionPolicy>> {
+    return std::unique_ptr<EvictionPolicy>(std::make_unique<CountingLru>(counts));
   });
   auto p = MakeFollowBestPolicy(c, {.capacity_blocks = 8});
   KVTIER_ASSERT_OK(p.status());
   EvictionPolicy& policy = **p;
   ASSERT_EQ(FollowedPolicy(policy), "lru");
-  KVTIER_ASSERT_OK(policy.Add(BlockKey{0, 1}, {}, absl::FromUnixSeconds(10)));
-  KVTIER_ASSERT_OK(policy.Add(BlockKey{0, 2}, {}, absl::FromUnixSeconds(11)));
-  KVTIER_ASSERT_OK(policy.Add(BlockKey{0, 3}, {}, absl::FromUnixSeconds(12)));
-  ASSERT_EQ(policy.Victim(absl::FromUnixSeconds(20)), (BlockKey{0, 1}));
-  KVTIER_ASSERT_OK(policy.Remove(BlockKey{0, 1}));  // evicted
-  KVTIER_ASSERT_OK(policy.Remove(BlockKey{0, 3}));  // pinned again: not the victim
-  ASSERT_EQ(policy.Victim(absl::FromUnixSeconds(30)), (BlockKey{0, 2}));
-  KVTIER_ASSERT_OK(policy.Discard(BlockKey{0, 2}));  // dropped on the caller's word instead
-  // (Discard's default is Remove: the log's third line.)
-  EXPECT_EQ(log, (std::vector<std::string>{"evicted 1 at 20", "remove 3", "remove 2"}));
+  KVTIER_ASSERT_OK(policy.Add(Key(1), {}, At(10)));
+  KVTIER_ASSERT_OK(policy.Add(Key(2), {}, At(11)));
+  KVTIER_ASSERT_OK(policy.Add(Key(3), {}, At(12)));
+  ASSERT_EQ(policy.Victim(At(20)), Key(1));
+  KVTIER_ASSERT_OK(policy.Remove(Key(1)));  // evicted
+  EXPECT_EQ(counts->evicted, 1);
+  EXPECT_EQ(counts->evicted_at, At(20));
+  EXPECT_EQ(counts->removes, 0);
+  KVTIER_ASSERT_OK(policy.Remove(Key(3)));  // pinned again: not the victim
+  EXPECT_EQ(counts->removes, 1);
+  ASSERT_EQ(policy.Victim(At(30)), Key(2));
+  KVTIER_ASSERT_OK(policy.Discard(Key(2)));  // dropped on the caller's word instead
+  EXPECT_EQ(counts->discards, 1);
+  EXPECT_EQ(counts->evicted, 1);
   // cost_aware's Evicted is an eviction too: after it, the block is no candidate.
   auto cost_aware = MakeCostAwarePolicy();
   KVTIER_ASSERT_OK(cost_aware.status());

@@ -93,7 +93,8 @@ class RemoteTier final : public TierBackend {
   // Errors: kInvalidArgument for a null transport, capacity_blocks < 1 or so large that its bytes
   // overflow int64, a key prefix longer than 64 bytes or with characters other than letters,
   // digits and . _ : - (every transport can store those), codec fp8_e4m3 on KV that is not bf16,
-  // breaker_failures < 0, or a backoff with min <= 0 or max < min.
+  // breaker_failures < 0, a backoff with min <= 0 or max < min, or a delete_wait that is
+  // negative or infinite.
   static absl::StatusOr<std::unique_ptr<RemoteTier>> Create(const CacheNamespace& ns,
                                                             const RemoteTierOptions& options);
   ~RemoteTier() override;

@@ -216,8 +216,11 @@ void RemoteTier::DiscardBlock(SlotId slot, const BlockKey& key) {
     id = ++impl_->next_delete_id;
     impl_->deletes_in_flight[store_key] = {sent, id};
   }
-  // Runs at once if the store answered meanwhile.
-  sent.OnDone([impl = impl_, store_key, id](const absl::Status&) {
+  // Runs at once if the store answered meanwhile. A weak reference: the map holds this
+  // completion, so a strong one would keep the tier's state alive for a delete never answered.
+  sent.OnDone([weak = std::weak_ptr<Impl>(impl_), store_key, id](const absl::Status&) {
+    const std::shared_ptr<Impl> impl = weak.lock();
+    if (impl == nullptr) return;
     internal::MutexLock lock(&impl->delete_mu);
     auto it = impl->deletes_in_flight.find(store_key);
     if (it != impl->deletes_in_flight.end() && it->second.id == id) {
@@ -510,8 +513,9 @@ std::vector<Completion> RemoteTier::WriteBlocks(absl::Span<const BlockWrite> wri
         });
   };
   // A write of a key whose delete is still in flight goes after it (a delete landing later
-  // would take the value), in a second batch, so the others do not wait: each delete is bounded
-  // by its 1 s and the write's deadline; a write it outlives fails rather than be undone.
+  // would take the value), in a second batch, so the others do not wait: at most delete_wait
+  // and the write's deadline; a write whose delete is not answered by then fails rather than be
+  // undone.
   const std::vector<std::pair<size_t, Completion>> deletes = impl_->DeletesOf(puts);
   std::vector<bool> after_delete(puts.size(), false);
   for (const auto& [j, done] : deletes) after_delete[j] = true;

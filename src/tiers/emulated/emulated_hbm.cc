@@ -2,7 +2,6 @@
 #include "kvtier/emulated_hbm.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <functional>
 #include <optional>
@@ -12,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "internal/host_region.h"
+#include "internal/mutex.h"
 #include "internal/status_macros.h"
 #include "internal/stream_worker.h"
 #include "tiers/device_pool_view.h"
@@ -20,23 +20,10 @@
 namespace kvtier {
 namespace {
 
-// Queues `op` on `worker`; the Completion fires with its status, or with kDeadlineExceeded and
-// `op` not run if the worker reaches it after `deadline`. `info` must outlive the queued work.
-// Closing() (the tier's destructor has begun): a call made then, from a completion callback of a
-// queued operation, say, gets kUnavailable instead of a worker that may be gone.
+// What a call made once the tier's destructor has begun gets (from a completion callback of a
+// queued operation, say): the workers may be gone.
 absl::Status ClosingError(const TierInfo& info) {
   return absl::UnavailableError(absl::StrCat(info.name, ": the tier is being destroyed"));
-}
-
-Completion EnqueueUnlessLate(const std::atomic<bool>& closing, internal::StreamWorker& worker,
-                             const TierInfo& info, SlotId slot, absl::Time deadline,
-                             std::function<absl::Status()> op) {
-  if (closing.load()) return Completion::Done(ClosingError(info));
-  Completion done;
-  worker.Enqueue([&info, slot, deadline, done, op = std::move(op)] {
-    done.Complete(absl::Now() > deadline ? internal::DeadlinePassed(info, slot) : op());
-  });
-  return done;
 }
 
 }  // namespace
@@ -45,6 +32,8 @@ struct EmulatedHbm::Impl {
   Impl(const KvGeometry& g, HbmLayout pool_layout, int64_t slots,
        std::optional<internal::HostRegion> pool, std::vector<void*> external)
       : geometry(g), layout(pool_layout), capacity_blocks(slots), region(std::move(pool)) {
+    host_to_device.emplace();
+    device_to_host.emplace();
     // Slot 0's first byte of each layer (LayerPieces' layer base): in our region, or the
     // engine's tensors (one per layer; one for the whole pool, block-first).
     const int64_t per_layer = geometry.bytes_per_block_per_layer();
@@ -105,15 +94,35 @@ struct EmulatedHbm::Impl {
   const int64_t capacity_blocks;
   std::optional<internal::HostRegion> region;  // none: the engine's tensors (external_pool)
   std::vector<std::byte*> layer_bases;
-  // Set first thing in the destructor: the workers drain after it (device_to_host first), and a
-  // completion callback of their work that calls the tier again must not reach a worker that is
-  // gone (EnqueueUnlessLate).
-  std::atomic<bool> closing{false};
-  ~Impl() { closing.store(true); }
-  // Last members: destroyed first, so queued work finishes while everything above (and the
-  // InMemorySlotTier base, destroyed after this Impl) still exists.
-  internal::StreamWorker host_to_device;
-  internal::StreamWorker device_to_host;
+  // Queues `task` on `worker` unless the tier is closing (false then). Checked and queued under
+  // one lock, which ~EmulatedHbm takes to set `closing` before it stops the workers: nothing is
+  // queued on a worker after that.
+  bool EnqueueIfOpen(std::optional<internal::StreamWorker>& worker, std::function<void()> task) {
+    internal::MutexLock lock(&closing_mu);
+    if (closing) return false;
+    worker->Enqueue(std::move(task));
+    return true;
+  }
+  // Queues `op`; the Completion fires with its status, or with kDeadlineExceeded and `op` not
+  // run if the worker reaches it after `deadline`, or at once with ClosingError. `info` must
+  // outlive the queued work.
+  Completion EnqueueUnlessLate(std::optional<internal::StreamWorker>& worker, const TierInfo& info,
+                               SlotId slot, absl::Time deadline, std::function<absl::Status()> op) {
+    Completion done;
+    if (!EnqueueIfOpen(worker, [&info, slot, deadline, done, op = std::move(op)] {
+          done.Complete(absl::Now() > deadline ? internal::DeadlinePassed(info, slot) : op());
+        })) {
+      done.Complete(ClosingError(info));
+    }
+    return done;
+  }
+
+  internal::Mutex closing_mu;
+  bool closing ABSL_GUARDED_BY(closing_mu) = false;
+  // Last members: the workers, started in the constructor and stopped by ~EmulatedHbm (queued
+  // work first) while everything above, and the InMemorySlotTier base, still exists.
+  std::optional<internal::StreamWorker> host_to_device;
+  std::optional<internal::StreamWorker> device_to_host;
 };
 
 absl::StatusOr<std::unique_ptr<EmulatedHbm>> EmulatedHbm::Create(
@@ -159,7 +168,16 @@ absl::StatusOr<std::unique_ptr<EmulatedHbm>> EmulatedHbm::Create(
 EmulatedHbm::EmulatedHbm(TierInfo info, std::unique_ptr<BlockAllocator> allocator,
                          std::unique_ptr<Impl> impl)
     : InMemorySlotTier(std::move(info), std::move(allocator)), impl_(std::move(impl)) {}
-EmulatedHbm::~EmulatedHbm() = default;
+EmulatedHbm::~EmulatedHbm() {
+  {
+    internal::MutexLock lock(&impl_->closing_mu);
+    impl_->closing = true;
+  }
+  // Each runs what is queued, then stops; a callback of that work that calls the tier gets
+  // ClosingError, so nothing reaches a worker that has stopped.
+  impl_->device_to_host.reset();
+  impl_->host_to_device.reset();
+}
 
 HbmLayout EmulatedHbm::layout() const { return impl_->layout; }
 
@@ -186,13 +204,13 @@ Completion EmulatedHbm::WriteBlock(SlotId slot, const BlockKey& key,
     const BlockWrite one{slot, key, src, options.layers};
     return WriteBlocks({&one, 1}, options)[0];
   }
-  return EnqueueUnlessLate(impl->closing, impl->host_to_device, info(), slot, options.deadline,
-                           [this, impl, slot, key, src] {
-                             BeginSlotWrite(slot);
-                             impl->ToPool(slot, src.data());
-                             EndSlotWrite(slot, key);
-                             return absl::OkStatus();
-                           });
+  return impl->EnqueueUnlessLate(impl->host_to_device, info(), slot, options.deadline,
+                                 [this, impl, slot, key, src] {
+                                   BeginSlotWrite(slot);
+                                   impl->ToPool(slot, src.data());
+                                   EndSlotWrite(slot, key);
+                                   return absl::OkStatus();
+                                 });
 }
 
 // Layer-major when any block reports layers (kCapLayerwise): every block's layer 0, then each
@@ -222,28 +240,29 @@ std::vector<Completion> EmulatedHbm::WriteBlocks(absl::Span<const BlockWrite> wr
   }
   if (jobs.empty()) return out;
   Impl* impl = impl_.get();
-  if (impl->closing.load()) {
-    for (Job& j : jobs) j.done.Complete(ClosingError(info()));
-    return out;
+  const std::vector<Job> queued = jobs;  // the Completions, if the tier is closing
+  const bool open = impl->EnqueueIfOpen(
+      impl->host_to_device, [this, impl, jobs = std::move(jobs), deadline = options.deadline] {
+        if (absl::Now() > deadline) {
+          for (const Job& j : jobs) j.done.Complete(internal::DeadlinePassed(info(), j.write.slot));
+          return;
+        }
+        for (const Job& j : jobs) BeginSlotWrite(j.write.slot);
+        const int num_layers = impl->geometry.num_layers();
+        for (int l = 0; l < num_layers; ++l) {
+          for (const Job& j : jobs) impl->LayerToPool(j.write.slot, l, j.write.src.data());
+          for (const Job& j : jobs) {
+            if (j.write.layers != nullptr && j.write.layers->landed) j.write.layers->landed(l + 1);
+          }
+        }
+        for (const Job& j : jobs) {
+          EndSlotWrite(j.write.slot, j.write.key);
+          j.done.Complete(absl::OkStatus());
+        }
+      });
+  if (!open) {
+    for (const Job& j : queued) j.done.Complete(ClosingError(info()));
   }
-  impl->host_to_device.Enqueue([this, impl, jobs = std::move(jobs), deadline = options.deadline] {
-    if (absl::Now() > deadline) {
-      for (const Job& j : jobs) j.done.Complete(internal::DeadlinePassed(info(), j.write.slot));
-      return;
-    }
-    for (const Job& j : jobs) BeginSlotWrite(j.write.slot);
-    const int num_layers = impl->geometry.num_layers();
-    for (int l = 0; l < num_layers; ++l) {
-      for (const Job& j : jobs) impl->LayerToPool(j.write.slot, l, j.write.src.data());
-      for (const Job& j : jobs) {
-        if (j.write.layers != nullptr && j.write.layers->landed) j.write.layers->landed(l + 1);
-      }
-    }
-    for (const Job& j : jobs) {
-      EndSlotWrite(j.write.slot, j.write.key);
-      j.done.Complete(absl::OkStatus());
-    }
-  });
   return out;
 }
 
@@ -253,12 +272,12 @@ Completion EmulatedHbm::ReadBlock(SlotId slot, const BlockKey& key, absl::Span<s
     return Completion::Done(std::move(s));
   }
   Impl* impl = impl_.get();
-  return EnqueueUnlessLate(impl->closing, impl->device_to_host, info(), slot, options.deadline,
-                           [this, impl, slot, key, dst] {
-                             KVTIER_RETURN_IF_ERROR(CheckSlotHolds(slot, key));
-                             impl->FromPool(slot, dst.data());
-                             return absl::OkStatus();
-                           });
+  return impl->EnqueueUnlessLate(impl->device_to_host, info(), slot, options.deadline,
+                                 [this, impl, slot, key, dst] {
+                                   KVTIER_RETURN_IF_ERROR(CheckSlotHolds(slot, key));
+                                   impl->FromPool(slot, dst.data());
+                                   return absl::OkStatus();
+                                 });
 }
 
 }  // namespace kvtier

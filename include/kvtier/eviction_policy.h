@@ -192,7 +192,8 @@ class EvictionPolicy {
   // ends the candidate's life unreused at its age instead, as an eviction without a ghost.
   virtual absl::Status Discard(const BlockKey& key) { return Remove(key); }
   // `key` stopped being a candidate because it was evicted at `now`, by another policy's choice
-  // (follow_best tells its candidates that did not lead what the leader's Victim evicted).
+  // (follow_best tells its candidates that did not lead what the leader's Victim evicted: the
+  // victim's Remove when no Add, Touch or ObserveRequest came between).
   // kNotFound if it was not one. Default: Remove. cost_aware ends the life as an eviction at its
   // age, with its ghost, as if its own Victim had chosen the block (a plain Remove would count
   // as a reuse).

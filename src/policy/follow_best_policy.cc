@@ -80,6 +80,9 @@ class FollowBest final : public EvictionPolicy {
   bool observes_requests() const override { return true; }
 
   void ObserveRequest(const RequestObservation& request) override {
+    // A request comes before the pins it makes: the leader's victim, not Removed since, was kept
+    // (KvCache: it waits for room below), and a pin's Remove of it is no eviction.
+    last_victim_.reset();
     for (auto& p : live_) {
       if (p->observes_requests()) p->ObserveRequest(request);
     }
@@ -130,6 +133,7 @@ class FollowBest final : public EvictionPolicy {
   }
 
   absl::Status Add(const BlockKey& key, const BlockTraits& traits, absl::Time now) override {
+    last_victim_.reset();
     // All or none: a block some candidates took and one refused would be a victim of the
     // leader although the caller was told it is no candidate.
     if (absl::Status s = internal::CheckTraits(traits); !s.ok()) return s;
@@ -142,6 +146,7 @@ class FollowBest final : public EvictionPolicy {
     return absl::OkStatus();
   }
   absl::Status Touch(const BlockKey& key, const BlockTraits& traits, absl::Time now) override {
+    last_victim_.reset();
     return ForEach([&](EvictionPolicy& p) { return p.Touch(key, traits, now); });
   }
   absl::Status Remove(const BlockKey& key) override {

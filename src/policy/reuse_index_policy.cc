@@ -287,6 +287,7 @@ class ReuseIndexPolicy final : public EvictionPolicy {
   // table else), once kMinLives outcomes of its class at its age are in.
   std::optional<double> ReuseChance(const BlockKey& key, absl::Duration within,
                                     absl::Time now) const override {
+    now = Mapped(now);
     auto it = records_.find(key);
     if (it == records_.end()) return std::nullopt;
     const Record& r = it->second;
@@ -311,6 +312,7 @@ class ReuseIndexPolicy final : public EvictionPolicy {
   // equal ranks (TieTime): for a shared shadow. A block it no longer remembers (not accessed
   // within `history`) ranks -1, oldest.
   std::pair<double, absl::Time> RankOf(const BlockKey& key, absl::Time now) const {
+    now = Mapped(now);  // the shadow's calls carry the caller's times, as the live policy's do
     auto it = records_.find(key);
     if (it == records_.end()) return {-1.0, absl::InfinitePast()};
     return {Rank(it->second, now), TieTime(it->second)};
@@ -608,6 +610,10 @@ class ReuseIndexPolicy final : public EvictionPolicy {
     if (now == absl::InfinitePast() || now == absl::InfiniteFuture()) return latest_finite_;
     latest_finite_ = std::max(latest_finite_, now);
     return now;
+  }
+  // The same for a call that changes nothing.
+  absl::Time Mapped(absl::Time now) const {
+    return now == absl::InfinitePast() || now == absl::InfiniteFuture() ? latest_finite_ : now;
   }
   // Blocks by last access, oldest first (Record::older / newer), and how many.
   Entry* oldest_ = nullptr;

@@ -273,6 +273,14 @@ TEST(FollowBestPolicyTest, OthersHearTheLeadersEvictionsAsEvictions) {
   KVTIER_ASSERT_OK(policy.Discard(Key(2)));  // dropped on the caller's word instead
   EXPECT_EQ(counts->discards, 1);
   EXPECT_EQ(counts->evicted, 1);
+  // A victim kept (a request came between: KvCache waits for room below) and then pinned is a
+  // reuse, not an eviction.
+  KVTIER_ASSERT_OK(policy.Add(Key(4), {}, At(40)));
+  ASSERT_EQ(policy.Victim(At(41)), Key(4));
+  policy.ObserveRequest({.now = At(42)});
+  KVTIER_ASSERT_OK(policy.Remove(Key(4)));
+  EXPECT_EQ(counts->evicted, 1);
+  EXPECT_EQ(counts->removes, 2);
   // cost_aware's Evicted is an eviction too: after it, the block is no candidate.
   auto cost_aware = MakeCostAwarePolicy();
   KVTIER_ASSERT_OK(cost_aware.status());

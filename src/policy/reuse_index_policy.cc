@@ -554,8 +554,6 @@ class ReuseIndexPolicy final : public EvictionPolicy {
   // a candidate then, at the first Prune after its Remove), and sessions last heard of that long
   // ago (a return later than that counts as none).
   void Prune(absl::Time now) {
-    // An infinite `now` would forget every block and session at once, and for good.
-    if (now == absl::InfinitePast() || now == absl::InfiniteFuture()) return;
     forgotten_before_ = std::max(forgotten_before_, now - options_.history);
     for (const BlockKey& key : lapsed_) {
       auto it = records_.find(key);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <memory>
 #include <string>
@@ -482,14 +483,9 @@ std::vector<Completion> RemoteTier::WriteBlocks(absl::Span<const BlockWrite> wri
     index.push_back(i);
   }
   std::shared_ptr<Impl> impl = impl_;
-  // Sends `subset` (positions in puts / index) as one batch.
-  const auto send = [&](absl::Span<const size_t> subset) {
-    std::vector<TransportPut> batch;
-    std::vector<size_t> batch_index;
-    for (size_t j : subset) {
-      batch.push_back(puts[j]);
-      batch_index.push_back(index[j]);
-    }
+  // Sends `batch` (the puts of writes `batch_index`) as one transport call.
+  const auto send = [&](absl::Span<const TransportPut> batch,
+                        absl::Span<const size_t> batch_index) {
     RunBatch(
         impl_->breaker, impl_, options.deadline, batch_index, out,
         [&] { return transport_->Put(batch, options.deadline); },
@@ -517,27 +513,36 @@ std::vector<Completion> RemoteTier::WriteBlocks(absl::Span<const BlockWrite> wri
   // and the write's deadline; a write whose delete is not answered by then fails rather than be
   // undone.
   const std::vector<std::pair<size_t, Completion>> deletes = impl_->DeletesOf(puts);
-  std::vector<bool> after_delete(puts.size(), false);
-  for (const auto& [j, done] : deletes) after_delete[j] = true;
-  std::vector<size_t> now_set, later_set;
-  for (size_t j = 0; j < puts.size(); ++j) (after_delete[j] ? later_set : now_set).push_back(j);
-  send(now_set);
-  if (!deletes.empty()) {
+  if (deletes.empty()) {
+    send(puts, index);  // the common case: no copies
+  } else {
+    // Per write (position in puts / index): sent now, after its delete, or not at all.
+    enum class When : uint8_t { kNow, kAfterDelete, kNever };
+    std::vector<When> when(puts.size(), When::kNow);
+    for (const auto& [j, done] : deletes) when[j] = When::kAfterDelete;
+    const auto send_those = [&](When which) {
+      std::vector<TransportPut> batch;
+      std::vector<size_t> batch_index;
+      for (size_t j = 0; j < puts.size(); ++j) {
+        if (when[j] != which) continue;
+        batch.push_back(puts[j]);
+        batch_index.push_back(index[j]);
+      }
+      send(batch, batch_index);
+    };
+    send_those(When::kNow);
     // This runs on the caller's thread (the transfer engine's dispatcher): at most delete_wait
     // (a store answers in a round trip), however late the write's deadline.
     const absl::Time until = std::min(options.deadline, absl::Now() + impl_->options.delete_wait);
-    later_set.clear();
     for (const auto& [j, done] : deletes) {
       (void)done.WaitUntil(until);
-      if (done.done()) {
-        later_set.push_back(j);  // answered (one the transport timed out may yet land: header)
-      } else {
-        out[index[j]] = Completion::Done(absl::UnavailableError(absl::StrCat(
-            "RemoteTier: the store had not answered a delete of the block's old value within ",
-            absl::FormatDuration(impl_->options.delete_wait), " or by the write's deadline")));
-      }
+      if (done.done()) continue;  // answered (one the transport timed out may yet land: header)
+      when[j] = When::kNever;
+      out[index[j]] = Completion::Done(absl::UnavailableError(absl::StrCat(
+          "RemoteTier: the store had not answered a delete of the block's old value within ",
+          absl::FormatDuration(impl_->options.delete_wait), " or by the write's deadline")));
     }
-    send(later_set);
+    send_those(When::kAfterDelete);
   }
   // A batch the breaker refused never reached the store, and a write a delete outlived never
   // left (their blocks completed at once).

@@ -240,7 +240,6 @@ std::vector<Completion> EmulatedHbm::WriteBlocks(absl::Span<const BlockWrite> wr
   }
   if (jobs.empty()) return out;
   Impl* impl = impl_.get();
-  const std::vector<Job> queued = jobs;  // the Completions, if the tier is closing
   const bool open = impl->EnqueueIfOpen(
       impl->host_to_device, [this, impl, jobs = std::move(jobs), deadline = options.deadline] {
         if (absl::Now() > deadline) {
@@ -260,8 +259,8 @@ std::vector<Completion> EmulatedHbm::WriteBlocks(absl::Span<const BlockWrite> wr
           j.done.Complete(absl::OkStatus());
         }
       });
-  if (!open) {
-    for (const Job& j : queued) j.done.Complete(ClosingError(info()));
+  if (!open) {  // the jobs' Completions are those in `out` not done yet
+    for (const Completion& c : out) c.Complete(ClosingError(info()));
   }
   return out;
 }

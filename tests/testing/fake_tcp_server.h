@@ -50,6 +50,7 @@ class FakeTcpServer {
 
   bool ok() const { return listen_fd_ >= 0; }
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  int port() const { return port_; }
 
   // Reads until `text` has been seen `times` times in what arrived since the call (or the peer
   // closes). Returns everything read.

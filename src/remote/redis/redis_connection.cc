@@ -35,6 +35,7 @@ timeval SocketTimeout(absl::Duration d) {
 absl::StatusOr<std::unique_ptr<RedisConnection>> RedisConnection::Connect(
     const RedisConnectOptions& options, absl::Duration timeout) {
   const std::string address = absl::StrCat(options.host, ":", options.port);
+  const absl::Time deadline = absl::Now() + timeout;
   redisContext* ctx =
       redisConnectWithTimeout(options.host.c_str(), options.port, SocketTimeout(timeout));
   if (ctx == nullptr) {
@@ -58,7 +59,8 @@ absl::StatusOr<std::unique_ptr<RedisConnection>> RedisConnection::Connect(
   if (options.database != 0) conn->Append({"SELECT", db});
   if (conn->appended() > 0) {
     std::vector<RedisReplyPtr> replies;
-    if (absl::Status s = conn->RoundTrip(timeout, &replies); !s.ok()) {
+    const absl::Duration left = std::max(deadline - absl::Now(), absl::Milliseconds(1));
+    if (absl::Status s = conn->RoundTrip(left, &replies); !s.ok()) {
       return absl::UnavailableError(s.message());
     }
     for (const RedisReplyPtr& r : replies) {
@@ -225,6 +227,7 @@ absl::Status RedisConnection::SocketError(std::string_view what, int err) {
 
 absl::Status RedisConnection::RoundTrip(absl::Duration timeout,
                                         absl::FunctionRef<void(RedisReplyPtr reply)> on_reply) {
+  const absl::Time deadline = absl::Now() + timeout;
   const int expected = appended_;
   appended_ = 0;
   if (broken_) {
@@ -234,15 +237,33 @@ absl::Status RedisConnection::RoundTrip(absl::Duration timeout,
     broken_ = true;
     return absl::InternalError(absl::StrCat("redis ", address_, ": Append and Queue mixed"));
   }
+  // The socket timeout bounds each read and write; the polls below bound the whole round trip,
+  // so a server trickling a reply a byte at a time cannot hold it (or refresh_mu, for CLUSTER
+  // SLOTS) for longer. hiredis reads and writes only once poll() says the socket is ready.
   if (absl::Status s = SetTimeout(timeout); !s.ok()) {
     broken_ = true;
     return s;
   }
+  for (int done = 0; done == 0;) {
+    KVTIER_RETURN_IF_ERROR(Wait(POLLOUT, deadline, "sending a command"));
+    if (redisBufferWrite(ctx_, &done) != REDIS_OK) {
+      broken_ = true;
+      return ErrorStatus("sending a command");
+    }
+  }
   for (int i = 0; i < expected; ++i) {
     void* reply = nullptr;
-    if (redisGetReply(ctx_, &reply) != REDIS_OK || reply == nullptr) {
-      broken_ = true;
-      return ErrorStatus(i == 0 ? "sending a pipeline" : "reading replies");
+    while (true) {
+      if (redisGetReplyFromReader(ctx_, &reply) != REDIS_OK) {
+        broken_ = true;
+        return ErrorStatus("reading replies");
+      }
+      if (reply != nullptr) break;
+      KVTIER_RETURN_IF_ERROR(Wait(POLLIN, deadline, "reading replies"));
+      if (redisBufferRead(ctx_) != REDIS_OK) {
+        broken_ = true;
+        return ErrorStatus("reading replies");
+      }
     }
     on_reply(RedisReplyPtr(static_cast<redisReply*>(reply)));
   }

@@ -39,7 +39,7 @@ struct RedisConnectOptions {
 
 class RedisConnection {
  public:
-  // Connects within `timeout`, then sends AUTH and SELECT as the options ask. Errors:
+  // Connects and sends AUTH and SELECT as the options ask, all within `timeout`. Errors:
   // kUnavailable (refused, unreachable, timed out, AUTH or SELECT refused) naming the address.
   static absl::StatusOr<std::unique_ptr<RedisConnection>> Connect(
       const RedisConnectOptions& options, absl::Duration timeout);
@@ -65,9 +65,10 @@ class RedisConnection {
 
   // Sends every queued command and reads one reply for each, in order, handing each to
   // `on_reply` as soon as it is parsed (so a caller can finish early items while later replies
-  // are still arriving). Each socket wait is bounded by `timeout`. Errors: kDeadlineExceeded when
-  // a wait timed out, kUnavailable for another socket error or a protocol error; the replies
-  // before it were handed over, and the connection is broken (drop it).
+  // are still arriving). The whole round trip is bounded by `timeout` (a server trickling its
+  // reply does not extend it). Errors: kDeadlineExceeded when it ran out, kUnavailable for
+  // another socket error or a protocol error; the replies before it were handed over, and the
+  // connection is broken (drop it).
   absl::Status RoundTrip(absl::Duration timeout,
                          absl::FunctionRef<void(RedisReplyPtr reply)> on_reply);
   // The same, collecting the replies.

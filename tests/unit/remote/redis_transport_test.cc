@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "remote/redis/key_slot.h"
+#include "remote/redis/redis_connection.h"
 #include "remote/redis/redis_endpoint.h"
 #include "tests/testing/fake_tcp_server.h"
 #include "tests/testing/random_bytes.h"
@@ -654,6 +656,51 @@ TEST(RedisFakeServerTest, ATightDeadlineDoesNotMarkTheServerDown) {
   EXPECT_THAT((*t)->Exists({{"k"}}, In(absl::Milliseconds(10)))[0].Wait(),
               IsError(StatusCode::kDeadlineExceeded, ""));
   EXPECT_EQ((*t)->stats().connect_failures, 0);
+}
+
+// A handler that answers the first command containing `after` with `head` and then trickles one
+// byte every 10 ms for 3 s, never ending the line: every read makes progress, no reply completes.
+std::function<void(int)> TrickleAfter(std::string after, std::string head) {
+  return [after = std::move(after), head = std::move(head)](int fd) {
+    FakeTcpServer::ReadUntil(fd, after);
+    if (!FakeTcpServer::WriteAll(fd, head)) return;
+    for (int i = 0; i < 300; ++i) {
+      absl::SleepFor(absl::Milliseconds(10));
+      if (!FakeTcpServer::WriteAll(fd, "O")) return;  // the client hung up
+    }
+  };
+}
+
+// From an earlier note's list: AUTH, SELECT and CLUSTER SLOTS were read by hiredis's blocking
+// reads, whose socket timeout bounds each read, not the reply, so a server trickling its answer
+// held a connect (and a slot-map refresh, which every worker waits on) for as long as it
+// trickled. The timeout now bounds the whole exchange.
+TEST(RedisFakeServerTest, ATricklingAuthReplyIsBoundedAsAWhole) {
+  FakeTcpServer server(TrickleAfter("pw", "+"));
+  ASSERT_TRUE(server.ok());
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::unique_ptr<internal::RedisConnection>> conn =
+      internal::RedisConnection::Connect(
+          {.host = "127.0.0.1", .port = server.port(), .password = "pw"}, absl::Milliseconds(200));
+  EXPECT_THAT(conn.status(), IsError(StatusCode::kUnavailable, "no progress by the deadline"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1)) << "held while the server trickled";
+}
+
+TEST(RedisFakeServerTest, ATricklingClusterSlotsReplyIsBoundedAsAWhole) {
+  FakeTcpServer server(TrickleAfter("SLOTS", "*1\r\n+"));
+  ASSERT_TRUE(server.ok());
+  absl::StatusOr<std::unique_ptr<internal::RedisConnection>> conn =
+      internal::RedisConnection::Connect({.host = "127.0.0.1", .port = server.port()},
+                                         absl::Seconds(2));
+  KVTIER_ASSERT_OK(conn.status());
+  (*conn)->Append({"CLUSTER", "SLOTS"});
+  std::vector<internal::RedisReplyPtr> replies;
+  const absl::Time start = absl::Now();
+  EXPECT_THAT((*conn)->RoundTrip(absl::Milliseconds(200), &replies),
+              IsError(StatusCode::kDeadlineExceeded, "no progress by the deadline"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1)) << "held while the server trickled";
+  EXPECT_TRUE(replies.empty());
+  EXPECT_TRUE((*conn)->broken());
 }
 
 // Found in review: a receiver naming buffers that do not add up to the value's length left the

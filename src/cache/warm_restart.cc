@@ -2,9 +2,12 @@
 // copies in the index (the only state it changes is the index, BlockEntry and SlotOwner, through
 // AddCopy).
 #include <algorithm>
+#include <cstddef>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "cache/kv_cache_impl.h"
 
 namespace kvtier {
@@ -13,20 +16,43 @@ void KvCache::Impl::AdoptRecoveredBlocks() {
   for (int t = 0; t < kNumTiers; ++t) {
     if (tiers[t] == nullptr) continue;
     const Tier tier = static_cast<Tier>(t);
-    // Two passes. First the latest write of each key: its other slots (older copies, one of them
-    // perhaps a torn rewrite whose header survived) stay unindexed and are freed below. Then the
-    // chosen copies in write order, oldest first. Their last use is unknown; each is given one
-    // just before now, 1 us apart in write order (policies key on seconds as doubles, whose step
-    // near today's epoch time is about 0.24 us), so that the policy ranks the latest written as
-    // the most recently used (LRU keeps it longest). Left unknown, they would tie, and LRU's ties
-    // go by block key: an order unrelated to time.
+    // Two passes. First the copy of each key to keep: the latest write, unless a read shows its
+    // payload damaged (a torn rewrite: the header landed, the payload did not), then the latest
+    // write before it. Only keys with more than one copy are read, at creation (rare: the same
+    // block offloaded again before its older slot was reused). The other slots stay unindexed
+    // and are freed below. Then the chosen copies in write order, oldest first. Their last use
+    // is unknown; each is given one just before now, 1 us apart in write order (policies key on
+    // seconds as doubles, whose step near today's epoch time is about 0.24 us), so that the
+    // policy ranks the latest written as the most recently used (LRU keeps it longest). Left
+    // unknown, they would tie, and LRU's ties go by block key: an order unrelated to time.
     const std::vector<RecoveredBlock> recovered = tiers[t]->recovered_blocks();
+    absl::flat_hash_map<BlockKey, std::vector<size_t>> copies;
+    copies.reserve(recovered.size());
+    for (size_t i = 0; i < recovered.size(); ++i) copies[recovered[i].key].push_back(i);
     absl::flat_hash_map<BlockKey, size_t> latest;
-    latest.reserve(recovered.size());
-    for (size_t i = 0; i < recovered.size(); ++i) {
-      auto [it, inserted] = latest.try_emplace(recovered[i].key, i);
-      if (!inserted && recovered[i].write_sequence > recovered[it->second].write_sequence) {
-        it->second = i;
+    latest.reserve(copies.size());
+    std::vector<std::byte> scratch;
+    for (auto& [key, of_key] : copies) {
+      std::sort(of_key.begin(), of_key.end(), [&](size_t a, size_t b) {
+        return recovered[a].write_sequence != recovered[b].write_sequence
+                   ? recovered[a].write_sequence > recovered[b].write_sequence
+                   : a < b;
+      });
+      if (of_key.size() == 1) {
+        latest.emplace(key, of_key[0]);
+        continue;
+      }
+      scratch.resize(static_cast<size_t>(tiers[t]->info().block_bytes));
+      for (const size_t i : of_key) {
+        // Only kDataLoss (a checksum that does not match) rules a copy out; another error says
+        // nothing of its bytes. 10 s: a device that does not answer does not hold creation.
+        const absl::Status read = tiers[t]
+                                      ->ReadBlock(recovered[i].slot, key, absl::MakeSpan(scratch))
+                                      .WaitFor(absl::Seconds(10));
+        if (!absl::IsDataLoss(read)) {
+          latest.emplace(key, i);
+          break;
+        }
       }
     }
     std::vector<size_t> order;

@@ -1964,6 +1964,61 @@ TEST_F(KvCacheTest, WarmRestartKeepsTheLatestCopyOfAKey) {
   KVTIER_ASSERT_OK(cache_->Release(Seq(3)));
 }
 
+// From an earlier note's list: of two NVMe slots holding one key, the latest write was kept even
+// when it was the torn one (its header landed, its payload did not) and the older copy was good:
+// the block was lost at its first read. The latest copy that reads back whole now wins.
+TEST_F(KvCacheTest, WarmRestartSkipsATornLatestCopy) {
+  testing::TempDir dir;
+  const std::string path = dir.File("warm.bin");
+  const KvGeometry g = KvCacheEnv::Geometry();
+  const auto with_nvme = [&](KvCacheOptions& o) {
+    auto nvme = NvmeTier::Create(g, {.path = path, .capacity_bytes = 16 * NvmeTier::SlotBytes(g)});
+    ASSERT_TRUE(nvme.ok()) << nvme.status();
+    o.tiers[TierIndex(Tier::kNvme)] = std::move(*nvme);
+  };
+  const std::vector<int32_t> prompt = Iota(16, 100);
+  Rebuild({.hbm_blocks = 4, .dram_blocks = 0}, with_nvme);
+  KVTIER_ASSERT_OK(AddReleased(1, prompt));
+  KVTIER_ASSERT_OK(EvictAllOfHbm(2));
+  DropCache();
+  {
+    // Behind the cache's back: copy the lowest slot's block to the last slot (a later write of
+    // the same key), then damage that later copy's payload.
+    auto nvme = NvmeTier::Create(g, {.path = path, .capacity_bytes = 16 * NvmeTier::SlotBytes(g)});
+    ASSERT_TRUE(nvme.ok()) << nvme.status();
+    std::vector<RecoveredBlock> found = (*nvme)->recovered();
+    ASSERT_EQ(found.size(), 4u);
+    const RecoveredBlock first = *std::min_element(
+        found.begin(), found.end(), [](const RecoveredBlock& a, const RecoveredBlock& b) {
+          return a.slot.value() < b.slot.value();
+        });
+    ASSERT_LT(first.slot.value(), 15u);
+    std::vector<std::byte> bytes(static_cast<size_t>(g.bytes_per_block()));
+    KVTIER_ASSERT_OK((*nvme)->ReadBlock(first.slot, first.key, absl::MakeSpan(bytes)).Wait());
+    KVTIER_ASSERT_OK((*nvme)->WriteBlock(SlotId(15), first.key, bytes).Wait());
+    nvme->reset();
+    const int fd = open(path.c_str(), O_WRONLY);
+    ASSERT_GE(fd, 0);
+    const char flip = 0x5a;
+    ASSERT_EQ(pwrite(fd, &flip, 1,
+                     15 * static_cast<off_t>(NvmeTier::SlotBytes(g)) + NvmeTier::kHeaderBytes + 7),
+              1);
+    close(fd);
+  }
+  Rebuild({.hbm_blocks = 4, .dram_blocks = 0}, with_nvme);
+  KVTIER_ASSERT_OK(cache_->CheckInvariants());
+  EXPECT_EQ(cache_->stats().tiers[kNvme].stored, 4);
+  std::vector<int32_t> query = prompt;
+  query.push_back(1);
+  KVTIER_ASSERT_OK(cache_->CreateSequence(Seq(3)));
+  KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult r, cache_->AttachPrefix(Seq(3), query));
+  EXPECT_EQ(r.attached_tokens, 16);
+  KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket t, Resident(3, 0, 16));
+  EXPECT_EQ(t.resident_tokens(), 16) << "the torn copy was indexed";
+  KVTIER_ASSERT_OK(cache_->ReleaseTicket(t));
+  KVTIER_ASSERT_OK(cache_->Release(Seq(3)));
+}
+
 // Found in review: warm restart adopted recovered blocks latest write first, so the policy heard
 // of the latest last-written blocks first and LRU, taking them for the least recently used,
 // evicted them first after a restart. They are now adopted oldest write first.

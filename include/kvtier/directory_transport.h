@@ -2,8 +2,14 @@
 // one file per key. A value is written to a temporary name in the same directory and renamed
 // into place, so a reader sees either the old or the new value whole, never half of one, even
 // with several processes writing the same key at once (rename is atomic within a file system).
-// Calls run on the calling thread and complete before they return; the deadline is checked before
-// each item starts, so a hung mount can block past it. Values are files of mode 0600 and a root
+// Each item runs on one of io_threads worker threads (a call returns at once), and completes by
+// the call's deadline (kDeadlineExceeded) even when the mount hangs: the system call goes on in
+// its worker, and its outcome is dropped. So a Put's value is copied at the call (the caller's
+// buffer is free once the item completes), a Get's value reaches the caller's buffers only before
+// its item completes, and an item whose deadline passes while it waits for a worker is never
+// started; a Put or Delete already running when its deadline passes may still land after. Past
+// 4096 items waiting for a worker (every worker stuck in a mount that does not answer), a call's
+// items fail at once with kUnavailable. Values are files of mode 0600 and a root
 // it creates is 0700: frames are not encrypted, and KV reveals the prompts it came from. A read
 // takes only a regular file (no symlink, FIFO or device) of at most TransportGet::max_bytes.
 //
@@ -12,12 +18,18 @@
 #define KVTIER_DIRECTORY_TRANSPORT_H_
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "kvtier/completion.h"
 #include "kvtier/transport.h"
 
 namespace kvtier {
@@ -36,22 +48,28 @@ struct DirectoryTransportOptions {
   absl::Duration stale_temporary_age = absl::Hours(1);
   // A bound on the bytes of values in the root (0: none), so a shared directory does not grow
   // without end. When a Put takes the values this transport has counted past it, the Put's
-  // thread sweeps: it lists the root and deletes the least recently used values (oldest
+  // worker sweeps: it lists the root and deletes the least recently used values (oldest
   // modification time; a read refreshes it) until they fill at most sweep_to_fraction of the
   // bound. Every process sharing the root may sweep; the count is re-read from the directory at
   // each sweep, so values other processes wrote are counted then. A swept value is a miss for its
   // readers, never an error.
   int64_t max_bytes = 0;
   double sweep_to_fraction = 0.9;  // in (0, 1]
+  // Worker threads doing the file I/O, 1..64: as many items run at once (each is one or a few
+  // blocking system calls), and as many hung calls stop the transport.
+  int io_threads = 4;
 };
 
 class DirectoryTransport final : public Transport {
  public:
-  // Errors: kInvalidArgument for an empty root, a negative max_bytes or sweep_to_fraction
-  // outside (0, 1]; kUnavailable if it cannot be created or used. Also sweeps stale temporary
-  // files (options.stale_temporary_age) and counts the values already there (max_bytes).
+  // Errors: kInvalidArgument for an empty root, a negative max_bytes, sweep_to_fraction
+  // outside (0, 1] or io_threads outside 1..64; kUnavailable if it cannot be created or used.
+  // Also sweeps stale temporary files (options.stale_temporary_age) and counts the values
+  // already there (max_bytes), on the calling thread.
   static absl::StatusOr<std::unique_ptr<DirectoryTransport>> Create(
       const DirectoryTransportOptions& options);
+  // Fails the items still waiting for a worker (kCancelled) and waits for those running.
+  ~DirectoryTransport() override;
 
   std::string name() const override;
   // Keys may use letters, digits and . _ : -, up to 200 bytes, and are the file names; anything
@@ -70,12 +88,24 @@ class DirectoryTransport final : public Transport {
   int64_t swept_bytes() const { return swept_bytes_.load(); }
 
  private:
+  struct Answer;
+  struct Pool;
+  // Queues `work` for a worker; the item also completes kDeadlineExceeded at `deadline`.
+  Completion Submit(absl::Time deadline, std::function<void(Answer& answer)> work);
+  // Completes the item with `status` unless its deadline did first.
+  void Finish(Answer& answer, absl::Status status);
+  void RunWorker();
+  // The file I/O of one item, on a worker.
+  absl::Status PutValue(const std::string& name, absl::Span<const std::byte> value, bool if_absent);
+  absl::Status ReadValue(const std::string& name, int64_t max_bytes, std::vector<std::byte>* out);
+  // Exists and Delete: `op(path)` per key on a worker; false with errno set is a failure.
+  std::vector<Completion> ForEachKey(absl::Span<const std::string> keys, absl::Time deadline,
+                                     bool (*op)(const std::string& path));
   // Counts `bytes` more in the root; sweeps if that passes max_bytes.
   void Account(int64_t bytes);
   // Lists the root, recounts it, and deletes the oldest values down to the sweep target.
   void Sweep();
-  DirectoryTransport(const DirectoryTransportOptions& options, uint64_t nonce)
-      : options_(options), nonce_(nonce) {}
+  DirectoryTransport(const DirectoryTransportOptions& options, uint64_t nonce);
   DirectoryTransportOptions options_;
   uint64_t nonce_;  // random per transport: temporary names never collide across hosts
   std::atomic<uint64_t> next_tmp_{0};
@@ -83,6 +113,7 @@ class DirectoryTransport final : public Transport {
   std::atomic<bool> sweeping_{false};      // one sweep at a time per transport
   std::atomic<int64_t> swept_values_{0};
   std::atomic<int64_t> swept_bytes_{0};
+  std::unique_ptr<Pool> pool_;  // its workers use every member above; joined by the destructor
 };
 
 }  // namespace kvtier

@@ -114,21 +114,19 @@ class RemoteTier final : public TierBackend {
                                       const BlockIoOptions& options = {}) override;
   std::vector<Completion> ReadBlocks(absl::Span<const BlockRead> reads,
                                      const BlockIoOptions& options = {}) override;
-  // With delete_freed: deletes the block's store value, if `slot` holds `key` here and this
-  // tier's write stored it (see delete_freed). Never waits for the store: the delete (one
-  // Transport::Delete, bounded by 1 s from this call) is sent from a thread of this tier's, one
-  // after another, so a transport that does its I/O on the calling thread (DirectoryTransport,
-  // a hung mount) never holds the caller (the cache calls this under its lock). Skipped unless
-  // the breaker is closed, and while 4096 deletes wait to be sent (a store not answering); a
-  // failed or skipped delete leaves the value to the store's own eviction. Until the store
-  // answers the delete, ProbeBlocks reports the block absent, and a later write of the same
-  // block waits for that answer (any answer; at most delete_wait and the write's deadline, else
-  // the write fails with kUnavailable), in a batch of its own, so a delete the store answered
-  // cannot land after the write: a Redis store may otherwise run them in either order. A delete
-  // the transport gave up on (its 1 s passed) may still land later; the block then reads as
-  // missing (kNotFound) and leaves the cache's index. Thread-safe.
+  // With delete_freed: deletes the block's store value (one Transport::Delete, not waited for,
+  // bounded by 1 s; skipped unless the breaker is closed; a failed delete is ignored: the value
+  // is then left to the store's own eviction). Only if `slot` holds `key` here and this tier's
+  // write stored it (see delete_freed). Until the store answers that delete, ProbeBlocks reads
+  // the block as absent, and a later write of the same block waits for the answer (any answer;
+  // at most delete_wait and the write's deadline, else the write fails with kUnavailable), in a
+  // batch of its own, so a delete the store answered cannot land after the write: a Redis store
+  // may otherwise run them in either order. A delete the transport gave up on (its 1 s passed)
+  // may still land later; the block then reads as missing (kNotFound) and leaves the cache's
+  // index. Thread-safe; the cache calls it under its lock, and every transport here returns
+  // from Delete at once (DirectoryTransport unlinks on its own workers).
   void DiscardBlock(SlotId slot, const BlockKey& key) override;
-  // Deletes DiscardBlock queued for the store (counted when queued, before they are sent).
+  // Store deletes DiscardBlock issued.
   int64_t deleted_keys() const;
   // Frame bytes of writes the store took, and writes skipped because it had the block.
   int64_t bytes_written() const;
@@ -159,13 +157,9 @@ class RemoteTier final : public TierBackend {
 
  private:
   struct Impl;
-  struct Deleter;
   RemoteTier(std::shared_ptr<Impl> impl, std::shared_ptr<Transport> transport);
   std::shared_ptr<Impl> impl_;            // shared with completion callbacks
   std::shared_ptr<Transport> transport_;  // never with callbacks: see remote_tier.cc
-  // DiscardBlock's sender. Last: destroyed first, it sends what is queued while the transport
-  // is still there.
-  std::unique_ptr<Deleter> deleter_;
 };
 
 }  // namespace kvtier

@@ -192,8 +192,7 @@ class TierBackend {
   // The cache dropped its copy of `key` in `slot` (evicted; the slot is free now and will be
   // reused): a tier that keeps blocks outside the process (a remote store) may delete it there,
   // so the store does not keep blocks nobody indexes. Called under the cache's lock: it must not
-  // wait for the store (RemoteTier queues the delete for a thread of its own and returns).
-  // No-op by default.
+  // wait for the store (RemoteTier issues the delete and returns). No-op by default.
   virtual void DiscardBlock(SlotId /*slot*/, const BlockKey& /*key*/) {}
 
   // For kCapProbe tiers: whether the store holds each of `keys` (found[i] for keys[i]), asked in

@@ -8,8 +8,8 @@
 // completion callback it fired (its destructor may join the thread running it). Ownership: value
 // buffers passed to Put and the output vectors passed to Get must stay valid until their Completion
 // fires; keys and the item arrays themselves are copied before a call returns. A transport's
-// deadline is a bound on waiting for the store; one whose I/O is a blocking system call (the
-// directory transport) checks it before each item starts.
+// deadline is a bound on waiting for the store, not on the store's work: a write or delete the
+// deadline answered may still land later.
 #ifndef KVTIER_TRANSPORT_H_
 #define KVTIER_TRANSPORT_H_
 

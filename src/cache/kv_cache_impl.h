@@ -1000,8 +1000,8 @@ struct KvCache::Impl {
 
   // Warm restart: blocks a persistent tier found again become ready copies, matchable by key.
   // Their parents are unknown (the slot header keeps only the key), so each is its own root
-  // for leaf-first eviction. Of a key's several copies, the newest that reads back whole is
-  // kept (the others are read, here). Any other slot the allocator starts cached is freed.
+  // for leaf-first eviction. Of a key's several copies, the newest whose read is not kDataLoss
+  // is kept (they are read, here). Any other slot the allocator starts cached is freed.
   void AdoptRecoveredBlocks() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // ---- invariants.cc.

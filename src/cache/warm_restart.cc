@@ -7,7 +7,6 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "absl/time/time.h"
 #include "cache/kv_cache_impl.h"
 
 namespace kvtier {
@@ -45,10 +44,11 @@ void KvCache::Impl::AdoptRecoveredBlocks() {
       scratch.resize(static_cast<size_t>(tiers[t]->info().block_bytes));
       for (const size_t i : of_key) {
         // Only kDataLoss (a checksum that does not match) rules a copy out; another error says
-        // nothing of its bytes. 10 s: a device that does not answer does not hold creation.
-        const absl::Status read = tiers[t]
-                                      ->ReadBlock(recovered[i].slot, key, absl::MakeSpan(scratch))
-                                      .WaitFor(absl::Seconds(10));
+        // nothing of its bytes. Waited for whole: `scratch` is written until the read completes,
+        // and the slot may be freed and rewritten right after (a device that does not answer
+        // holds creation here, as it holds the tier's own recovery scan before it).
+        const absl::Status read =
+            tiers[t]->ReadBlock(recovered[i].slot, key, absl::MakeSpan(scratch)).Wait();
         if (!absl::IsDataLoss(read)) {
           latest.emplace(key, i);
           break;

@@ -10,10 +10,17 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <deque>
 #include <filesystem>
+#include <functional>
+#include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "internal/deadline_timer.h"
+#include "internal/mutex.h"
 #include "remote/transport_items.h"
 
 namespace kvtier {
@@ -102,6 +109,100 @@ std::vector<StoredValue> ListValues(const std::string& root) {
 
 }  // namespace
 
+// One item's answer. Whoever claims it first completes it: the deadline timer, or the worker
+// once the item's I/O is done (a Get claims it before it copies the value into the caller's
+// buffers, so nothing is written there after the deadline fired).
+struct DirectoryTransport::Answer {
+  Completion done;
+  absl::Time deadline = absl::InfiniteFuture();
+  uint64_t timer_id = 0;  // set before the item is queued
+  std::atomic<bool> claimed{false};
+  bool Claim() { return !claimed.exchange(true); }
+};
+
+// The worker threads and the items waiting for one.
+struct DirectoryTransport::Pool {
+  // Items waiting for a worker: past this, a call fails at once (kUnavailable) instead of
+  // queueing behind a mount that stopped answering.
+  static constexpr size_t kMaxQueued = 4096;
+  internal::Mutex mu;
+  internal::CondVar cv;
+  // Each runs the item (true) or fails it as cancelled (false: the transport is going away).
+  std::deque<std::function<void(bool run)>> queue ABSL_GUARDED_BY(mu);
+  bool stopping ABSL_GUARDED_BY(mu) = false;
+  internal::DeadlineTimer timer;
+  std::vector<std::thread> threads;
+};
+
+DirectoryTransport::DirectoryTransport(const DirectoryTransportOptions& options, uint64_t nonce)
+    : options_(options), nonce_(nonce) {}
+
+void DirectoryTransport::RunWorker() {
+  while (true) {
+    std::function<void(bool)> task;
+    {
+      internal::MutexLock lock(&pool_->mu);
+      while (pool_->queue.empty() && !pool_->stopping) pool_->cv.Wait(&pool_->mu);
+      if (pool_->queue.empty()) return;  // stopping
+      task = std::move(pool_->queue.front());
+      pool_->queue.pop_front();
+    }
+    task(true);
+  }
+}
+
+DirectoryTransport::~DirectoryTransport() {
+  if (pool_ == nullptr) return;
+  std::deque<std::function<void(bool)>> left;
+  {
+    internal::MutexLock lock(&pool_->mu);
+    pool_->stopping = true;
+    left.swap(pool_->queue);
+    pool_->cv.SignalAll();
+  }
+  for (auto& task : left) task(false);
+  // Items running finish first (a hung mount holds this, as it holds the worker).
+  for (std::thread& t : pool_->threads) t.join();
+}
+
+Completion DirectoryTransport::Submit(absl::Time deadline,
+                                      std::function<void(Answer& answer)> work) {
+  auto answer = std::make_shared<Answer>();
+  answer->deadline = deadline;
+  Completion out = answer->done;
+  {
+    internal::MutexLock lock(&pool_->mu);
+    if (pool_->queue.size() >= Pool::kMaxQueued) {
+      return Completion::Done(
+          absl::UnavailableError(absl::StrCat("directory: ", Pool::kMaxQueued, " items wait for ",
+                                              options_.root, " (the mount is not answering)")));
+    }
+  }
+  if (deadline != absl::InfiniteFuture()) {
+    answer->timer_id = pool_->timer.Schedule(deadline, [answer] {
+      if (answer->Claim()) {
+        answer->done.Complete(absl::DeadlineExceededError("directory: no answer by the deadline"));
+      }
+    });
+  }
+  internal::MutexLock lock(&pool_->mu);
+  pool_->queue.push_back([this, answer, work = std::move(work)](bool run) {
+    if (!run) {
+      Finish(*answer, absl::CancelledError("directory: the transport is being destroyed"));
+    } else if (!answer->claimed.load()) {  // else answered (its deadline passed) while it waited
+      work(*answer);
+    }
+  });
+  pool_->cv.Signal();
+  return out;
+}
+
+void DirectoryTransport::Finish(Answer& answer, absl::Status status) {
+  if (!answer.Claim()) return;
+  if (answer.timer_id != 0) pool_->timer.Cancel(answer.deadline, answer.timer_id);
+  answer.done.Complete(std::move(status));
+}
+
 void DirectoryTransport::Account(int64_t bytes) {
   if (options_.max_bytes <= 0) return;
   if (counted_bytes_.fetch_add(bytes) + bytes <= options_.max_bytes) return;
@@ -146,6 +247,10 @@ absl::StatusOr<std::unique_ptr<DirectoryTransport>> DirectoryTransport::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("directory: sweep_to_fraction = ", options.sweep_to_fraction, " (in (0, 1])"));
   }
+  if (options.io_threads < 1 || options.io_threads > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("directory: io_threads = ", options.io_threads, " (1 to 64)"));
+  }
   std::error_code ec;
   if (std::filesystem::create_directories(options.root, ec)) {
     // A root we made is ours alone: KV reveals prompts.
@@ -166,6 +271,10 @@ absl::StatusOr<std::unique_ptr<DirectoryTransport>> DirectoryTransport::Create(
     for (const StoredValue& v : ListValues(options.root)) total += v.bytes;
     transport->counted_bytes_.store(total);
   }
+  transport->pool_ = std::make_unique<Pool>();
+  for (int i = 0; i < options.io_threads; ++i) {
+    transport->pool_->threads.emplace_back([t = transport.get()] { t->RunWorker(); });
+  }
   return transport;
 }
 
@@ -173,9 +282,84 @@ std::string DirectoryTransport::name() const {
   return absl::StrCat("directory(", options_.root, ")");
 }
 
+absl::Status DirectoryTransport::PutValue(const std::string& name,
+                                          absl::Span<const std::byte> value, bool if_absent) {
+  const std::string path = options_.root + "/" + name;
+  // What is at the key without following it: only a regular file is a stored value. Anything
+  // else (a symbolic link, a FIFO: planted, or left by a tool) is removed so that the value
+  // can be written; rename would replace a link, but link(2) of if_absent fails on one.
+  struct stat at {};
+  const bool exists = lstat(path.c_str(), &at) == 0;
+  if (exists && !S_ISREG(at.st_mode)) {
+    if (unlink(path.c_str()) != 0 && errno != ENOENT) {  // a directory, say
+      return absl::DataLossError(
+          absl::StrCat("directory: ", path, " is not a value and cannot be replaced"));
+    }
+  } else if (if_absent && exists) {  // stored already: skip the write
+    return absl::AlreadyExistsError("directory: " + path + " exists");
+  }
+  // Unique across hosts sharing the mount and transports (a random nonce per transport; pids
+  // and addresses repeat between hosts) and calls (counter). O_EXCL catches the impossible.
+  const std::string tmp = absl::StrCat(options_.root, "/.tmp.", absl::Hex(nonce_, absl::kZeroPad16),
+                                       ".", next_tmp_.fetch_add(1), ".", name);
+  // 0600: KV reveals the prompts it came from, and frames are not encrypted.
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    const int e = errno;
+    return FromErrno(e, "directory: creating " + tmp);
+  }
+  bool ok = WriteAll(fd, value.data(), value.size());
+  int err = ok ? 0 : errno;
+  if (ok && options_.fsync != FsyncPolicy::kNone && fsync(fd) != 0) {
+    ok = false;
+    err = errno;
+  }
+  // A delayed write error (NFS: ENOSPC, EDQUOT, EIO) may only show here.
+  if (close(fd) != 0 && ok) {
+    ok = false;
+    err = errno;
+  }
+  if (ok && if_absent) {
+    // link(2) never replaces: it fails with EEXIST if the name exists. A file system without
+    // hard links gets the rename (the check above made a second writer unlikely; a value
+    // replaced by an equal one is harmless for content-addressed blocks).
+    if (link(tmp.c_str(), path.c_str()) == 0) {
+      unlink(tmp.c_str());
+    } else if (errno == EPERM || errno == ENOTSUP || errno == ENOSYS) {
+      if (rename(tmp.c_str(), path.c_str()) != 0) {
+        ok = false;
+        err = errno;
+      }
+    } else {
+      err = errno;
+      unlink(tmp.c_str());
+      // EEXIST: another writer's file got there first.
+      if (err == EEXIST) return absl::AlreadyExistsError("directory: " + path + " exists");
+      ok = false;
+    }
+  } else if (ok && rename(tmp.c_str(), path.c_str()) != 0) {
+    ok = false;
+    err = errno;
+  }
+  if (!ok) {
+    unlink(tmp.c_str());
+    return FromErrno(err == 0 ? EIO : err, "directory: writing " + path);
+  }
+  if (options_.fsync == FsyncPolicy::kFileAndDirectory) {
+    const int dir = open(options_.root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    const bool synced = dir >= 0 && fsync(dir) == 0;
+    const int e = errno;
+    if (dir >= 0) close(dir);
+    if (!synced) return FromErrno(e, "directory: fsync of " + options_.root);
+  }
+  Account(static_cast<int64_t>(value.size()));
+  return absl::OkStatus();
+}
+
 std::vector<Completion> DirectoryTransport::Put(absl::Span<const TransportPut> items,
                                                 absl::Time deadline) {
   std::vector<Completion> out;
+  out.reserve(items.size());
   for (const TransportPut& p : items) {
     absl::StatusOr<std::string> name = FileName(p.key);
     if (!name.ok()) {
@@ -186,97 +370,68 @@ std::vector<Completion> DirectoryTransport::Put(absl::Span<const TransportPut> i
       out.push_back(Completion::Done(absl::DeadlineExceededError("directory: deadline passed")));
       continue;
     }
-    const std::string path = options_.root + "/" + *name;
-    // What is at the key without following it: only a regular file is a stored value. Anything
-    // else (a symbolic link, a FIFO: planted, or left by a tool) is removed so that the value
-    // can be written; rename would replace a link, but link(2) of if_absent fails on one.
-    struct stat at {};
-    const bool exists = lstat(path.c_str(), &at) == 0;
-    if (exists && !S_ISREG(at.st_mode)) {
-      if (unlink(path.c_str()) != 0 && errno != ENOENT) {  // a directory, say
-        out.push_back(Completion::Done(absl::DataLossError(
-            absl::StrCat("directory: ", path, " is not a value and cannot be replaced"))));
-        continue;
-      }
-    } else if (p.if_absent && exists) {  // stored already: skip the write
-      out.push_back(Completion::Done(absl::AlreadyExistsError("directory: " + path + " exists")));
-      continue;
+    // The value is copied now: the item may complete at its deadline while a worker is still
+    // writing (a hung mount), and the caller's buffer is the caller's again from then.
+    std::vector<std::byte> value(p.value_prefix.size() + p.value.size());
+    if (!p.value_prefix.empty()) {
+      std::memcpy(value.data(), p.value_prefix.data(), p.value_prefix.size());
     }
-    // Unique across hosts sharing the mount and transports (a random nonce per transport; pids
-    // and addresses repeat between hosts) and calls (counter). O_EXCL catches the impossible.
-    const std::string tmp =
-        absl::StrCat(options_.root, "/.tmp.", absl::Hex(nonce_, absl::kZeroPad16), ".",
-                     next_tmp_.fetch_add(1), ".", *name);
-    // 0600: KV reveals the prompts it came from, and frames are not encrypted.
-    const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0) {
-      const int e = errno;
-      out.push_back(Completion::Done(FromErrno(e, "directory: creating " + tmp)));
-      continue;
+    if (!p.value.empty()) {
+      std::memcpy(value.data() + p.value_prefix.size(), p.value.data(), p.value.size());
     }
-    bool ok = WriteAll(fd, p.value_prefix.data(), p.value_prefix.size()) &&
-              WriteAll(fd, p.value.data(), p.value.size());
-    int err = ok ? 0 : errno;
-    if (ok && options_.fsync != FsyncPolicy::kNone && fsync(fd) != 0) {
-      ok = false;
-      err = errno;
-    }
-    // A delayed write error (NFS: ENOSPC, EDQUOT, EIO) may only show here.
-    if (close(fd) != 0 && ok) {
-      ok = false;
-      err = errno;
-    }
-    bool appeared = false;  // if_absent: another writer's file got there first
-    if (ok && p.if_absent) {
-      // link(2) never replaces: it fails with EEXIST if the name exists. A file system without
-      // hard links gets the rename (the check above made a second writer unlikely; a value
-      // replaced by an equal one is harmless for content-addressed blocks).
-      if (link(tmp.c_str(), path.c_str()) == 0) {
-        unlink(tmp.c_str());
-      } else if (errno == EPERM || errno == ENOTSUP || errno == ENOSYS) {
-        if (rename(tmp.c_str(), path.c_str()) != 0) {
-          ok = false;
-          err = errno;
-        }
-      } else {
-        ok = false;
-        err = errno;
-        appeared = err == EEXIST;
-        unlink(tmp.c_str());
-      }
-    } else if (ok && rename(tmp.c_str(), path.c_str()) != 0) {
-      ok = false;
-      err = errno;
-    }
-    if (appeared) {
-      out.push_back(Completion::Done(absl::AlreadyExistsError("directory: " + path + " exists")));
-      continue;
-    }
-    if (!ok) {
-      unlink(tmp.c_str());
-      out.push_back(
-          Completion::Done(FromErrno(err == 0 ? EIO : err, "directory: writing " + path)));
-      continue;
-    }
-    if (options_.fsync == FsyncPolicy::kFileAndDirectory) {
-      const int dir = open(options_.root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-      const bool synced = dir >= 0 && fsync(dir) == 0;
-      const int e = errno;
-      if (dir >= 0) close(dir);
-      if (!synced) {
-        out.push_back(Completion::Done(FromErrno(e, "directory: fsync of " + options_.root)));
-        continue;
-      }
-    }
-    out.push_back(Completion::Done(absl::OkStatus()));
-    Account(static_cast<int64_t>(p.value_prefix.size() + p.value.size()));
+    out.push_back(Submit(deadline, [this, name = *std::move(name), value = std::move(value),
+                                    if_absent = p.if_absent](Answer& answer) {
+      Finish(answer, PutValue(name, value, if_absent));
+    }));
   }
   return out;
+}
+
+absl::Status DirectoryTransport::ReadValue(const std::string& name, int64_t max_bytes,
+                                           std::vector<std::byte>* out) {
+  const std::string path = options_.root + "/" + name;
+  // Only a regular file of a sane size is a value: no symlinks (O_NOFOLLOW), no FIFOs or
+  // devices (O_NONBLOCK keeps a FIFO from blocking the open), nothing larger than the reader
+  // can use.
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) {
+    const int e = errno;
+    // A symbolic link at a key is a damaged value (kDataLoss: a miss the tier counts and
+    // replaces), not a store that is down.
+    return e == ELOOP ? absl::DataLossError(
+                            absl::StrCat("directory: ", path, " is a symbolic link, not a value"))
+                      : FromErrno(e, "directory: " + path);
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (max_bytes > 0 && st.st_size > max_bytes)) {
+    close(fd);
+    return absl::DataLossError(absl::StrCat(
+        "directory: ", path, " is not a regular file of at most ", max_bytes, " bytes"));
+  }
+  out->resize(static_cast<size_t>(st.st_size));
+  size_t done = 0;
+  bool ok = true;
+  while (done < out->size()) {
+    const ssize_t r = read(fd, out->data() + done, out->size() - done);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      ok = false;
+      break;
+    }
+    done += static_cast<size_t>(r);
+  }
+  // A read makes the value recently used for the sweep (max_bytes): oldest-written is
+  // least-recently-used once reads refresh the time. Best effort (a read-only mount).
+  if (ok && options_.max_bytes > 0) (void)futimens(fd, nullptr);
+  close(fd);
+  if (!ok) return absl::UnavailableError("directory: short read of " + path);
+  return absl::OkStatus();
 }
 
 std::vector<Completion> DirectoryTransport::Get(absl::Span<const TransportGet> items,
                                                 absl::Time deadline) {
   std::vector<Completion> out;
+  out.reserve(items.size());
   for (const TransportGet& g : items) {
     absl::StatusOr<std::string> name = FileName(g.key);
     if (!name.ok()) {
@@ -291,89 +446,46 @@ std::vector<Completion> DirectoryTransport::Get(absl::Span<const TransportGet> i
       out.push_back(Completion::Done(absl::DeadlineExceededError("directory: deadline passed")));
       continue;
     }
-    const std::string path = options_.root + "/" + *name;
-    // Only a regular file of a sane size is a value: no symlinks (O_NOFOLLOW), no FIFOs or
-    // devices (O_NONBLOCK keeps a FIFO from blocking the open), nothing larger than the reader
-    // can use.
-    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-    if (fd < 0) {
-      const int e = errno;
-      // A symbolic link at a key is a damaged value (kDataLoss: a miss the tier counts and
-      // replaces), not a store that is down.
-      out.push_back(Completion::Done(
-          e == ELOOP ? absl::DataLossError(
-                           absl::StrCat("directory: ", path, " is a symbolic link, not a value"))
-                     : FromErrno(e, "directory: " + path)));
-      continue;
-    }
-    struct stat st {};
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
-        (g.max_bytes > 0 && st.st_size > g.max_bytes)) {
-      close(fd);
-      out.push_back(Completion::Done(absl::DataLossError(absl::StrCat(
-          "directory: ", path, " is not a regular file of at most ", g.max_bytes, " bytes"))));
-      continue;
-    }
-    // Read into the caller's vector, or a scratch one for a receiver.
-    std::vector<std::byte> scratch;
-    std::vector<std::byte>& buffer = g.receiver != nullptr ? scratch : *g.value;
-    buffer.resize(static_cast<size_t>(st.st_size));
-    size_t done = 0;
-    bool ok = true;
-    while (done < buffer.size()) {
-      const ssize_t r = read(fd, buffer.data() + done, buffer.size() - done);
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) {
-        ok = false;
-        break;
-      }
-      done += static_cast<size_t>(r);
-    }
-    // A read makes the value recently used for the sweep (max_bytes): oldest-written is
-    // least-recently-used once reads refresh the time. Best effort (a read-only mount).
-    if (ok && options_.max_bytes > 0) (void)futimens(fd, nullptr);
-    close(fd);
-    if (!ok) {
-      out.push_back(Completion::Done(absl::UnavailableError("directory: short read of " + path)));
-    } else {
-      out.push_back(Completion::Done(g.receiver != nullptr
-                                         ? internal::DeliverValue(g, buffer, "directory")
-                                         : absl::OkStatus()));
-    }
+    out.push_back(Submit(deadline, [this, name = *std::move(name), g](Answer& answer) {
+      // Read into a buffer of the worker's; the caller's buffers are written only once the
+      // item is claimed, so never after its deadline answered it.
+      std::vector<std::byte> bytes;
+      const absl::Status read = ReadValue(name, g.max_bytes, &bytes);
+      if (!answer.Claim()) return;
+      if (answer.timer_id != 0) pool_->timer.Cancel(answer.deadline, answer.timer_id);
+      answer.done.Complete(read.ok() ? internal::DeliverValue(g, bytes, "directory") : read);
+    }));
   }
   return out;
 }
 
-namespace {
-
-// Runs `op(path)` for each key that is valid and not past the deadline; `op` returns false with
-// errno set on failure.
-template <typename Op>
-std::vector<Completion> ForEachKey(const std::string& root, absl::Span<const std::string> keys,
-                                   absl::Time deadline, Op op) {
+std::vector<Completion> DirectoryTransport::ForEachKey(absl::Span<const std::string> keys,
+                                                       absl::Time deadline,
+                                                       bool (*op)(const std::string& path)) {
   std::vector<Completion> out;
+  out.reserve(keys.size());
   for (const std::string& k : keys) {
     absl::StatusOr<std::string> name = FileName(k);
     if (!name.ok()) {
       out.push_back(Completion::Done(name.status()));
     } else if (absl::Now() > deadline) {
       out.push_back(Completion::Done(absl::DeadlineExceededError("directory: deadline passed")));
-    } else if (!op(root + "/" + *name)) {
-      const int e = errno;
-      out.push_back(Completion::Done(FromErrno(e, "directory: " + k)));
     } else {
-      out.push_back(Completion::Done(absl::OkStatus()));
+      out.push_back(
+          Submit(deadline, [this, path = options_.root + "/" + *name, k, op](Answer& answer) {
+            const bool ok = op(path);
+            const int e = errno;
+            Finish(answer, ok ? absl::OkStatus() : FromErrno(e, "directory: " + k));
+          }));
     }
   }
   return out;
 }
 
-}  // namespace
-
 std::vector<Completion> DirectoryTransport::Exists(absl::Span<const std::string> keys,
                                                    absl::Time deadline) {
   // Only a regular file is a value (what Get reads); a symbolic link is not followed.
-  return ForEachKey(options_.root, keys, deadline, [](const std::string& path) {
+  return ForEachKey(keys, deadline, [](const std::string& path) {
     struct stat st {};
     if (lstat(path.c_str(), &st) != 0) return false;
     if (S_ISREG(st.st_mode)) return true;
@@ -384,7 +496,7 @@ std::vector<Completion> DirectoryTransport::Exists(absl::Span<const std::string>
 
 std::vector<Completion> DirectoryTransport::Delete(absl::Span<const std::string> keys,
                                                    absl::Time deadline) {
-  return ForEachKey(options_.root, keys, deadline,
+  return ForEachKey(keys, deadline,
                     [](const std::string& path) { return unlink(path.c_str()) == 0; });
 }
 

@@ -18,7 +18,6 @@
 #include "absl/strings/str_cat.h"
 #include "internal/mutex.h"
 #include "internal/status_macros.h"
-#include "internal/stream_worker.h"
 #include "internal/strings.h"
 #include "kvtier/value_frame.h"
 #include "remote/circuit_breaker.h"
@@ -58,10 +57,10 @@ struct RemoteTier::Impl {
   std::atomic<int64_t> writes_skipped{0};
 
   // Deletes DiscardBlock sent that the store has not answered, by store key. A write of such a
-  // key waits for its delete first: Redis sends the two on different connections in no order
-  // (and DiscardBlock sends deletes later, from its own thread), and a delete landing after a
-  // write (skipped as if_absent, or not) would take the value the tier now says it holds. Each
-  // delete is bounded by 1 s from DiscardBlock's call, so the map is small.
+  // key waits for its delete first: Redis sends the two on different connections in no order,
+  // and a delete landing after a write (skipped as if_absent, or not) would take the value the
+  // tier now says it holds; a probe reads the key as absent. Each delete is bounded by 1 s, so
+  // the map is small.
   struct InFlightDelete {
     Completion done;
     uint64_t id = 0;
@@ -176,9 +175,7 @@ absl::StatusOr<std::unique_ptr<RemoteTier>> RemoteTier::Create(const CacheNamesp
 }
 
 RemoteTier::RemoteTier(std::shared_ptr<Impl> impl, std::shared_ptr<Transport> transport)
-    : impl_(std::move(impl)),
-      transport_(std::move(transport)),
-      deleter_(std::make_unique<Deleter>()) {}
+    : impl_(std::move(impl)), transport_(std::move(transport)) {}
 RemoteTier::~RemoteTier() = default;
 
 const TierInfo& RemoteTier::info() const { return impl_->info; }
@@ -200,19 +197,6 @@ int64_t RemoteTier::deleted_keys() const { return impl_->deleted_keys.load(); }
 int64_t RemoteTier::bytes_written() const { return impl_->bytes_written.load(); }
 int64_t RemoteTier::writes_skipped() const { return impl_->writes_skipped.load(); }
 
-// DiscardBlock's deletes, sent one after another on a thread of the tier's own: the cache calls
-// DiscardBlock under its lock, and a transport may do its I/O on the calling thread (a hung
-// directory mount would hold the cache). Owned by RemoteTier, not Impl, and destroyed first:
-// its tasks use the transport, which must never be destroyed on a transport thread.
-struct RemoteTier::Deleter {
-  // Past this many deletes waiting, DiscardBlock sends none (the store keeps the value, which
-  // its own eviction, sweep or TTL then removes): a store that stopped answering must not grow
-  // the queue without bound.
-  static constexpr int64_t kMaxQueued = 4096;
-  std::atomic<int64_t> queued{0};
-  internal::StreamWorker worker;  // last: runs every queued task, then joins, before the rest
-};
-
 void RemoteTier::DiscardBlock(SlotId slot, const BlockKey& key) {
   if (!impl_->options.delete_freed || !slot.valid() ||
       slot.value() >= static_cast<uint64_t>(impl_->info.capacity_blocks) ||
@@ -224,20 +208,19 @@ void RemoteTier::DiscardBlock(SlotId slot, const BlockKey& key) {
   // A delete is housekeeping: it never opens or closes the breaker, and none is sent to a
   // store the breaker does not trust.
   if (impl_->breaker.state() != internal::CircuitBreaker::State::kClosed) return;
-  if (deleter_->queued.load() >= Deleter::kMaxQueued) return;
-  const absl::Time deadline = absl::Now() + absl::Seconds(1);
   const std::string store_key = impl_->StoreKey(key);
-  const Completion answered;  // the store's answer to this delete
+  Completion sent = transport_->Delete({&store_key, 1}, absl::Now() + absl::Seconds(1))[0];
+  impl_->deleted_keys.fetch_add(1);
+  if (sent.done()) return;  // answered before Delete returned (InProcessTransport)
   uint64_t id = 0;
   {
     internal::MutexLock lock(&impl_->delete_mu);
     id = ++impl_->next_delete_id;
-    impl_->deletes_in_flight[store_key] = {answered, id};
+    impl_->deletes_in_flight[store_key] = {sent, id};
   }
-  impl_->deleted_keys.fetch_add(1);
-  // A weak reference: the map holds this completion, so a strong one would keep the tier's
-  // state alive for a delete never answered.
-  answered.OnDone([weak = std::weak_ptr<Impl>(impl_), store_key, id](const absl::Status&) {
+  // Runs at once if the store answered meanwhile. A weak reference: the map holds this
+  // completion, so a strong one would keep the tier's state alive for a delete never answered.
+  sent.OnDone([weak = std::weak_ptr<Impl>(impl_), store_key, id](const absl::Status&) {
     const std::shared_ptr<Impl> impl = weak.lock();
     if (impl == nullptr) return;
     internal::MutexLock lock(&impl->delete_mu);
@@ -246,18 +229,6 @@ void RemoteTier::DiscardBlock(SlotId slot, const BlockKey& key) {
       impl->deletes_in_flight.erase(it);
     }
   });
-  deleter_->queued.fetch_add(1);
-  deleter_->worker.Enqueue(
-      [transport = transport_.get(), deleter = deleter_.get(), store_key, answered, deadline] {
-        deleter->queued.fetch_sub(1);
-        if (absl::Now() >= deadline) {  // waited its whole second behind a store that hung
-          answered.Complete(absl::DeadlineExceededError(
-              "RemoteTier: a delete waited past its deadline for the ones before it"));
-          return;
-        }
-        const Completion sent = transport->Delete({&store_key, 1}, deadline)[0];
-        sent.OnDone([answered](const absl::Status& s) { answered.Complete(s); });
-      });
 }
 
 int64_t RemoteTier::breaker_opened() const { return impl_->breaker.opened(); }
@@ -318,7 +289,7 @@ absl::StatusOr<std::vector<bool>> RemoteTier::ProbeBlocks(absl::Span<const Block
   }
   {
     // A block this tier is deleting is not found, whether or not the delete has landed yet
-    // (DiscardBlock sends it later, on its own thread).
+    // (a Redis probe and delete travel on different connections, in no order).
     internal::MutexLock lock(&impl_->delete_mu);
     if (!impl_->deletes_in_flight.empty()) {
       for (size_t i = 0; i < found.size(); ++i) {

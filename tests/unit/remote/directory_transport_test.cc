@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -65,6 +66,49 @@ TEST(DirectoryTransportTest, KeysCannotEscapeTheRootAndDeadlinesHold) {
               IsError(StatusCode::kInvalidArgument, "an output or a receiver"));
   EXPECT_THAT(DirectoryTransport::Create({.root = ""}),
               IsError(StatusCode::kInvalidArgument, "root is empty"));
+}
+
+// From an earlier note's list: every call did its file I/O on the calling thread, which for a
+// remote tier is the transfer engine's one dispatcher (or, for a delete, the cache under its
+// lock), so a hung mount stalled every tier's transfers, past every deadline. Items now run on
+// the transport's workers: a call returns at once, and its items complete by the deadline.
+TEST(DirectoryTransportTest, ACallReturnsBeforeItsFileIoIsDone) {
+  testing::TempDir dir;
+  auto t = DirectoryTransport::Create({.root = dir.File("store"), .io_threads = 1});
+  ASSERT_TRUE(t.ok()) << t.status();
+  // 16 MiB: the write takes milliseconds, the return from Put (after the copy) microseconds.
+  const std::vector<std::byte> v = testing::RandomBytes(16 << 20, 2);
+  const std::vector<Completion> put = (*t)->Put({{.key = "big", .value = v}}, kNoDeadline);
+  EXPECT_FALSE(put[0].done()) << "Put wrote the value on the calling thread";
+  KVTIER_ASSERT_OK(put[0].Wait());
+  std::vector<std::byte> back;
+  KVTIER_ASSERT_OK((*t)->Get({{.key = "big", .value = &back}}, kNoDeadline)[0].Wait());
+  EXPECT_TRUE(back == v);
+}
+
+// A Put whose deadline passes before its write ends is answered kDeadlineExceeded then, and its
+// caller may reuse the buffer at once: the value was copied, so what lands (if anything) is the
+// value of the call, never the caller's later bytes.
+TEST(DirectoryTransportTest, APutAnsweredAtItsDeadlineNeverWritesTheCallersLaterBytes) {
+  testing::TempDir dir;
+  auto t = DirectoryTransport::Create({.root = dir.File("store"), .io_threads = 1});
+  ASSERT_TRUE(t.ok()) << t.status();
+  std::vector<std::byte> v = testing::RandomBytes(16 << 20, 3);
+  const std::vector<std::byte> original = v;
+  const absl::Time start = absl::Now();
+  const absl::Status s =
+      (*t)->Put({{.key = "late", .value = v}}, start + absl::Milliseconds(1))[0].Wait();
+  EXPECT_THAT(s, IsError(StatusCode::kDeadlineExceeded, "deadline"));
+  std::fill(v.begin(), v.end(), std::byte{0xAA});
+  // One worker: this Exists runs after the Put's write has ended (or been skipped).
+  const absl::Status there = (*t)->Exists({{"late"}}, kNoDeadline)[0].Wait();
+  if (there.ok()) {
+    std::vector<std::byte> back;
+    KVTIER_ASSERT_OK((*t)->Get({{.key = "late", .value = &back}}, kNoDeadline)[0].Wait());
+    EXPECT_TRUE(back == original) << "the caller's later bytes were written";
+  } else {
+    EXPECT_THAT(there, IsError(StatusCode::kNotFound, ""));
+  }
 }
 
 // Two processes write the same key at once, over and over; every read sees one of the two values
@@ -220,6 +264,10 @@ TEST(DirectoryTransportTest, SizeBoundSweepsLeastRecentlyUsedValues) {
   EXPECT_THAT(
       DirectoryTransport::Create({.root = dir.File("bad"), .sweep_to_fraction = 0}).status(),
       IsError(StatusCode::kInvalidArgument, "sweep_to_fraction"));
+  EXPECT_THAT(DirectoryTransport::Create({.root = dir.File("bad"), .io_threads = 0}).status(),
+              IsError(StatusCode::kInvalidArgument, "io_threads"));
+  EXPECT_THAT(DirectoryTransport::Create({.root = dir.File("bad"), .io_threads = 65}).status(),
+              IsError(StatusCode::kInvalidArgument, "io_threads"));
   constexpr int64_t kValue = 10000;
   auto t = DirectoryTransport::Create(
       {.root = dir.File("store"), .max_bytes = 10 * kValue, .sweep_to_fraction = 0.5});

@@ -12,7 +12,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
@@ -196,14 +195,13 @@ TEST_P(RemoteTierDedupeTest, DiscardDeletesOnlyValuesThisTierStored) {
   EXPECT_TRUE(stored());
   a->DiscardBlock(SlotId(0), key);
   EXPECT_EQ(a->deleted_keys(), 1);
-  // Sent from the tier's own thread: it lands soon after.
+  // The directory transport unlinks on its own workers: the delete lands soon after.
   for (int i = 0; i < 500 && stored(); ++i) absl::SleepFor(absl::Milliseconds(10));
   EXPECT_FALSE(stored());
 }
 
 // A store that answers deletes only when the test says (Redis sends a delete and a later write on
-// different connections: either may land first), and counts the writes it is handed. Deletes
-// arrive on the tier's deleting thread.
+// different connections: either may land first), and counts the writes it is handed.
 class HeldDeleteStore final : public Transport {
  public:
   std::string name() const override { return "held-delete"; }
@@ -255,11 +253,6 @@ class HeldDeleteStore final : public Transport {
   std::vector<std::pair<std::string, Completion>> held_ ABSL_GUARDED_BY(mu_);
 };
 
-// Waits (up to 5 s) until `store` has been handed `n` deletes.
-void AwaitHeldDeletes(HeldDeleteStore& store, int n) {
-  for (int i = 0; i < 500 && store.held() < n; ++i) absl::SleepFor(absl::Milliseconds(10));
-}
-
 // A block written again while the delete of its old value is unanswered: the write waits for
 // the delete, so the delete cannot land after it and take the value the tier says it holds
 // (before, the write was skipped as if_absent, the delete landed, and the block was gone). A
@@ -297,7 +290,6 @@ TEST(RemoteTierDeleteOrderTest, AWriteWaitsForTheDeleteOfItsKey) {
   std::thread writer([&] { written = tier->WriteBlock(SlotId(2), key, block); });
   absl::SleepFor(absl::Milliseconds(100));
   EXPECT_EQ(store->puts(), 2) << "the write went out before the delete was answered";
-  AwaitHeldDeletes(*store, 1);
   store->LandDeletes();
   writer.join();
   KVTIER_ASSERT_OK(written.Wait());
@@ -319,77 +311,8 @@ TEST(RemoteTierDeleteOrderTest, AWriteWaitsForTheDeleteOfItsKey) {
               testing::IsError(absl::StatusCode::kUnavailable, "within 20ms"));
 }
 
-// A store whose deletes run on the calling thread and hang until released: a directory on a hung
-// mount. From an earlier note's list: DiscardBlock sent the delete on the calling thread, which
-// is the cache's, under its lock, so a hung mount held every cache call. It now queues the
-// delete for the tier's own thread and returns.
-class HangingDeleteStore final : public Transport {
- public:
-  std::string name() const override { return "hanging-delete"; }
-  std::vector<Completion> Put(absl::Span<const TransportPut> items, absl::Time deadline) override {
-    return inner_.Put(items, deadline);
-  }
-  std::vector<Completion> Get(absl::Span<const TransportGet> items, absl::Time deadline) override {
-    return inner_.Get(items, deadline);
-  }
-  std::vector<Completion> Exists(absl::Span<const std::string> keys, absl::Time deadline) override {
-    return inner_.Exists(keys, deadline);
-  }
-  std::vector<Completion> Delete(absl::Span<const std::string> keys, absl::Time deadline) override {
-    released_.WaitForNotification();
-    return inner_.Delete(keys, deadline);
-  }
-  void Release() { released_.Notify(); }
-  bool Stored(const std::string& key) {
-    return inner_.Exists({&key, 1}, kNoDeadline)[0].Wait().ok();
-  }
-
- private:
-  InProcessTransport inner_;
-  absl::Notification released_;
-};
-
-TEST(RemoteTierDeleteOrderTest, DiscardBlockNeverWaitsForTheStore) {
-  auto store = std::make_shared<HangingDeleteStore>();
-  auto ns = CacheNamespace::Create(Geometry(), {.model_id = "m", .weights_fingerprint = "w"});
-  ASSERT_TRUE(ns.ok());
-  auto made = RemoteTier::Create(*ns, {.transport = store, .capacity_blocks = 4});
-  KVTIER_ASSERT_OK(made.status());
-  std::unique_ptr<RemoteTier> tier = *std::move(made);
-  const BlockKey a{51, 52}, b{53, 54};
-  const std::vector<std::byte> block = testing::RandomBytes(Geometry().bytes_per_block(), 10);
-  KVTIER_ASSERT_OK(tier->WriteBlock(SlotId(0), a, block).Wait());
-  KVTIER_ASSERT_OK(tier->WriteBlock(SlotId(1), b, block).Wait());
-  // Released after 300 ms, so that a DiscardBlock that waits for the store ends (and fails).
-  std::thread releaser([&] {
-    absl::SleepFor(absl::Milliseconds(300));
-    store->Release();
-  });
-  const absl::Time start = absl::Now();
-  tier->DiscardBlock(SlotId(0), a);
-  tier->DiscardBlock(SlotId(1), b);
-  const absl::Duration took = absl::Now() - start;
-  EXPECT_LT(took, absl::Milliseconds(200)) << "DiscardBlock waited for the store";
-  EXPECT_EQ(tier->deleted_keys(), 2);
-  if (took < absl::Milliseconds(300)) {  // surely before the release
-    // Both values are still in the store, and the probe reads them as gone.
-    EXPECT_TRUE(store->Stored(tier->StoreKey(a)));
-    absl::StatusOr<std::vector<bool>> found =
-        tier->ProbeBlocks({a, b}, absl::Now() + absl::Seconds(5));
-    KVTIER_ASSERT_OK(found.status());
-    EXPECT_THAT(*found, ::testing::ElementsAre(false, false));
-  }
-  releaser.join();
-  // Then both deletes land, in order, from the tier's thread.
-  for (int i = 0; i < 500 && store->Stored(tier->StoreKey(b)); ++i) {
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  EXPECT_FALSE(store->Stored(tier->StoreKey(a)));
-  EXPECT_FALSE(store->Stored(tier->StoreKey(b)));
-}
-
-// From the same change: while the store has not answered a delete, a probe of that block reads it
-// absent (before, it was found, matched, and then read as missing).
+// While the store has not answered a delete, a probe of that block reads it absent (before, it
+// was found, matched by discovery, and then read as missing).
 TEST(RemoteTierDeleteOrderTest, AProbeDoesNotFindABlockBeingDeleted) {
   auto store = std::make_shared<HeldDeleteStore>();
   auto ns = CacheNamespace::Create(Geometry(), {.model_id = "m", .weights_fingerprint = "w"});
@@ -402,7 +325,6 @@ TEST(RemoteTierDeleteOrderTest, AProbeDoesNotFindABlockBeingDeleted) {
   KVTIER_ASSERT_OK(tier->WriteBlock(SlotId(0), key, block).Wait());
   KVTIER_ASSERT_OK(tier->WriteBlock(SlotId(1), kept, block).Wait());
   tier->DiscardBlock(SlotId(0), key);
-  AwaitHeldDeletes(*store, 1);
   ASSERT_EQ(store->held(), 1);
   ASSERT_TRUE(store->Stored(tier->StoreKey(key)));  // not deleted yet
   absl::StatusOr<std::vector<bool>> found =

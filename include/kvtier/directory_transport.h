@@ -2,14 +2,16 @@
 // one file per key. A value is written to a temporary name in the same directory and renamed
 // into place, so a reader sees either the old or the new value whole, never half of one, even
 // with several processes writing the same key at once (rename is atomic within a file system).
-// Each item runs on one of io_threads worker threads (a call returns at once), and completes by
-// the call's deadline (kDeadlineExceeded) even when the mount hangs: the system call goes on in
-// its worker, and its outcome is dropped. So a Put's value is copied at the call (the caller's
-// buffer is free once the item completes), a Get's value reaches the caller's buffers only before
-// its item completes, and an item whose deadline passes while it waits for a worker is never
-// started; a Put or Delete already running when its deadline passes may still land after. Past
-// 4096 items waiting for a worker (every worker stuck in a mount that does not answer), a call's
-// items fail at once with kUnavailable. Values are files of mode 0600 and a root
+// Each item runs on a worker thread (a call returns once it has copied its Put values), and
+// completes by the call's deadline (kDeadlineExceeded) even when the mount hangs: the system call
+// goes on in its worker, and its outcome is dropped. So a Put's value is copied at the call (the
+// caller's buffer is free once the item completes), a Get's value reaches the caller's buffers
+// only before its item completes, and an item whose deadline passes while it waits for a worker
+// is never started; a Put or Delete already running when its deadline passes may still land
+// after. Exists and Delete (one system call each) have a thread of their own besides, so a probe
+// never waits behind values being written. Past 4096 items or 1 GiB of copied values waiting for
+// a worker (every worker stuck in a mount that does not answer), a call's items fail at once with
+// kUnavailable. Values are files of mode 0600 and a root
 // it creates is 0700: frames are not encrypted, and KV reveals the prompts it came from. A read
 // takes only a regular file (no symlink, FIFO or device) of at most TransportGet::max_bytes.
 //
@@ -48,15 +50,16 @@ struct DirectoryTransportOptions {
   absl::Duration stale_temporary_age = absl::Hours(1);
   // A bound on the bytes of values in the root (0: none), so a shared directory does not grow
   // without end. When a Put takes the values this transport has counted past it, the Put's
-  // worker sweeps: it lists the root and deletes the least recently used values (oldest
+  // worker sweeps, after answering the Put: it lists the root and deletes the least recently
+  // used values (oldest
   // modification time; a read refreshes it) until they fill at most sweep_to_fraction of the
   // bound. Every process sharing the root may sweep; the count is re-read from the directory at
   // each sweep, so values other processes wrote are counted then. A swept value is a miss for its
   // readers, never an error.
   int64_t max_bytes = 0;
   double sweep_to_fraction = 0.9;  // in (0, 1]
-  // Worker threads doing the file I/O, 1..64: as many items run at once (each is one or a few
-  // blocking system calls), and as many hung calls stop the transport.
+  // Worker threads reading and writing values, 1..64 (plus one for Exists and Delete): as many
+  // values move at once, and as many hung calls stop the transport.
   int io_threads = 4;
 };
 
@@ -90,11 +93,13 @@ class DirectoryTransport final : public Transport {
  private:
   struct Answer;
   struct Pool;
-  // Queues `work` for a worker; the item also completes kDeadlineExceeded at `deadline`.
-  Completion Submit(absl::Time deadline, std::function<void(Answer& answer)> work);
+  // Queues `work` (with `bytes` of copied value) in a lane; the item also completes
+  // kDeadlineExceeded at `deadline`.
+  Completion Submit(absl::Time deadline, bool names_lane, int64_t bytes,
+                    std::function<void(Answer& answer)> work);
   // Completes the item with `status` unless its deadline did first.
   void Finish(Answer& answer, absl::Status status);
-  void RunWorker();
+  void RunWorker(bool names_only);
   // The file I/O of one item, on a worker.
   absl::Status PutValue(const std::string& name, absl::Span<const std::byte> value, bool if_absent);
   absl::Status ReadValue(const std::string& name, int64_t max_bytes, std::vector<std::byte>* out);

@@ -7,9 +7,10 @@
 // Thread-safety: implementations are thread-safe. A transport may not be destroyed from inside a
 // completion callback it fired (its destructor may join the thread running it). Ownership: value
 // buffers passed to Put and the output vectors passed to Get must stay valid until their Completion
-// fires; keys and the item arrays themselves are copied before a call returns. A transport's
-// deadline is a bound on waiting for the store, not on the store's work: a write or delete the
-// deadline answered may still land later.
+// fires; keys and the item arrays themselves are copied before a call returns. A call must not
+// wait for the store (the remote tier calls Delete under the cache's lock): its I/O runs on the
+// transport's own threads. A transport's deadline is a bound on waiting for the store, not on
+// the store's work: a write or delete the deadline answered may still land later.
 #ifndef KVTIER_TRANSPORT_H_
 #define KVTIER_TRANSPORT_H_
 

@@ -120,15 +120,24 @@ struct DirectoryTransport::Answer {
   bool Claim() { return !claimed.exchange(true); }
 };
 
-// The worker threads and the items waiting for one.
+// The worker threads and the items waiting for one, in two lanes: values (Put, Get) and
+// names (Exists, Delete: one system call each). A discovery probe (Exists) has a deadline of
+// milliseconds, and a remote tier's write may wait for a Delete: neither waits behind writes of
+// megabytes. One thread serves names alone; the others serve values, then names.
 struct DirectoryTransport::Pool {
-  // Items waiting for a worker: past this, a call fails at once (kUnavailable) instead of
-  // queueing behind a mount that stopped answering.
+  // Waiting items past which a call fails at once (kUnavailable) instead of queueing behind a
+  // mount that stopped answering: as many items, or as many bytes of copied Put values.
   static constexpr size_t kMaxQueued = 4096;
+  static constexpr int64_t kMaxQueuedBytes = int64_t{1} << 30;
+  struct Task {
+    std::function<void(bool run)> fn;  // runs the item (true) or fails it as cancelled (false)
+    int64_t bytes = 0;                 // of its copied value
+  };
   internal::Mutex mu;
   internal::CondVar cv;
-  // Each runs the item (true) or fails it as cancelled (false: the transport is going away).
-  std::deque<std::function<void(bool run)>> queue ABSL_GUARDED_BY(mu);
+  std::deque<Task> values ABSL_GUARDED_BY(mu);
+  std::deque<Task> names ABSL_GUARDED_BY(mu);
+  int64_t queued_bytes ABSL_GUARDED_BY(mu) = 0;
   bool stopping ABSL_GUARDED_BY(mu) = false;
   internal::DeadlineTimer timer;
   std::vector<std::thread> threads;
@@ -137,47 +146,65 @@ struct DirectoryTransport::Pool {
 DirectoryTransport::DirectoryTransport(const DirectoryTransportOptions& options, uint64_t nonce)
     : options_(options), nonce_(nonce) {}
 
-void DirectoryTransport::RunWorker() {
+void DirectoryTransport::RunWorker(bool names_only) {
   while (true) {
-    std::function<void(bool)> task;
+    Pool::Task task;
     {
       internal::MutexLock lock(&pool_->mu);
-      while (pool_->queue.empty() && !pool_->stopping) pool_->cv.Wait(&pool_->mu);
-      if (pool_->queue.empty()) return;  // stopping
-      task = std::move(pool_->queue.front());
-      pool_->queue.pop_front();
+      while (pool_->names.empty() && (names_only || pool_->values.empty()) && !pool_->stopping) {
+        pool_->cv.Wait(&pool_->mu);
+      }
+      std::deque<Pool::Task>* lane = nullptr;
+      if (!names_only && !pool_->values.empty()) {
+        lane = &pool_->values;
+      } else if (!pool_->names.empty()) {
+        lane = &pool_->names;
+      } else {
+        return;  // stopping, and nothing of this thread's lanes is left
+      }
+      task = std::move(lane->front());
+      lane->pop_front();
+      pool_->queued_bytes -= task.bytes;
     }
-    task(true);
+    task.fn(true);
   }
 }
 
 DirectoryTransport::~DirectoryTransport() {
   if (pool_ == nullptr) return;
-  std::deque<std::function<void(bool)>> left;
+  std::deque<Pool::Task> left;
   {
     internal::MutexLock lock(&pool_->mu);
     pool_->stopping = true;
-    left.swap(pool_->queue);
+    left.swap(pool_->values);
+    for (Pool::Task& t : pool_->names) left.push_back(std::move(t));
+    pool_->names.clear();
+    pool_->queued_bytes = 0;
     pool_->cv.SignalAll();
   }
-  for (auto& task : left) task(false);
+  for (Pool::Task& task : left) task.fn(false);
   // Items running finish first (a hung mount holds this, as it holds the worker).
   for (std::thread& t : pool_->threads) t.join();
 }
 
-Completion DirectoryTransport::Submit(absl::Time deadline,
+Completion DirectoryTransport::Submit(absl::Time deadline, bool names_lane, int64_t bytes,
                                       std::function<void(Answer& answer)> work) {
+  {
+    internal::MutexLock lock(&pool_->mu);
+    if (pool_->stopping) {  // a completion callback of the destructor's cancellations
+      return Completion::Done(absl::CancelledError("directory: the transport is being destroyed"));
+    }
+    if (pool_->values.size() + pool_->names.size() >= Pool::kMaxQueued ||
+        pool_->queued_bytes + bytes > Pool::kMaxQueuedBytes) {
+      return Completion::Done(absl::UnavailableError(
+          absl::StrCat("directory: ", pool_->values.size() + pool_->names.size(), " items of ",
+                       pool_->queued_bytes, " bytes wait for ", options_.root,
+                       " (the mount is not answering)")));
+    }
+  }
   auto answer = std::make_shared<Answer>();
   answer->deadline = deadline;
   Completion out = answer->done;
-  {
-    internal::MutexLock lock(&pool_->mu);
-    if (pool_->queue.size() >= Pool::kMaxQueued) {
-      return Completion::Done(
-          absl::UnavailableError(absl::StrCat("directory: ", Pool::kMaxQueued, " items wait for ",
-                                              options_.root, " (the mount is not answering)")));
-    }
-  }
   if (deadline != absl::InfiniteFuture()) {
     answer->timer_id = pool_->timer.Schedule(deadline, [answer] {
       if (answer->Claim()) {
@@ -186,14 +213,18 @@ Completion DirectoryTransport::Submit(absl::Time deadline,
     });
   }
   internal::MutexLock lock(&pool_->mu);
-  pool_->queue.push_back([this, answer, work = std::move(work)](bool run) {
-    if (!run) {
-      Finish(*answer, absl::CancelledError("directory: the transport is being destroyed"));
-    } else if (!answer->claimed.load()) {  // else answered (its deadline passed) while it waited
-      work(*answer);
-    }
-  });
-  pool_->cv.Signal();
+  (names_lane ? pool_->names : pool_->values)
+      .push_back({[this, answer, work = std::move(work)](bool run) {
+                    if (!run) {
+                      Finish(*answer,
+                             absl::CancelledError("directory: the transport is being destroyed"));
+                    } else if (!answer->claimed.load()) {  // else its deadline answered it
+                      work(*answer);
+                    }
+                  },
+                  bytes});
+  pool_->queued_bytes += bytes;
+  pool_->cv.SignalAll();  // a names-only thread may not take a value
   return out;
 }
 
@@ -226,9 +257,9 @@ void DirectoryTransport::Sweep() {
       // Gone already (another process swept or deleted it) is as good as removed here.
       if (std::filesystem::remove(v.path, ec) || !ec) {
         total -= v.bytes;
-        if (!ec) {
-          swept_values_.fetch_add(1);
+        if (!ec) {  // bytes first: a reader that sees the value counted sees its bytes
           swept_bytes_.fetch_add(v.bytes);
+          swept_values_.fetch_add(1);
         }
       }
     }
@@ -272,8 +303,9 @@ absl::StatusOr<std::unique_ptr<DirectoryTransport>> DirectoryTransport::Create(
     transport->counted_bytes_.store(total);
   }
   transport->pool_ = std::make_unique<Pool>();
+  transport->pool_->threads.emplace_back([t = transport.get()] { t->RunWorker(true); });
   for (int i = 0; i < options.io_threads; ++i) {
-    transport->pool_->threads.emplace_back([t = transport.get()] { t->RunWorker(); });
+    transport->pool_->threads.emplace_back([t = transport.get()] { t->RunWorker(false); });
   }
   return transport;
 }
@@ -352,7 +384,6 @@ absl::Status DirectoryTransport::PutValue(const std::string& name,
     if (dir >= 0) close(dir);
     if (!synced) return FromErrno(e, "directory: fsync of " + options_.root);
   }
-  Account(static_cast<int64_t>(value.size()));
   return absl::OkStatus();
 }
 
@@ -372,17 +403,19 @@ std::vector<Completion> DirectoryTransport::Put(absl::Span<const TransportPut> i
     }
     // The value is copied now: the item may complete at its deadline while a worker is still
     // writing (a hung mount), and the caller's buffer is the caller's again from then.
-    std::vector<std::byte> value(p.value_prefix.size() + p.value.size());
-    if (!p.value_prefix.empty()) {
-      std::memcpy(value.data(), p.value_prefix.data(), p.value_prefix.size());
-    }
-    if (!p.value.empty()) {
-      std::memcpy(value.data() + p.value_prefix.size(), p.value.data(), p.value.size());
-    }
-    out.push_back(Submit(deadline, [this, name = *std::move(name), value = std::move(value),
-                                    if_absent = p.if_absent](Answer& answer) {
-      Finish(answer, PutValue(name, value, if_absent));
-    }));
+    std::vector<std::byte> value;
+    value.reserve(p.value_prefix.size() + p.value.size());
+    value.insert(value.end(), p.value_prefix.begin(), p.value_prefix.end());
+    value.insert(value.end(), p.value.begin(), p.value.end());
+    const auto bytes = static_cast<int64_t>(value.size());
+    out.push_back(Submit(deadline, /*names_lane=*/false, bytes,
+                         [this, name = *std::move(name), value = std::move(value),
+                          if_absent = p.if_absent](Answer& answer) {
+                           const absl::Status put = PutValue(name, value, if_absent);
+                           Finish(answer, put);
+                           // After the answer: a sweep may list a large root.
+                           if (put.ok()) Account(static_cast<int64_t>(value.size()));
+                         }));
   }
   return out;
 }
@@ -446,15 +479,16 @@ std::vector<Completion> DirectoryTransport::Get(absl::Span<const TransportGet> i
       out.push_back(Completion::Done(absl::DeadlineExceededError("directory: deadline passed")));
       continue;
     }
-    out.push_back(Submit(deadline, [this, name = *std::move(name), g](Answer& answer) {
-      // Read into a buffer of the worker's; the caller's buffers are written only once the
-      // item is claimed, so never after its deadline answered it.
-      std::vector<std::byte> bytes;
-      const absl::Status read = ReadValue(name, g.max_bytes, &bytes);
-      if (!answer.Claim()) return;
-      if (answer.timer_id != 0) pool_->timer.Cancel(answer.deadline, answer.timer_id);
-      answer.done.Complete(read.ok() ? internal::DeliverValue(g, bytes, "directory") : read);
-    }));
+    out.push_back(Submit(
+        deadline, /*names_lane=*/false, 0, [this, name = *std::move(name), g](Answer& answer) {
+          // Read into a buffer of the worker's; the caller's buffers are written only once the
+          // item is claimed, so never after its deadline answered it.
+          std::vector<std::byte> bytes;
+          const absl::Status read = ReadValue(name, g.max_bytes, &bytes);
+          if (!answer.Claim()) return;
+          if (answer.timer_id != 0) pool_->timer.Cancel(answer.deadline, answer.timer_id);
+          answer.done.Complete(read.ok() ? internal::DeliverValue(g, bytes, "directory") : read);
+        }));
   }
   return out;
 }
@@ -471,12 +505,13 @@ std::vector<Completion> DirectoryTransport::ForEachKey(absl::Span<const std::str
     } else if (absl::Now() > deadline) {
       out.push_back(Completion::Done(absl::DeadlineExceededError("directory: deadline passed")));
     } else {
-      out.push_back(
-          Submit(deadline, [this, path = options_.root + "/" + *name, k, op](Answer& answer) {
-            const bool ok = op(path);
-            const int e = errno;
-            Finish(answer, ok ? absl::OkStatus() : FromErrno(e, "directory: " + k));
-          }));
+      out.push_back(Submit(deadline, /*names_lane=*/true, 0,
+                           [this, path = options_.root + "/" + *name, k, op](Answer& answer) {
+                             const bool ok = op(path);
+                             const int e = errno;
+                             Finish(answer,
+                                    ok ? absl::OkStatus() : FromErrno(e, "directory: " + k));
+                           }));
     }
   }
   return out;

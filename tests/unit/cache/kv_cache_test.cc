@@ -87,6 +87,40 @@ class KvCacheTest : public ::testing::Test {
     cache_ = std::move(*cache);
   }
 
+  // An edit that gives the cache a 16-slot NVMe tier over the file at `path` (kept across
+  // caches: a warm restart).
+  static std::function<void(KvCacheOptions&)> WithNvmeAt(const std::string& path) {
+    return [path](KvCacheOptions& o) {
+      const KvGeometry g = KvCacheEnv::Geometry();
+      auto nvme =
+          NvmeTier::Create(g, {.path = path, .capacity_bytes = 16 * NvmeTier::SlotBytes(g)});
+      ASSERT_TRUE(nvme.ok()) << nvme.status();
+      o.tiers[TierIndex(Tier::kNvme)] = std::move(*nvme);
+    };
+  }
+  // A cache of 4 HBM blocks over that NVMe tier; `prompt`'s blocks stored, then evicted from
+  // HBM into NVMe.
+  void OffloadToNvme(const std::function<void(KvCacheOptions&)>& with_nvme,
+                     const std::vector<int32_t>& prompt) {
+    Rebuild({.hbm_blocks = 4, .dram_blocks = 0}, with_nvme);
+    KVTIER_ASSERT_OK(AddReleased(1, prompt));
+    KVTIER_ASSERT_OK(EvictAllOfHbm(2));
+  }
+
+  // Attaches the 16 tokens of `prompt` (and one more) to a new sequence `id` and makes them
+  // resident: all four blocks are found, and they load.
+  void ExpectPromptLoads(const std::vector<int32_t>& prompt, uint64_t id) {
+    std::vector<int32_t> query = prompt;
+    query.push_back(1);
+    KVTIER_ASSERT_OK(cache_->CreateSequence(Seq(id)));
+    KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult r, cache_->AttachPrefix(Seq(id), query));
+    EXPECT_EQ(r.attached_tokens, 16);
+    KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket t, Resident(id, 0, 16));
+    EXPECT_EQ(t.resident_tokens(), 16);
+    KVTIER_ASSERT_OK(cache_->ReleaseTicket(t));
+    KVTIER_ASSERT_OK(cache_->Release(Seq(id)));
+  }
+
   // Creates sequence `id`, appends `tokens` and reports the first `written` written (all if -1).
   absl::Status Add(uint64_t id, const std::vector<int32_t>& tokens, int64_t written = -1) {
     if (absl::Status s = cache_->CreateSequence(Seq(id)); !s.ok()) return s;
@@ -1874,16 +1908,9 @@ TEST_F(KvCacheTest, RemoteTierTakesDemotedBlocks) {
 TEST_F(KvCacheTest, WarmRestartFindsNvmeBlocksAgain) {
   testing::TempDir dir;
   const std::string path = dir.File("warm.bin");
-  const auto with_nvme = [&](KvCacheOptions& o) {
-    const KvGeometry g = KvCacheEnv::Geometry();
-    auto nvme = NvmeTier::Create(g, {.path = path, .capacity_bytes = 16 * NvmeTier::SlotBytes(g)});
-    ASSERT_TRUE(nvme.ok()) << nvme.status();
-    o.tiers[TierIndex(Tier::kNvme)] = std::move(*nvme);
-  };
+  const auto with_nvme = WithNvmeAt(path);
   const std::vector<int32_t> prompt = Iota(16, 100);
-  Rebuild({.hbm_blocks = 4, .dram_blocks = 0}, with_nvme);
-  KVTIER_ASSERT_OK(AddReleased(1, prompt));
-  KVTIER_ASSERT_OK(EvictAllOfHbm(2));
+  ASSERT_NO_FATAL_FAILURE(OffloadToNvme(with_nvme, prompt));
   KVTIER_ASSERT_OK_AND_ASSIGN(PrefixLookup before, cache_->Lookup(prompt));
   ASSERT_EQ(before.blocks_by_tier[kNvme], 4) << StatsString(cache_->stats());
 
@@ -1897,126 +1924,59 @@ TEST_F(KvCacheTest, WarmRestartFindsNvmeBlocksAgain) {
   EXPECT_EQ(s.tiers[kNvme].stored, 4);
 
   // And they load: attach and make them resident.
-  std::vector<int32_t> query = prompt;
-  query.push_back(1);
-  KVTIER_ASSERT_OK(cache_->CreateSequence(Seq(3)));
-  KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult r, cache_->AttachPrefix(Seq(3), query));
-  EXPECT_EQ(r.attached_tokens, 16);
-  KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket t, Resident(3, 0, 16));
-  EXPECT_EQ(t.resident_tokens(), 16);
-  KVTIER_ASSERT_OK(cache_->ReleaseTicket(t));
-  KVTIER_ASSERT_OK(cache_->Release(Seq(3)));
+  ASSERT_NO_FATAL_FAILURE(ExpectPromptLoads(prompt, 3));
 }
 
-// Found in review: of two NVMe slots holding one key, warm restart indexed the lower one. Here
-// that is an older copy whose payload a torn rewrite damaged, and the newer, good copy was freed:
-// the block was lost at its first read (kDataLoss). The latest write of a key now wins.
-TEST_F(KvCacheTest, WarmRestartKeepsTheLatestCopyOfAKey) {
-  testing::TempDir dir;
-  const std::string path = dir.File("warm.bin");
-  const KvGeometry g = KvCacheEnv::Geometry();
-  const auto with_nvme = [&](KvCacheOptions& o) {
-    auto nvme = NvmeTier::Create(g, {.path = path, .capacity_bytes = 16 * NvmeTier::SlotBytes(g)});
-    ASSERT_TRUE(nvme.ok()) << nvme.status();
-    o.tiers[TierIndex(Tier::kNvme)] = std::move(*nvme);
-  };
-  const std::vector<int32_t> prompt = Iota(16, 100);
-  Rebuild({.hbm_blocks = 4, .dram_blocks = 0}, with_nvme);
-  KVTIER_ASSERT_OK(AddReleased(1, prompt));
-  KVTIER_ASSERT_OK(EvictAllOfHbm(2));
-  DropCache();
-  {
-    // Behind the cache's back: copy the lowest slot's block to the last slot (a later write of
-    // the same key), then damage the lowest slot's payload.
-    auto nvme = NvmeTier::Create(g, {.path = path, .capacity_bytes = 16 * NvmeTier::SlotBytes(g)});
-    ASSERT_TRUE(nvme.ok()) << nvme.status();
-    std::vector<RecoveredBlock> found = (*nvme)->recovered();
-    ASSERT_EQ(found.size(), 4u);
-    const RecoveredBlock first = *std::min_element(
-        found.begin(), found.end(), [](const RecoveredBlock& a, const RecoveredBlock& b) {
-          return a.slot.value() < b.slot.value();
-        });
-    ASSERT_LT(first.slot.value(), 15u);
-    std::vector<std::byte> bytes(static_cast<size_t>(g.bytes_per_block()));
-    KVTIER_ASSERT_OK((*nvme)->ReadBlock(first.slot, first.key, absl::MakeSpan(bytes)).Wait());
-    KVTIER_ASSERT_OK((*nvme)->WriteBlock(SlotId(15), first.key, bytes).Wait());
-    nvme->reset();
-    const int fd = open(path.c_str(), O_WRONLY);
-    ASSERT_GE(fd, 0);
-    const char flip = 0x5a;
-    ASSERT_EQ(pwrite(fd, &flip, 1,
-                     static_cast<off_t>(first.slot.value()) * NvmeTier::SlotBytes(g) +
-                         NvmeTier::kHeaderBytes + 7),
-              1);
-    close(fd);
-  }
-  Rebuild({.hbm_blocks = 4, .dram_blocks = 0}, with_nvme);
-  KVTIER_ASSERT_OK(cache_->CheckInvariants());
-  std::vector<int32_t> query = prompt;
-  query.push_back(1);
-  KVTIER_ASSERT_OK(cache_->CreateSequence(Seq(3)));
-  KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult r, cache_->AttachPrefix(Seq(3), query));
-  EXPECT_EQ(r.attached_tokens, 16);
-  KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket t, Resident(3, 0, 16));
-  EXPECT_EQ(t.resident_tokens(), 16);
-  EXPECT_EQ(cache_->stats().tiers[kNvme].stored, 4);
-  KVTIER_ASSERT_OK(cache_->ReleaseTicket(t));
-  KVTIER_ASSERT_OK(cache_->Release(Seq(3)));
+// Behind a cache's back (none is open on `path`): copies the block in the lowest slot of the
+// NVMe file to slot 15 (a later write of the same key), then damages the payload of the older
+// copy, or of that newer one.
+void DuplicateTheFirstBlockAndDamageOne(const std::string& path, const KvGeometry& g,
+                                        bool damage_newer) {
+  auto nvme = NvmeTier::Create(g, {.path = path, .capacity_bytes = 16 * NvmeTier::SlotBytes(g)});
+  ASSERT_TRUE(nvme.ok()) << nvme.status();
+  std::vector<RecoveredBlock> found = (*nvme)->recovered();
+  ASSERT_EQ(found.size(), 4u);
+  const RecoveredBlock first = *std::min_element(
+      found.begin(), found.end(), [](const RecoveredBlock& a, const RecoveredBlock& b) {
+        return a.slot.value() < b.slot.value();
+      });
+  ASSERT_LT(first.slot.value(), 15u);
+  std::vector<std::byte> bytes(static_cast<size_t>(g.bytes_per_block()));
+  KVTIER_ASSERT_OK((*nvme)->ReadBlock(first.slot, first.key, absl::MakeSpan(bytes)).Wait());
+  KVTIER_ASSERT_OK((*nvme)->WriteBlock(SlotId(15), first.key, bytes).Wait());
+  nvme->reset();
+  const int fd = open(path.c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0);
+  const char flip = 0x5a;
+  const off_t slot = damage_newer ? 15 : static_cast<off_t>(first.slot.value());
+  ASSERT_EQ(pwrite(fd, &flip, 1,
+                   slot * static_cast<off_t>(NvmeTier::SlotBytes(g)) + NvmeTier::kHeaderBytes + 7),
+            1);
+  close(fd);
 }
 
-// From an earlier note's list: of two NVMe slots holding one key, the latest write was kept even
-// when it was the torn one (its header landed, its payload did not) and the older copy was good:
-// the block was lost at its first read. The latest copy that reads back whole now wins.
-TEST_F(KvCacheTest, WarmRestartSkipsATornLatestCopy) {
-  testing::TempDir dir;
-  const std::string path = dir.File("warm.bin");
-  const KvGeometry g = KvCacheEnv::Geometry();
-  const auto with_nvme = [&](KvCacheOptions& o) {
-    auto nvme = NvmeTier::Create(g, {.path = path, .capacity_bytes = 16 * NvmeTier::SlotBytes(g)});
-    ASSERT_TRUE(nvme.ok()) << nvme.status();
-    o.tiers[TierIndex(Tier::kNvme)] = std::move(*nvme);
-  };
-  const std::vector<int32_t> prompt = Iota(16, 100);
-  Rebuild({.hbm_blocks = 4, .dram_blocks = 0}, with_nvme);
-  KVTIER_ASSERT_OK(AddReleased(1, prompt));
-  KVTIER_ASSERT_OK(EvictAllOfHbm(2));
-  DropCache();
-  {
-    // Behind the cache's back: copy the lowest slot's block to the last slot (a later write of
-    // the same key), then damage that later copy's payload.
-    auto nvme = NvmeTier::Create(g, {.path = path, .capacity_bytes = 16 * NvmeTier::SlotBytes(g)});
-    ASSERT_TRUE(nvme.ok()) << nvme.status();
-    std::vector<RecoveredBlock> found = (*nvme)->recovered();
-    ASSERT_EQ(found.size(), 4u);
-    const RecoveredBlock first = *std::min_element(
-        found.begin(), found.end(), [](const RecoveredBlock& a, const RecoveredBlock& b) {
-          return a.slot.value() < b.slot.value();
-        });
-    ASSERT_LT(first.slot.value(), 15u);
-    std::vector<std::byte> bytes(static_cast<size_t>(g.bytes_per_block()));
-    KVTIER_ASSERT_OK((*nvme)->ReadBlock(first.slot, first.key, absl::MakeSpan(bytes)).Wait());
-    KVTIER_ASSERT_OK((*nvme)->WriteBlock(SlotId(15), first.key, bytes).Wait());
-    nvme->reset();
-    const int fd = open(path.c_str(), O_WRONLY);
-    ASSERT_GE(fd, 0);
-    const char flip = 0x5a;
-    ASSERT_EQ(pwrite(fd, &flip, 1,
-                     15 * static_cast<off_t>(NvmeTier::SlotBytes(g)) + NvmeTier::kHeaderBytes + 7),
-              1);
-    close(fd);
+// Of two NVMe slots holding one key, warm restart keeps the latest copy that reads back whole.
+// Found in review: it indexed the lower slot, here an older copy whose payload a torn rewrite
+// damaged, and freed the newer, good copy: the block was lost at its first read (kDataLoss); the
+// latest write then won. From an earlier note's list: the latest write was kept even when it was
+// the torn one (its header landed, its payload did not) and the older copy was good.
+TEST_F(KvCacheTest, WarmRestartKeepsTheLatestWholeCopyOfAKey) {
+  for (const bool damage_newer : {false, true}) {
+    SCOPED_TRACE(damage_newer ? "the newer copy is torn" : "the older copy is torn");
+    testing::TempDir dir;
+    const std::string path = dir.File("warm.bin");
+    const KvGeometry g = KvCacheEnv::Geometry();
+    const auto with_nvme = WithNvmeAt(path);
+    const std::vector<int32_t> prompt = Iota(16, 100);
+    ASSERT_NO_FATAL_FAILURE(OffloadToNvme(with_nvme, prompt));
+    DropCache();
+    ASSERT_NO_FATAL_FAILURE(DuplicateTheFirstBlockAndDamageOne(path, g, damage_newer));
+    Rebuild({.hbm_blocks = 4, .dram_blocks = 0}, with_nvme);
+    KVTIER_ASSERT_OK(cache_->CheckInvariants());
+    EXPECT_EQ(cache_->stats().tiers[kNvme].stored, 4);
+    ASSERT_NO_FATAL_FAILURE(ExpectPromptLoads(prompt, 3));  // fails if the torn copy was kept
+    DropCache();
   }
-  Rebuild({.hbm_blocks = 4, .dram_blocks = 0}, with_nvme);
-  KVTIER_ASSERT_OK(cache_->CheckInvariants());
-  EXPECT_EQ(cache_->stats().tiers[kNvme].stored, 4);
-  std::vector<int32_t> query = prompt;
-  query.push_back(1);
-  KVTIER_ASSERT_OK(cache_->CreateSequence(Seq(3)));
-  KVTIER_ASSERT_OK_AND_ASSIGN(AttachResult r, cache_->AttachPrefix(Seq(3), query));
-  EXPECT_EQ(r.attached_tokens, 16);
-  KVTIER_ASSERT_OK_AND_ASSIGN(ResidencyTicket t, Resident(3, 0, 16));
-  EXPECT_EQ(t.resident_tokens(), 16) << "the torn copy was indexed";
-  KVTIER_ASSERT_OK(cache_->ReleaseTicket(t));
-  KVTIER_ASSERT_OK(cache_->Release(Seq(3)));
 }
 
 // Found in review: warm restart adopted recovered blocks latest write first, so the policy heard

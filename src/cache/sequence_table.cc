@@ -238,7 +238,16 @@ void KvCache::Impl::SettleTwins(const BlockKey& key) {
   twins.erase(it);
   for (const Twin& tw : list) {
     const std::optional<BlockRecord> rec = IndexedCopies(key);
-    if (!tw.written || (rec.has_value() && rec->state(Tier::kHbm) == CopyState::kPending)) {
+    const bool copy_pending = rec.has_value() && rec->state(Tier::kHbm) == CopyState::kPending;
+    if (tw.written && copy_pending && seq_refs[tw.slot.value()] == 0 &&
+        ticket_refs[tw.slot.value()] == 0) {
+      // Written, and its holders let go: it can never become the block (only a holder's twin
+      // does, below), so it is freed now, not when the indexed copy lands (it was a slot
+      // cached, unindexed and held by nobody meanwhile).
+      SettleSlot(Tier::kHbm, tw.slot);
+      continue;
+    }
+    if (!tw.written || copy_pending) {
       twins[key].push_back(tw);  // settled when it (or the indexed copy) is written
       continue;
     }

@@ -879,12 +879,14 @@ struct KvCache::Impl {
   // becomes the indexed copy. A twin not yet written waits for its own `ready` (TwinWritten).
   // Called wherever the indexed HBM copy of `key` settles (written, failed, onboarded).
   void SettleTwins(const BlockKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  // The `ready` of HBM slot `slot`, published for `key`, fired with `status`. If that slot is a
-  // twin of `key` (not the indexed copy): marks it written (or, on an error, forgets it: it
-  // stays private), settles the twins of `key` and returns true; otherwise false.
+  // Drops every twin entry of HBM `slot` (its slot is being freed). O(twins), usually none.
+  void ForgetTwin(SlotId slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Whether HBM slot `slot` is a twin whose `ready` has not fired: its kernel may still write
   // it, so it is not freed when its holders let go (SettleSlot). O(twins), usually none.
   bool UnwrittenTwin(SlotId slot) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // The `ready` of HBM slot `slot`, published for `key`, fired with `status`. If that slot is a
+  // twin of `key` (not the indexed copy): marks it written (or, on an error, forgets it: it
+  // stays private), settles the twins of `key` and returns true; otherwise false.
   bool TwinWritten(const BlockKey& key, SlotId slot, const absl::Status& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 

@@ -211,6 +211,20 @@ bool KvCache::Impl::UnwrittenTwin(SlotId slot) const {
   return false;
 }
 
+void KvCache::Impl::ForgetTwin(SlotId slot) {
+  for (auto it = twins.begin(); it != twins.end();) {
+    std::vector<Twin>& list = it->second;
+    list.erase(
+        std::remove_if(list.begin(), list.end(), [&](const Twin& tw) { return tw.slot == slot; }),
+        list.end());
+    if (list.empty()) {
+      twins.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+}
+
 bool KvCache::Impl::TwinWritten(const BlockKey& key, SlotId slot, const absl::Status& status) {
   auto it = twins.find(key);
   if (it == twins.end()) return false;
@@ -239,11 +253,10 @@ void KvCache::Impl::SettleTwins(const BlockKey& key) {
   for (const Twin& tw : list) {
     const std::optional<BlockRecord> rec = IndexedCopies(key);
     const bool copy_pending = rec.has_value() && rec->state(Tier::kHbm) == CopyState::kPending;
-    if (tw.written && copy_pending && seq_refs[tw.slot.value()] == 0 &&
-        ticket_refs[tw.slot.value()] == 0) {
-      // Written, and its holders let go: it can never become the block (only a holder's twin
-      // does, below), so it is freed now, not when the indexed copy lands (it was a slot
-      // cached, unindexed and held by nobody meanwhile).
+    if (tw.written && copy_pending && seq_refs[tw.slot.value()] == 0) {
+      // Written, and its sequences let go: it can never become the block (only a holder's twin
+      // does, below), so it is freed now (or, under a ticket's pin, when that ends), not when
+      // the indexed copy lands (it was a slot cached, unindexed and held by nobody meanwhile).
       SettleSlot(Tier::kHbm, tw.slot);
       continue;
     }

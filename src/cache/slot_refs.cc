@@ -55,7 +55,10 @@ void KvCache::Impl::SettleSlot(Tier t, SlotId slot, std::optional<SlotState> kno
     // A twin whose kernel may still be writing it: kept until its `ready` fires (TwinWritten),
     // as a pending indexed copy is, so no other block is written into it meanwhile.
   } else {
-    // A private copy (computed twice, never written, or found corrupt): nothing to keep.
+    // A private copy (computed twice, never written, or found corrupt): nothing to keep. A
+    // written twin of it is forgotten with it: a stale entry would make the slot's next block,
+    // computed into it, read as a written twin (not kept under its kernel, or published).
+    if (t == Tier::kHbm) ForgetTwin(slot);
     (void)Alloc(t, [&](BlockAllocator& a) { return a.Evict(slot); });
   }
 }

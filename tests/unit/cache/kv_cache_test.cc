@@ -121,6 +121,17 @@ class KvCacheTest : public ::testing::Test {
     KVTIER_ASSERT_OK(cache_->Release(Seq(id)));
   }
 
+  // Sequence 1 computes `block` with its kernel's `first` not fired (the block's indexed HBM
+  // copy is pending), then sequence 2 computes it too: a twin, whose kernel fires `second`.
+  void PendingCopyAndTwin(const std::vector<int32_t>& block, const Completion& first,
+                          const Completion& second) {
+    for (const auto& [id, kernel] : {std::pair{1, first}, std::pair{2, second}}) {
+      KVTIER_ASSERT_OK(cache_->CreateSequence(Seq(id)));
+      KVTIER_ASSERT_OK(cache_->Append(Seq(id), block).status());
+      KVTIER_ASSERT_OK(cache_->ReportWritten(Seq(id), kB, kernel));
+    }
+  }
+
   // Creates sequence `id`, appends `tokens` and reports the first `written` written (all if -1).
   absl::Status Add(uint64_t id, const std::vector<int32_t>& tokens, int64_t written = -1) {
     if (absl::Status s = cache_->CreateSequence(Seq(id)); !s.ok()) return s;
@@ -1709,12 +1720,7 @@ TEST_F(KvCacheTest, ATwinLetGoWhileItsKernelWritesKeepsItsSlotUntilReady) {
 TEST_F(KvCacheTest, AWrittenTwinNobodyHoldsIsFreedWhileTheIndexedCopyIsPending) {
   const std::vector<int32_t> block = Iota(kB, 100);
   Completion first, second;
-  KVTIER_ASSERT_OK(cache_->CreateSequence(Seq(1)));
-  KVTIER_ASSERT_OK(cache_->Append(Seq(1), block).status());
-  KVTIER_ASSERT_OK(cache_->ReportWritten(Seq(1), kB, first));  // the indexed copy, pending
-  KVTIER_ASSERT_OK(cache_->CreateSequence(Seq(2)));
-  KVTIER_ASSERT_OK(cache_->Append(Seq(2), block).status());
-  KVTIER_ASSERT_OK(cache_->ReportWritten(Seq(2), kB, second));  // a twin
+  ASSERT_NO_FATAL_FAILURE(PendingCopyAndTwin(block, first, second));
   const int64_t free_before = TierStats(Tier::kHbm).free_blocks;
   KVTIER_ASSERT_OK(cache_->Release(Seq(2)));
   EXPECT_EQ(TierStats(Tier::kHbm).free_blocks, free_before) << "freed under its kernel";
@@ -1725,6 +1731,34 @@ TEST_F(KvCacheTest, AWrittenTwinNobodyHoldsIsFreedWhileTheIndexedCopyIsPending) 
   KVTIER_ASSERT_OK(cache_->CheckInvariants());
   KVTIER_ASSERT_OK(cache_->Release(Seq(1)));
   EXPECT_EQ(TierStats(Tier::kHbm).free_blocks, free_before + 1);
+}
+
+// Found in review of the test above's fix: a twin written while the indexed copy was pending,
+// then let go, had its slot freed but stayed listed as a written twin. The slot's next block,
+// computed into it (the free list hands it back at once), was then taken for that written twin:
+// not kept under its own kernel when let go, so the kernel wrote into a free slot. A freed
+// slot's twin entries now go with it.
+TEST_F(KvCacheTest, AFreedTwinSlotsNextBlockIsKeptUnderItsOwnKernel) {
+  const std::vector<int32_t> block = Iota(kB, 100);
+  Completion first, second, third;
+  ASSERT_NO_FATAL_FAILURE(PendingCopyAndTwin(block, first, second));
+  second.Complete(absl::OkStatus());  // written, still held
+  const int64_t free_before = TierStats(Tier::kHbm).free_blocks;
+  KVTIER_ASSERT_OK(cache_->Release(Seq(2)));  // its slot is freed
+  ASSERT_EQ(TierStats(Tier::kHbm).free_blocks, free_before + 1);
+  // The same block again, computed into the slot just freed.
+  KVTIER_ASSERT_OK(cache_->CreateSequence(Seq(3)));
+  KVTIER_ASSERT_OK(cache_->Append(Seq(3), block).status());
+  KVTIER_ASSERT_OK(cache_->ReportWritten(Seq(3), kB, third));
+  const int64_t free_held = TierStats(Tier::kHbm).free_blocks;
+  KVTIER_ASSERT_OK(cache_->Release(Seq(3)));
+  EXPECT_EQ(TierStats(Tier::kHbm).free_blocks, free_held) << "freed under its kernel";
+  third.Complete(absl::OkStatus());
+  EXPECT_EQ(TierStats(Tier::kHbm).free_blocks, free_held + 1) << StatsString(cache_->stats());
+  KVTIER_ASSERT_OK(cache_->CheckInvariants());
+  first.Complete(absl::OkStatus());
+  KVTIER_ASSERT_OK(cache_->Release(Seq(1)));
+  KVTIER_ASSERT_OK(cache_->CheckInvariants());
 }
 
 TEST_F(KvCacheTest, AFailedWriteOfATwinNobodyHoldsFreesItsSlot) {

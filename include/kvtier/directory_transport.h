@@ -97,6 +97,9 @@ class DirectoryTransport final : public Transport {
   // kDeadlineExceeded at `deadline`.
   Completion Submit(absl::Time deadline, bool names_lane, int64_t bytes,
                     std::function<void(Answer& answer)> work);
+  // Claims the item for its worker (false if its deadline answered it first) and stops its
+  // timer; the claimer then completes it.
+  bool Take(Answer& answer);
   // Completes the item with `status` unless its deadline did first.
   void Finish(Answer& answer, absl::Status status);
   void RunWorker(bool names_only);

@@ -28,8 +28,8 @@ void KvCache::Impl::AdoptRecoveredBlocks() {
     absl::flat_hash_map<BlockKey, std::vector<size_t>> copies;
     copies.reserve(recovered.size());
     for (size_t i = 0; i < recovered.size(); ++i) copies[recovered[i].key].push_back(i);
-    absl::flat_hash_map<BlockKey, size_t> latest;
-    latest.reserve(copies.size());
+    std::vector<size_t> order;  // the copy kept of each key
+    order.reserve(copies.size());
     std::vector<std::byte> scratch;
     for (auto& [key, of_key] : copies) {
       std::sort(of_key.begin(), of_key.end(), [&](size_t a, size_t b) {
@@ -38,7 +38,7 @@ void KvCache::Impl::AdoptRecoveredBlocks() {
                    : a < b;
       });
       if (of_key.size() == 1) {
-        latest.emplace(key, of_key[0]);
+        order.push_back(of_key[0]);
         continue;
       }
       scratch.resize(static_cast<size_t>(tiers[t]->info().block_bytes));
@@ -50,14 +50,11 @@ void KvCache::Impl::AdoptRecoveredBlocks() {
         const absl::Status read =
             tiers[t]->ReadBlock(recovered[i].slot, key, absl::MakeSpan(scratch)).Wait();
         if (!absl::IsDataLoss(read)) {
-          latest.emplace(key, i);
+          order.push_back(i);
           break;
         }
       }
     }
-    std::vector<size_t> order;
-    order.reserve(latest.size());
-    for (const auto& [key, i] : latest) order.push_back(i);
     std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
       return recovered[a].write_sequence != recovered[b].write_sequence
                  ? recovered[a].write_sequence < recovered[b].write_sequence

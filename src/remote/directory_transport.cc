@@ -189,30 +189,29 @@ DirectoryTransport::~DirectoryTransport() {
 
 Completion DirectoryTransport::Submit(absl::Time deadline, bool names_lane, int64_t bytes,
                                       std::function<void(Answer& answer)> work) {
-  {
-    internal::MutexLock lock(&pool_->mu);
-    if (pool_->stopping) {  // a completion callback of the destructor's cancellations
-      return Completion::Done(absl::CancelledError("directory: the transport is being destroyed"));
-    }
-    if (pool_->values.size() + pool_->names.size() >= Pool::kMaxQueued ||
-        pool_->queued_bytes + bytes > Pool::kMaxQueuedBytes) {
-      return Completion::Done(absl::UnavailableError(
-          absl::StrCat("directory: ", pool_->values.size() + pool_->names.size(), " items of ",
-                       pool_->queued_bytes, " bytes wait for ", options_.root,
-                       " (the mount is not answering)")));
-    }
-  }
   auto answer = std::make_shared<Answer>();
   answer->deadline = deadline;
-  Completion out = answer->done;
+  // One critical section: a call from a completion callback of the destructor's cancellations
+  // sees `stopping`, and timer_id is set before any worker can see the item.
+  internal::MutexLock lock(&pool_->mu);
+  if (pool_->stopping) {
+    return Completion::Done(absl::CancelledError("directory: the transport is being destroyed"));
+  }
+  const size_t waiting = pool_->values.size() + pool_->names.size();
+  if (waiting >= Pool::kMaxQueued || pool_->queued_bytes + bytes > Pool::kMaxQueuedBytes) {
+    return Completion::Done(absl::UnavailableError(
+        absl::StrCat("directory: ", waiting, " items of ", pool_->queued_bytes, " bytes wait for ",
+                     options_.root, " (the mount is not answering)")));
+  }
   if (deadline != absl::InfiniteFuture()) {
+    // The timer's callback never takes pool_->mu, so scheduling under it cannot deadlock.
     answer->timer_id = pool_->timer.Schedule(deadline, [answer] {
       if (answer->Claim()) {
         answer->done.Complete(absl::DeadlineExceededError("directory: no answer by the deadline"));
       }
     });
   }
-  internal::MutexLock lock(&pool_->mu);
+  Completion out = answer->done;
   (names_lane ? pool_->names : pool_->values)
       .push_back({[this, answer, work = std::move(work)](bool run) {
                     if (!run) {
@@ -228,10 +227,14 @@ Completion DirectoryTransport::Submit(absl::Time deadline, bool names_lane, int6
   return out;
 }
 
-void DirectoryTransport::Finish(Answer& answer, absl::Status status) {
-  if (!answer.Claim()) return;
+bool DirectoryTransport::Take(Answer& answer) {
+  if (!answer.Claim()) return false;
   if (answer.timer_id != 0) pool_->timer.Cancel(answer.deadline, answer.timer_id);
-  answer.done.Complete(std::move(status));
+  return true;
+}
+
+void DirectoryTransport::Finish(Answer& answer, absl::Status status) {
+  if (Take(answer)) answer.done.Complete(std::move(status));
 }
 
 void DirectoryTransport::Account(int64_t bytes) {
@@ -485,8 +488,7 @@ std::vector<Completion> DirectoryTransport::Get(absl::Span<const TransportGet> i
           // item is claimed, so never after its deadline answered it.
           std::vector<std::byte> bytes;
           const absl::Status read = ReadValue(name, g.max_bytes, &bytes);
-          if (!answer.Claim()) return;
-          if (answer.timer_id != 0) pool_->timer.Cancel(answer.deadline, answer.timer_id);
+          if (!Take(answer)) return;
           answer.done.Complete(read.ok() ? internal::DeliverValue(g, bytes, "directory") : read);
         }));
   }

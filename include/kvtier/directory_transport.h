@@ -9,11 +9,12 @@
 // only before its item completes, and an item whose deadline passes while it waits for a worker
 // is never started; a Put or Delete already running when its deadline passes may still land
 // after. Exists and Delete (one system call each) have a thread of their own besides, so a probe
-// never waits behind values being written. Past 4096 items or 1 GiB of copied values waiting for
-// a worker (every worker stuck in a mount that does not answer), a call's items fail at once with
-// kUnavailable. Values are files of mode 0600 and a root
-// it creates is 0700: frames are not encrypted, and KV reveals the prompts it came from. A read
-// takes only a regular file (no symlink, FIFO or device) of at most TransportGet::max_bytes.
+// never waits behind values being written. Past 4096 items or max_queued_bytes of copied values
+// waiting for a worker (every worker stuck in a mount that does not answer), a call's items fail
+// at once with kUnavailable; a value larger than that bound is still taken when nothing waits.
+// Values are files of mode 0600 and a root it creates is 0700: frames are not encrypted, and KV
+// reveals the prompts it came from. A read takes only a regular file (no symlink, FIFO or device)
+// of at most TransportGet::max_bytes.
 //
 // Thread-safety: thread-safe, and safe across processes sharing the directory.
 #ifndef KVTIER_DIRECTORY_TRANSPORT_H_
@@ -61,14 +62,17 @@ struct DirectoryTransportOptions {
   // Worker threads reading and writing values, 1..64 (plus one for Exists and Delete): as many
   // values move at once, and as many hung calls stop the transport.
   int io_threads = 4;
+  // Bytes of copied Put values that may wait for a worker, > 0; past them a Put fails at once
+  // (kUnavailable) unless nothing waits (one value of any size is taken then).
+  int64_t max_queued_bytes = int64_t{1} << 30;
 };
 
 class DirectoryTransport final : public Transport {
  public:
   // Errors: kInvalidArgument for an empty root, a negative max_bytes, sweep_to_fraction
-  // outside (0, 1] or io_threads outside 1..64; kUnavailable if it cannot be created or used.
-  // Also sweeps stale temporary files (options.stale_temporary_age) and counts the values
-  // already there (max_bytes), on the calling thread.
+  // outside (0, 1], io_threads outside 1..64 or max_queued_bytes <= 0; kUnavailable if it cannot be
+  // created or used. Also sweeps stale temporary files (options.stale_temporary_age) and counts the
+  // values already there (max_bytes), on the calling thread.
   static absl::StatusOr<std::unique_ptr<DirectoryTransport>> Create(
       const DirectoryTransportOptions& options);
   // Fails the items still waiting for a worker (kCancelled) and waits for those running.

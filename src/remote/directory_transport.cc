@@ -126,9 +126,8 @@ struct DirectoryTransport::Answer {
 // megabytes. One thread serves names alone; the others serve values, then names.
 struct DirectoryTransport::Pool {
   // Waiting items past which a call fails at once (kUnavailable) instead of queueing behind a
-  // mount that stopped answering: as many items, or as many bytes of copied Put values.
+  // mount that stopped answering (and DirectoryTransportOptions::max_queued_bytes).
   static constexpr size_t kMaxQueued = 4096;
-  static constexpr int64_t kMaxQueuedBytes = int64_t{1} << 30;
   struct Task {
     std::function<void(bool run)> fn;  // runs the item (true) or fails it as cancelled (false)
     int64_t bytes = 0;                 // of its copied value
@@ -198,10 +197,14 @@ Completion DirectoryTransport::Submit(absl::Time deadline, bool names_lane, int6
     return Completion::Done(absl::CancelledError("directory: the transport is being destroyed"));
   }
   const size_t waiting = pool_->values.size() + pool_->names.size();
-  if (waiting >= Pool::kMaxQueued || pool_->queued_bytes + bytes > Pool::kMaxQueuedBytes) {
-    return Completion::Done(absl::UnavailableError(
-        absl::StrCat("directory: ", waiting, " items of ", pool_->queued_bytes, " bytes wait for ",
-                     options_.root, " (the mount is not answering)")));
+  // A value past the bound on its own waits behind nothing when nothing waits: taken then, or
+  // it could never be stored.
+  if (waiting >= Pool::kMaxQueued ||
+      (pool_->queued_bytes > 0 && pool_->queued_bytes + bytes > options_.max_queued_bytes)) {
+    return Completion::Done(absl::UnavailableError(absl::StrCat(
+        "directory: ", waiting, " items of ", pool_->queued_bytes, " bytes (max_queued_bytes ",
+        options_.max_queued_bytes, ") wait for a worker on ", options_.root,
+        ": the mount is slow or not answering")));
   }
   if (deadline != absl::InfiniteFuture()) {
     // The timer's callback never takes pool_->mu, so scheduling under it cannot deadlock.
@@ -284,6 +287,10 @@ absl::StatusOr<std::unique_ptr<DirectoryTransport>> DirectoryTransport::Create(
   if (options.io_threads < 1 || options.io_threads > 64) {
     return absl::InvalidArgumentError(
         absl::StrCat("directory: io_threads = ", options.io_threads, " (1 to 64)"));
+  }
+  if (options.max_queued_bytes <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("directory: max_queued_bytes = ", options.max_queued_bytes, " (> 0)"));
   }
   std::error_code ec;
   if (std::filesystem::create_directories(options.root, ec)) {

@@ -113,18 +113,21 @@ absl::StatusOr<TierStackOptions> ToTierStackOptions(const CacheNamespace& ns,
   t.dram.pin_for_cuda = o.dram_pin_for_cuda;
   t.dram.check_available_memory = o.dram_check_available_memory;
   t.dram.prefault = o.dram_prefault;
-  t.nvme.path = OrEmpty(o.nvme_path);
+  if (present(KVTIER_TIER_NVME)) t.nvme.path = OrEmpty(o.nvme_path);
   t.nvme.queue_depth = o.nvme_queue_depth;
   if (present(KVTIER_TIER_NVME)) t.nvme.engine = static_cast<NvmeEngine>(RawEnum(o.nvme_engine));
   t.nvme.thread_pool_threads = o.nvme_thread_pool_threads;
-  t.remote_directory = OrEmpty(o.remote_directory);
-  t.remote_url = OrEmpty(o.remote_url);
-  // NULL and "" are unset (the header's rule for this struct's strings): the default prefix.
-  if (o.remote_key_prefix != nullptr && o.remote_key_prefix[0] != '\0') {
-    t.remote.key_prefix = o.remote_key_prefix;
+  // The strings of an absent tier are not read either: a caller may leave them dangling.
+  if (present(KVTIER_TIER_REMOTE)) {
+    t.remote_directory = OrEmpty(o.remote_directory);
+    t.remote_url = OrEmpty(o.remote_url);
+    // NULL and "" are unset (the header's rule for this struct's strings): the default prefix.
+    if (o.remote_key_prefix != nullptr && o.remote_key_prefix[0] != '\0') {
+      t.remote.key_prefix = o.remote_key_prefix;
+    }
+    t.remote.codec = static_cast<Codec>(RawEnum(o.remote_codec));
+    t.remote.hmac_secret = OrEmpty(o.remote_hmac_secret);
   }
-  if (present(KVTIER_TIER_REMOTE)) t.remote.codec = static_cast<Codec>(RawEnum(o.remote_codec));
-  t.remote.hmac_secret = OrEmpty(o.remote_hmac_secret);
   t.remote.breaker_failures = o.remote_breaker_failures;
   t.remote.delete_freed = o.remote_delete_freed;
   t.remote.write_if_absent = o.remote_write_if_absent;

@@ -186,18 +186,27 @@ kvtier_status_code kvtier_release_with_hints(kvtier_cache* cache, uint64_t id,
     constexpr char kCall[] = "kvtier_release_with_hints";
     if (cache == nullptr) return Null(kCall, "cache");
     if (hints == nullptr) return Null(kCall, "hints");
+    // The release happens whatever the hints are (the header): a stop reason this build does
+    // not know (a newer caller's, say) is released as unknown and answered, not an error.
     const int stop_reason = capi::RawEnum(hints->stop_reason);
-    if (stop_reason < KVTIER_STOP_UNKNOWN || stop_reason > KVTIER_STOP_LENGTH) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(kCall, ": stop_reason ", stop_reason, " is not one of 0..3"));
-    }
+    const bool known = stop_reason >= KVTIER_STOP_UNKNOWN && stop_reason <= KVTIER_STOP_LENGTH;
     ReleaseHints h;
-    h.stop_reason = static_cast<StopReason>(stop_reason);
+    h.stop_reason = known ? static_cast<StopReason>(stop_reason) : StopReason::kUnknown;
     if (hints->has_expected_idle) h.expected_idle = absl::Nanoseconds(hints->expected_idle_ns);
     h.preempted = hints->preempted;
     h.last_turn = hints->last_turn;
     absl::StatusOr<HintOutcome> r = cache->cache->Release(SequenceId(id), h);
     if (!r.ok()) return r.status();
+    if (!known) {
+      const std::string bad =
+          absl::StrCat("stop_reason ", stop_reason, " is not one of 0..3: released as unknown");
+      r->reason = r->reason.empty() ? bad : absl::StrCat(bad, "; ", r->reason);
+      // Taken in part when an idle estimate or last_turn was taken beside it.
+      const bool others = hints->has_expected_idle || hints->last_turn;
+      r->result = others && r->result != HintOutcome::Result::kRejected
+                      ? HintOutcome::Result::kClipped
+                      : HintOutcome::Result::kRejected;
+    }
     capi::ToHintOutcome(*r, outcome);
     return absl::OkStatus();
   });
@@ -231,9 +240,16 @@ kvtier_status_code kvtier_resume(kvtier_cache* cache, uint64_t id, kvtier_comple
                                  kvtier_error* error) {
   return Guard(error, [&]() -> absl::Status {
     if (cache == nullptr) return Null("kvtier_resume", "cache");
+    // Allocated first: an allocation failure after the resume would report an error for a
+    // sequence already resumed ("On error nothing changes").
+    std::unique_ptr<kvtier_completion> handle;
+    if (onboarded != nullptr) handle = std::make_unique<kvtier_completion>();
     absl::StatusOr<Completion> c = cache->cache->Resume(SequenceId(id));
     if (!c.ok()) return c.status();
-    if (onboarded != nullptr) *onboarded = new kvtier_completion{std::move(*c)};
+    if (onboarded != nullptr) {
+      handle->completion = std::move(*c);
+      *onboarded = handle.release();
+    }
     return absl::OkStatus();
   });
 }

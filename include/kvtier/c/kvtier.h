@@ -198,8 +198,10 @@ typedef enum kvtier_residency_mode {
 } kvtier_residency_mode;
 
 typedef enum kvtier_block_residency {
-  KVTIER_BLOCK_RESIDENT = 0,    /* in HBM, pinned by the ticket */
-  KVTIER_BLOCK_PENDING = 1,     /* being onboarded (ASYNC, before the ticket completes) */
+  KVTIER_BLOCK_RESIDENT = 0, /* in HBM, pinned by the ticket */
+  /* being onboarded: ASYNC before the ticket completes, or a block whose copy into HBM had
+   * started at the deadline (it lands later; read its slot only for the layers ready) */
+  KVTIER_BLOCK_PENDING = 1,
   KVTIER_BLOCK_NOT_RESIDENT = 2 /* could not be made resident: recompute it (slot -1) */
 } kvtier_block_residency;
 
@@ -590,9 +592,11 @@ typedef struct kvtier_hint_outcome {
 } kvtier_hint_outcome;
 
 /* Release with hints; the release happens whatever the hints are. A hint the cache cannot use
- * (a sequence without a session, a negative idle) is answered REJECTED in `outcome` (may be
- * NULL), not as an error; one taken in part (an idle estimate beside last_turn, last_turn on a
- * preempted request) CLIPPED. Errors: as kvtier_release, and INVALID_ARGUMENT for a null hints. */
+ * (a sequence without a session, a negative idle, a stop_reason outside kvtier_stop_reason, which
+ * is released as UNKNOWN) is answered REJECTED in `outcome` (may be NULL), not as an error; one
+ * taken in part (an idle estimate beside last_turn, last_turn on a preempted request, an unknown
+ * stop_reason beside a hint taken) CLIPPED. Errors: as kvtier_release, and INVALID_ARGUMENT for a
+ * null hints. */
 kvtier_status_code kvtier_release_with_hints(kvtier_cache* cache, uint64_t id,
                                              const kvtier_release_hints* hints,
                                              kvtier_hint_outcome* outcome, kvtier_error* error);
@@ -697,10 +701,14 @@ void kvtier_residency_options_init(kvtier_residency_options* options);
 
 /* Makes blocks [begin_token / B, ceil(end_token / B)) of the sequence resident in HBM and pins
  * them; *out receives a new ticket handle. Blocks not resident by the deadline are reported
- * NOT_RESIDENT with slot -1, never missing. WAIT blocks until done or the deadline. `options` may
- * be NULL (WAIT, no deadline). Errors: NOT_FOUND / FAILED_PRECONDITION for the sequence;
- * INVALID_ARGUMENT if begin_token > end_token or begin_token < 0; OUT_OF_RANGE if end_token is
- * past the sequence's tokens; DEADLINE_EXCEEDED if the deadline has already passed. */
+ * NOT_RESIDENT with slot -1, never missing, except a block whose copy into HBM has started by then
+ * (a layer landed, or a stream waits on it): it stays PENDING until it lands or fails, and on a
+ * layer-wise HBM tier already has its slot, readable only for the layers ready
+ * (kvtier_ticket_wait_layer; KvCache::EnsureResident in kvtier/kv_cache.h). WAIT blocks until
+ * done or the deadline. `options` may be NULL (WAIT, no deadline). Errors: NOT_FOUND /
+ * FAILED_PRECONDITION for the sequence; INVALID_ARGUMENT if begin_token > end_token or
+ * begin_token < 0; OUT_OF_RANGE if end_token is past the sequence's tokens; DEADLINE_EXCEEDED if
+ * the deadline has already passed. */
 kvtier_status_code kvtier_ensure_resident(kvtier_cache* cache, uint64_t id, int64_t begin_token,
                                           int64_t end_token,
                                           const kvtier_residency_options* options,
@@ -725,8 +733,9 @@ kvtier_status_code kvtier_ticket_get_info(const kvtier_ticket* ticket, kvtier_ti
 
 /* The device block table (DeviceBlockTable), copied into caller arrays of `capacity` entries:
  * slots[i] is the HBM slot index of logical block first_block + i (-1: not resident; the kernel
- * must not read it), logical_blocks[i] (if not NULL) that logical index. *num_blocks receives the
- * table's size; with capacity 0 and both arrays NULL the call only reports it. Errors:
+ * must not read it; a PENDING block's slot holds only the layers ready), logical_blocks[i] (if not
+ * NULL) that logical index. *num_blocks receives the table's size; with capacity 0 and both
+ * arrays NULL the call only reports it. Errors:
  * INVALID_ARGUMENT for a null ticket or num_blocks, or a capacity below the table's size (then
  * *num_blocks is still written and the arrays are not). */
 kvtier_status_code kvtier_ticket_block_table(const kvtier_ticket* ticket, int32_t* slots,
@@ -768,7 +777,8 @@ kvtier_status_code kvtier_ticket_device_pool(const kvtier_ticket* ticket, kvtier
 /* Waits up to timeout_ns (negative: for ever) for the ticket to complete. Returns its outcome:
  * OK when every block is resident, UNAVAILABLE naming the first that is not; or
  * DEADLINE_EXCEEDED if the timeout passed first (the onboarding goes on). A WAIT or BEST_EFFORT
- * ticket has completed on return from kvtier_ensure_resident. */
+ * ticket has completed on return from kvtier_ensure_resident, unless a WAIT's deadline passed
+ * with a block's copy into HBM started (that block is PENDING until it lands or fails). */
 kvtier_status_code kvtier_ticket_wait(const kvtier_ticket* ticket, int64_t timeout_ns,
                                       kvtier_error* error);
 /* A new handle on the ticket's completion, which the caller destroys. */

@@ -53,8 +53,20 @@ TEST(CapiOptionsTest, AMetadataTiersFieldsAreNotLookedAt) {
   o.remote_codec = static_cast<kvtier_codec>(9);
   o.hbm_backend = static_cast<kvtier_hbm_backend>(5);
   o.hbm_num_tensors = 3;  // with hbm_tensors NULL: never read
+  // Nor their strings (found by a later review: these were copied whatever the tier), which a
+  // caller may leave pointing at freed memory.
+  o.nvme_path = "/nvme/unused";
+  o.remote_directory = "/remote/unused";
+  o.remote_url = "redis://unused:1";
+  o.remote_key_prefix = "unused:";
+  o.remote_hmac_secret = "unused";
   KVTIER_ASSERT_OK_AND_ASSIGN(TierStackOptions t, ToTierStackOptions(*ns, o));
   EXPECT_TRUE(t.hbm.external_pool.empty());
+  EXPECT_EQ(t.nvme.path, "");
+  EXPECT_EQ(t.remote_directory, "");
+  EXPECT_EQ(t.remote_url, "");
+  EXPECT_EQ(t.remote.key_prefix, RemoteTierOptions{}.key_prefix);
+  EXPECT_TRUE(t.remote.hmac_secret.empty());
   // A native NVMe tier's engine is checked, and a native HBM tier's tensor count.
   o.tiers[KVTIER_TIER_NVME].kind = KVTIER_BACKEND_NATIVE;
   EXPECT_THAT(ToTierStackOptions(*ns, o),

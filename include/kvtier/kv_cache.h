@@ -610,13 +610,14 @@ class KvCache {
   // idle estimate is worth; lru and cost_aware ignore both). The release itself happens whatever
   // the hints are. Outcome: kAccepted; kRejected for a sequence without a session (nothing to
   // tie the hint to) or with caching off (SequenceOptions::enable_caching: its blocks are shared
-  // with nobody, so no hint is taken and the session remembers nothing of it), or for an
-  // expected_idle that is negative or infinite (the other hints are then still taken, as the
-  // next rule allows); kClipped for last_turn given with preempted (the request comes back) or
-  // while a later request of the session is live (created or forked after this one: the session
-  // goes on), where last_turn is not used and an expected_idle is, and otherwise for an
-  // expected_idle given with last_turn (the estimate is not used; last_turn is). Where a
-  // rejection and a clip apply, the answer is kRejected. blocks = the written full blocks
+  // with nobody, so no hint is taken and the session remembers nothing of it), for an
+  // expected_idle that is negative or infinite, or for a stop_reason that is no StopReason (a
+  // newer caller's: released as kUnknown, and no policy sees the value) (the other hints are
+  // then still taken, as the next rule allows); kClipped for last_turn given with preempted (the
+  // request comes back) or while a later request of the session is live (created or forked after
+  // this one: the session goes on), where last_turn is not used and an expected_idle is, and
+  // otherwise for an expected_idle given with last_turn (the estimate is not used; last_turn is).
+  // Where a rejection and a clip apply, the answer is kRejected. blocks = the written full blocks
   // released. Errors: as Release.
   absl::StatusOr<HintOutcome> Release(SequenceId id, const ReleaseHints& hints);
 

@@ -299,6 +299,14 @@ absl::StatusOr<HintOutcome> KvCache::Release(SequenceId id, const ReleaseHints& 
     outcome.reason = std::string(reason);
   };
   TakeExpectedIdle(taken.expected_idle, outcome);
+  // A value past the enum (a newer caller's) reaches no policy: one may index a table by it.
+  if (const int stop = static_cast<int>(hints.stop_reason); stop >= kNumStopReasons) {
+    taken.stop_reason = StopReason::kUnknown;
+    outcome.result = HintOutcome::Result::kRejected;
+    outcome.reason = absl::StrCat("stop_reason ", stop,
+                                  " is not a StopReason: released as unknown (the other hints are "
+                                  "taken where they apply)");
+  }
   Impl::CacheLock lock(I);
   KVTIER_ASSIGN_OR_RETURN(Impl::Sequence * seq, I.FindSeq(id));
   outcome.blocks = I.WrittenFullBlocks(*seq);

@@ -187,26 +187,17 @@ kvtier_status_code kvtier_release_with_hints(kvtier_cache* cache, uint64_t id,
     if (cache == nullptr) return Null(kCall, "cache");
     if (hints == nullptr) return Null(kCall, "hints");
     // The release happens whatever the hints are (the header): a stop reason this build does
-    // not know (a newer caller's, say) is released as unknown and answered, not an error.
+    // not know (a newer caller's, say) goes on to Release, which answers it kRejected. One
+    // outside the C++ enum's byte is passed as 255, never wrapped onto a known reason.
     const int stop_reason = capi::RawEnum(hints->stop_reason);
-    const bool known = stop_reason >= KVTIER_STOP_UNKNOWN && stop_reason <= KVTIER_STOP_LENGTH;
     ReleaseHints h;
-    h.stop_reason = known ? static_cast<StopReason>(stop_reason) : StopReason::kUnknown;
+    h.stop_reason =
+        static_cast<StopReason>(stop_reason >= 0 && stop_reason <= 255 ? stop_reason : 255);
     if (hints->has_expected_idle) h.expected_idle = absl::Nanoseconds(hints->expected_idle_ns);
     h.preempted = hints->preempted;
     h.last_turn = hints->last_turn;
     absl::StatusOr<HintOutcome> r = cache->cache->Release(SequenceId(id), h);
     if (!r.ok()) return r.status();
-    if (!known) {
-      const std::string bad =
-          absl::StrCat("stop_reason ", stop_reason, " is not one of 0..3: released as unknown");
-      r->reason = r->reason.empty() ? bad : absl::StrCat(bad, "; ", r->reason);
-      // Taken in part when an idle estimate or last_turn was taken beside it.
-      const bool others = hints->has_expected_idle || hints->last_turn;
-      r->result = others && r->result != HintOutcome::Result::kRejected
-                      ? HintOutcome::Result::kClipped
-                      : HintOutcome::Result::kRejected;
-    }
     capi::ToHintOutcome(*r, outcome);
     return absl::OkStatus();
   });

@@ -739,8 +739,8 @@ static void LastTurn(const kvtier_namespace* ns) {
   MUST(kvtier_release_with_hints(cache, 2, &hints, &outcome, &err));
   CHECK_EQ(outcome.result, KVTIER_HINT_ACCEPTED);
   /* A stop reason this build does not know still releases (found in review: it was
-   * INVALID_ARGUMENT and the sequence stayed live, holding its HBM): REJECTED alone, CLIPPED
-   * beside a hint that was taken. */
+   * INVALID_ARGUMENT and the sequence stayed live, holding its HBM): REJECTED, with or without
+   * another hint beside it (taken where it applies). */
   Tokens(t, 8, 500);
   Add(cache, 3, t, 8, 8, &so);
   kvtier_release_hints odd = {(kvtier_stop_reason)9, false, 0, false, false};
@@ -752,9 +752,11 @@ static void LastTurn(const kvtier_namespace* ns) {
   Add(cache, 4, t, 8, 8, &so);
   odd.has_expected_idle = true;
   odd.expected_idle_ns = 5 * 1000 * 1000 * 1000LL;
+  odd.stop_reason = (kvtier_stop_reason)-1;
   MUST(kvtier_release_with_hints(cache, 4, &odd, &outcome, &err));
-  CHECK_EQ(outcome.result, KVTIER_HINT_CLIPPED);
-  CHECK(strstr(outcome.reason, "stop_reason 9") != NULL);
+  CHECK_EQ(outcome.result, KVTIER_HINT_REJECTED);
+  CHECK(strstr(outcome.reason, "stop_reason 255") != NULL);
+  MUST_FAIL(KVTIER_FAILED_PRECONDITION, kvtier_release(cache, 4, &err));
   MUST(kvtier_check_invariants(cache, &err));
   kvtier_cache_destroy(cache);
 }

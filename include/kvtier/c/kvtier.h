@@ -593,10 +593,10 @@ typedef struct kvtier_hint_outcome {
 
 /* Release with hints; the release happens whatever the hints are. A hint the cache cannot use
  * (a sequence without a session, a negative idle, a stop_reason outside kvtier_stop_reason, which
- * is released as UNKNOWN) is answered REJECTED in `outcome` (may be NULL), not as an error; one
- * taken in part (an idle estimate beside last_turn, last_turn on a preempted request, an unknown
- * stop_reason beside a hint taken) CLIPPED. Errors: as kvtier_release, and INVALID_ARGUMENT for a
- * null hints. */
+ * is released as UNKNOWN) is answered REJECTED in `outcome` (may be NULL), not as an error, and
+ * the other hints are taken where they apply; one taken in part (an idle estimate beside
+ * last_turn, last_turn on a preempted request) CLIPPED. Errors: as kvtier_release, and
+ * INVALID_ARGUMENT for a null hints. */
 kvtier_status_code kvtier_release_with_hints(kvtier_cache* cache, uint64_t id,
                                              const kvtier_release_hints* hints,
                                              kvtier_hint_outcome* outcome, kvtier_error* error);

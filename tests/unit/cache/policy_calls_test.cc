@@ -44,9 +44,9 @@ const char* StopName(StopReason r) {
     case StopReason::kLength:
       return "length";
     case StopReason::kUnknown:
-      break;
+      return "unknown";
   }
-  return "unknown";
+  return "not_a_stop_reason";
 }
 
 // LRU that writes each call it gets into a log the test keeps: "Add", "Touch", "Remove",
@@ -213,6 +213,15 @@ TEST_F(PolicyCallsTest, AReleaseReachesThePolicyWithTheHintsTaken) {
   KVTIER_ASSERT_OK(o.status());
   EXPECT_EQ(o->result, HintOutcome::Result::kClipped);
   EXPECT_THAT(Take(), Contains("Release session=8 stop=tool_use idle=5s superseded"));
+  // A stop reason past the enum reaches no policy as such (found by review: it was passed on
+  // as given, and a policy may index a table by it): unknown, the estimate still taken.
+  RunWritten(4, /*session=*/9, Iota(2 * kB, 700));
+  Take();
+  o = cache_->Release(SequenceId(4), {.stop_reason = static_cast<StopReason>(200),
+                                      .expected_idle = absl::Seconds(2)});
+  KVTIER_ASSERT_OK(o.status());
+  EXPECT_EQ(o->result, HintOutcome::Result::kRejected);
+  EXPECT_THAT(Take(), Contains("Release session=9 stop=unknown idle=2s"));
 }
 
 // A tool wait: the pause is a tool-use release with its estimate, and the Resume the session's

@@ -252,7 +252,9 @@ TEST_F(SessionHintsEdgeTest, ReleaseWithOutOfRangeStopReasonStillReleases) {
     auto o = cache_->Release(SequenceId(1), {.stop_reason = static_cast<StopReason>(200),
                                              .expected_idle = absl::Seconds(1)});
     KVTIER_ASSERT_OK(o.status());
-    EXPECT_NE(o->result, Result::kClipped);
+    // Answered (found by review: it was kAccepted, and the value reached the policies).
+    EXPECT_EQ(o->result, Result::kRejected);
+    EXPECT_THAT(o->reason, ::testing::HasSubstr("stop_reason 200"));
     EXPECT_EQ(o->blocks, 2);
     EXPECT_EQ(Cached(Iota(2 * kB, 10)), 2 * kB);
     EXPECT_THAT(cache_->Release(SequenceId(1)), IsError(StatusCode::kFailedPrecondition, ""));

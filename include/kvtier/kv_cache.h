@@ -266,7 +266,7 @@ struct ReleaseHints {
   // another sequence holds or reads stay, as does one a request reads after (any session's), a
   // block another session released before (a shared prefix) keeps that session's rank, and a
   // later request of the session is served as any. Not used for a preempted request, nor while
-  // a later request of the session is live (a superseded release).
+  // a later request of the session is live or after one let go (a superseded release).
   // lru and cost_aware ignore it. With an expected_idle too, the estimate is not used.
   bool last_turn = false;
 };
@@ -614,11 +614,11 @@ class KvCache {
   // expected_idle that is negative or infinite, or for a stop_reason that is no StopReason (a
   // newer caller's: released as kUnknown, and no policy sees the value) (the other hints are
   // then still taken, as the next rule allows); kClipped for last_turn given with preempted (the
-  // request comes back) or while a later request of the session is live (created or forked after
-  // this one: the session goes on), where last_turn is not used and an expected_idle is, and
-  // otherwise for an expected_idle given with last_turn (the estimate is not used; last_turn is).
-  // Where a rejection and a clip apply, the answer is kRejected. blocks = the written full blocks
-  // released. Errors: as Release.
+  // request comes back) or while a later request of the session is live or after one let go
+  // (created or forked after this one: the session goes on), where last_turn is not used and an
+  // expected_idle is, and otherwise for an expected_idle given with last_turn (the estimate is not
+  // used; last_turn is). Where a rejection and a clip apply, the answer is kRejected. blocks = the
+  // written full blocks released. Errors: as Release.
   absl::StatusOr<HintOutcome> Release(SequenceId id, const ReleaseHints& hints);
 
   // ---- Hints
@@ -651,7 +651,7 @@ class KvCache {
   // room_wait while demotions free HBM; never waits for the onboarding itself. After a tool
   // wait (not PauseHints::preempted), the policy hears the session is back
   // (RequestObservation::resumed): the return reuse_index learns the stop reason's idle time from;
-  // not when a later request of the session is live (that request was the return).
+  // not when a later request of the session is live or has let go (that request was the return).
   // Errors: as Release; kFailedPrecondition if not paused.
   absl::StatusOr<Completion> Resume(SequenceId id);
   // Starts onboarding the cached prefix of a future request (found as AttachPrefix would) into
@@ -660,7 +660,9 @@ class KvCache {
   absl::StatusOr<int64_t> Prefetch(absl::Span<const int32_t> tokens,
                                    const SequenceOptions& identity = {});
   // Retain (vLLM's KV-hint "retain"; SGLang keeping hinted prompts): the cached leading blocks of
-  // `tokens` (hashed under `identity`, matched as AttachPrefix would) count as retention
+  // `tokens` (hashed under `identity`, matched as AttachPrefix would, and also through blocks a
+  // kernel is still writing, ReportWritten before its `ready` fired: retained as they land; the
+  // outcome counts them as cached) count as retention
   // priority `priority` more valuable for `ttl` from now (eviction_policy.h: lru keeps them as if
   // used priority x 30 min later, cost_aware scales its rank by 1 + priority, reuse_index ranks
   // them above every block without retention whose index is below the priority, even where it
@@ -689,17 +691,16 @@ class KvCache {
   // act on the blocks its latest released or paused request had written (the cache remembers
   // them at Release and Pause, for up to kRememberedSessions sessions and
   // kRememberedSessionBlocks blocks over all, forgetting the oldest first). A release (or Pause)
-  // made while a later request of the session is live (superseded: that request holds the
-  // session's context now) changes nothing remembered; the later one is remembered when it lets
-  // go. RetainSession: as RetainPrefix over those blocks (kClipped when only the first `blocks`
-  // are cached).
-  // InvalidateSession: as InvalidatePrefix from the first block, then forgets the session; the
-  // leading blocks another remembered session's prompt starts with stay (a shared system prompt,
-  // a conversation forked from this one), as do blocks held, read, or with a child copy
-  // (kClipped). A prompt of no session, or of one forgotten, is not known to share them. Outcome
-  // kRejected, nothing changed, for session 0, a session with no remembered request, or
-  // (RetainSession) bad priority or ttl. Never fails a request and never makes a block visible.
-  // Errors: none today (the StatusOr is for the API's future). Thread-safe.
+  // made while a later request of the session is live, or after one let go (superseded: that
+  // request holds the session's context now) changes nothing remembered; the later one is
+  // remembered when it lets go. RetainSession: as RetainPrefix over those blocks (kClipped when
+  // only the first `blocks` are cached). InvalidateSession: as InvalidatePrefix from the first
+  // block, then forgets the session; the leading blocks another remembered session's prompt starts
+  // with stay (a shared system prompt, a conversation forked from this one), as do blocks held,
+  // read, or with a child copy (kClipped). A prompt of no session, or of one forgotten, is not
+  // known to share them. Outcome kRejected, nothing changed, for session 0, a session with no
+  // remembered request, or (RetainSession) bad priority or ttl. Never fails a request and never
+  // makes a block visible. Errors: none today (the StatusOr is for the API's future). Thread-safe.
   static constexpr int64_t kRememberedSessions = 65536;
   static constexpr int64_t kRememberedSessionBlocks = int64_t{1} << 22;  // 64 MiB of keys
   absl::StatusOr<HintOutcome> RetainSession(uint64_t session, double priority, absl::Duration ttl);

@@ -142,7 +142,7 @@ void KvCache::Impl::ObserveRelease(const Sequence& seq, StopReason stop,
   for (const std::unique_ptr<EvictionPolicy>& p : policy) {
     if (p != nullptr && p->observes_requests()) p->ObserveRelease(release);
   }
-  if (!release.superseded) RememberSession(seq.options.session, release.blocks);
+  if (!release.superseded) RememberSession(seq.options.session, release.blocks, seq.generation);
 }
 
 void KvCache::Impl::ObserveResume(const Sequence& seq) {
@@ -155,6 +155,11 @@ void KvCache::Impl::ObserveResume(const Sequence& seq) {
 
 bool KvCache::Impl::Superseded(const Sequence& seq) const {
   if (seq.options.session == 0) return false;
+  // Released out of order (parallel requests of one session): the later one let go first.
+  if (auto r = session_blocks.find(seq.options.session);
+      r != session_blocks.end() && r->second.generation > seq.generation) {
+    return true;
+  }
   for (const auto& [other_id, other] : seqs) {
     if (other->options.session == seq.options.session && other->generation > seq.generation) {
       return true;

@@ -176,10 +176,12 @@ absl::StatusOr<HintOutcome> KvCache::InvalidateSession(uint64_t session) {
   return out;
 }
 
-void KvCache::Impl::RememberSession(uint64_t session, absl::Span<const BlockKey> keys) {
+void KvCache::Impl::RememberSession(uint64_t session, absl::Span<const BlockKey> keys,
+                                    uint64_t generation) {
   ForgetSession(session);
   const uint64_t stamp = ++session_stamp;
-  session_blocks[session] = SessionRecord{std::vector<BlockKey>(keys.begin(), keys.end()), stamp};
+  session_blocks[session] =
+      SessionRecord{std::vector<BlockKey>(keys.begin(), keys.end()), stamp, generation};
   session_order.emplace_back(session, stamp);
   remembered_session_keys += static_cast<int64_t>(keys.size());
   // Oldest first, past either bound (entries of a session remembered again since are stale).

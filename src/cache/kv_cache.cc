@@ -323,7 +323,9 @@ absl::StatusOr<HintOutcome> KvCache::Release(SequenceId id, const ReleaseHints& 
     clip("last_turn is not used for a preempted request (it comes back)");
   } else if (hints.last_turn && I.Superseded(*seq)) {
     taken.last_turn = false;
-    clip("last_turn is not used: a later request of the session is live (the session goes on)");
+    clip(
+        "last_turn is not used: a later request of the session is live or let go (the session "
+        "goes on)");
   } else if (hints.last_turn && taken.expected_idle.has_value()) {
     taken.expected_idle.reset();
     clip("expected_idle is not used with last_turn (no next request to wait for)");

@@ -666,21 +666,23 @@ struct KvCache::Impl {
   // Tells the policies that observe requests that `seq`'s session is back: its paused sequence
   // resumed after a tool wait (RequestObservation::resumed).
   void ObserveResume(const Sequence& seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  // A later request of `seq`'s session is live (created or forked after it): `seq`'s release
-  // is superseded (ReleaseObservation::superseded).
+  // A later request of `seq`'s session (created or forked after it) is live or has let go
+  // already (the remembered one is later): `seq`'s release is superseded
+  // (ReleaseObservation::superseded).
   bool Superseded(const Sequence& seq) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // The blocks of each session's latest release or pause, for the session hints
   // (RetainSession, InvalidateSession). Bounded: the oldest sessions are forgotten first past
   // KvCache::kRememberedSessions sessions or kRememberedSessionBlocks keys in all.
   struct SessionRecord {
     std::vector<BlockKey> keys;
-    uint64_t stamp = 0;  // its entry in session_order
+    uint64_t stamp = 0;       // its entry in session_order
+    uint64_t generation = 0;  // of the request remembered (Sequence::generation)
   };
   absl::flat_hash_map<uint64_t, SessionRecord> session_blocks ABSL_GUARDED_BY(mu);
   std::deque<std::pair<uint64_t, uint64_t>> session_order ABSL_GUARDED_BY(mu);  // (session, stamp)
   uint64_t session_stamp ABSL_GUARDED_BY(mu) = 0;
   int64_t remembered_session_keys ABSL_GUARDED_BY(mu) = 0;
-  void RememberSession(uint64_t session, absl::Span<const BlockKey> keys)
+  void RememberSession(uint64_t session, absl::Span<const BlockKey> keys, uint64_t generation)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void ForgetSession(uint64_t session) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // The bodies of RetainPrefix and InvalidatePrefix over block keys (hint_commands.cc).

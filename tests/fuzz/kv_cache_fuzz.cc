@@ -2000,7 +2000,27 @@ class Harness {
   // ---- Hints (kv_cache.h "Hints", session_hints.h)
 
   void LetGo(const SeqModel& seq) {
-    if (seq.options.session != 0) sessions_let_go_.insert(seq.options.session);
+    if (seq.options.session == 0) return;
+    // The cache remembers the request (its generation) unless it was superseded; a session
+    // let go only by superseded requests is kept with generation 0 (a hint naming it may pass).
+    const bool superseded = Superseded(seq);
+    auto [it, fresh] = sessions_let_go_.try_emplace(seq.options.session, 0);
+    if (!superseded && seq.options.enable_caching) it->second = seq.generation;
+  }
+
+  // ReleaseObservation::superseded: a later sequence of the session (created or forked after
+  // it) is live, or was remembered at its own release or pause.
+  bool Superseded(const SeqModel& seq) const {
+    if (seq.options.session == 0) return false;
+    auto r = sessions_let_go_.find(seq.options.session);
+    if (r != sessions_let_go_.end() && r->second > seq.generation) return true;
+    for (const auto& [other_id, other] : seqs_) {
+      if (other.live && other.options.session == seq.options.session &&
+          other.generation > seq.generation) {
+        return true;
+      }
+    }
+    return false;
   }
 
   static const char* ResultName(HintOutcome::Result r) {
@@ -2075,13 +2095,8 @@ class Harness {
         ", last_turn ", hints.last_turn, ", preempted ", hints.preempted, ")");
     Log(call);
     SeqModel* seq = Live(id);
-    // A later sequence of the session is live (created or forked after it): last_turn is not used.
-    bool superseded = false;
-    for (const auto& [other_id, other] : seqs_) {
-      superseded = superseded || (seq != nullptr && seq->options.session != 0 && other.live &&
-                                  other.options.session == seq->options.session &&
-                                  other.generation > seq->generation);
-    }
+    // A later sequence of the session is live or let go first: last_turn is not used.
+    const bool superseded = seq != nullptr && Superseded(*seq);
     const int64_t preemptions = cache_->stats().preemptions;
     absl::StatusOr<HintOutcome> r = cache_->Release(id, hints);
     AfterRelease(id, call, r.status());
@@ -2281,7 +2296,8 @@ class Harness {
   uint64_t generation_ = 0;
   // Sessions a sequence of which was released or paused since the last InvalidateSession of it:
   // the only ones the cache may remember (a session hint naming another is kRejected).
-  std::set<uint64_t> sessions_let_go_;
+  // Sessions let go, with the generation of the request the cache remembers (0: none known).
+  std::map<uint64_t, uint64_t> sessions_let_go_;
   std::vector<std::vector<int32_t>> history_;
   std::vector<TicketModel> tickets_;
   std::deque<PendingReady> pending_;

@@ -224,6 +224,20 @@ TEST_F(PolicyCallsTest, AReleaseReachesThePolicyWithTheHintsTaken) {
   EXPECT_THAT(Take(), Contains("Release session=9 stop=unknown idle=2s"));
 }
 
+// Found by review: a request released after a later request of its session had let go (two
+// parallel requests, released out of order) was not superseded, so the policy learned a "return"
+// of milliseconds that never happened.
+TEST_F(PolicyCallsTest, AnEarlierRequestReleasedAfterItsSuccessorIsSuperseded) {
+  Make();
+  RunWritten(1, /*session=*/8, Iota(2 * kB, 100));
+  RunWritten(2, /*session=*/8, Iota(3 * kB, 300));
+  KVTIER_ASSERT_OK(cache_->Release(SequenceId(2)));
+  Take();
+  auto o = cache_->Release(SequenceId(1), {.stop_reason = StopReason::kToolUse});
+  KVTIER_ASSERT_OK(o.status());
+  EXPECT_THAT(Take(), Contains("Release session=8 stop=tool_use idle=none superseded"));
+}
+
 // A tool wait: the pause is a tool-use release with its estimate, and the Resume the session's
 // return. A swap preemption: a preempted release of unknown stop reason, counted, and a Resume
 // the policy does not hear of (a readmission).

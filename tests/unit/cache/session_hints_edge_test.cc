@@ -1161,6 +1161,20 @@ TEST_F(SessionHintsEdgeTest, SupersededReleaseIsNotRemembered) {
   Check("end");
 }
 
+// Found by review: released out of order, the earlier request overwrote what the session
+// remembered of the later one (RetainSession then retained 2 blocks, not the later 3).
+TEST_F(SessionHintsEdgeTest, OutOfOrderReleaseKeepsTheLatestRequestRemembered) {
+  Make("reuse_index");
+  RunWritten(1, 42, Iota(2 * kB, 100));
+  RunWritten(2, 42, Iota(3 * kB, 500));
+  KVTIER_ASSERT_OK(cache_->Release(SequenceId(2)));
+  KVTIER_ASSERT_OK(cache_->Release(SequenceId(1)));
+  const HintOutcome o = RetainS(42, 1, absl::Minutes(1));
+  EXPECT_EQ(o.result, Result::kAccepted) << o.reason;
+  EXPECT_EQ(o.blocks, 3) << "request 2's written blocks";
+  Check("end");
+}
+
 // The bound of kRememberedSessions: the oldest session is forgotten first.
 TEST_F(SessionHintsEdgeTest, RememberedSessionsAreBounded) {
   Make("lru", 16, 0);

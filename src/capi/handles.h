@@ -46,6 +46,9 @@ struct kvtier_ticket {
 
 struct kvtier_completion {
   kvtier::Completion completion;
+  // Made by kvtier_completion_create: the caller's to fire. The others (a ticket's, a layer's, a
+  // resume's, a CUDA event's) the cache fires; a caller firing one would end a wait early.
+  bool caller_fires = false;
 };
 
 namespace kvtier::capi {

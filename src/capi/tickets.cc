@@ -231,7 +231,7 @@ void kvtier_ticket_destroy(kvtier_ticket* ticket) { delete ticket; }
 kvtier_status_code kvtier_completion_create(kvtier_completion** out, kvtier_error* error) {
   return Guard(error, [&]() -> absl::Status {
     if (out == nullptr) return Null("kvtier_completion_create", "out");
-    *out = new kvtier_completion{Completion()};
+    *out = new kvtier_completion{Completion(), /*caller_fires=*/true};
     return absl::OkStatus();
   });
 }
@@ -242,6 +242,12 @@ kvtier_status_code kvtier_completion_complete(const kvtier_completion* completio
   return Guard(error, [&]() -> absl::Status {
     constexpr char kCall[] = "kvtier_completion_complete";
     if (completion == nullptr) return Null(kCall, "completion");
+    if (!completion->caller_fires) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          kCall,
+          ": the cache fires this completion (only one from kvtier_completion_create is "
+          "the caller's to fire)"));
+    }
     const int raw = capi::RawEnum(code);
     if (raw < KVTIER_OK || raw > KVTIER_UNAUTHENTICATED) {
       return absl::InvalidArgumentError(

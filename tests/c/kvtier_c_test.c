@@ -1009,6 +1009,10 @@ int main(void) {
   kvtier_completion* t4_done = NULL;
   MUST(kvtier_ticket_completion(t4, &t4_done, &err));
   CHECK(kvtier_completion_done(t4_done));
+  /* The cache's completions are not the caller's to fire (found in review: firing a pending one
+   * ended the ticket's wait with blocks still pending). */
+  MUST_FAIL(KVTIER_FAILED_PRECONDITION,
+            kvtier_completion_complete(t4_done, KVTIER_OK, NULL, NULL, &err));
   kvtier_completion_destroy(t4_done);
   /* Layer by layer: t4's blocks came from DRAM, each layer announced as it landed. */
   int32_t layers = 0;
@@ -1079,6 +1083,8 @@ int main(void) {
   MUST_FAIL(KVTIER_FAILED_PRECONDITION, kvtier_pause(cache, 4, 0, &err));
   kvtier_completion* onboarded = NULL;
   MUST(kvtier_resume(cache, 4, &onboarded, &err));
+  MUST_FAIL(KVTIER_FAILED_PRECONDITION,
+            kvtier_completion_complete(onboarded, KVTIER_INTERNAL, "not mine", NULL, &err));
   MUST(kvtier_completion_wait(onboarded, 10 * 1000 * 1000 * 1000LL, &err));
   kvtier_completion_destroy(onboarded);
   MUST(kvtier_get_sequence(cache, 4, &si, &err));

@@ -829,7 +829,9 @@ kvtier_status_code kvtier_completion_create(kvtier_completion** out, kvtier_erro
 /* Fires it with `code` and `message` (may be NULL); *fired (may be NULL) is false if it had
  * already fired (the first outcome wins). Callbacks of the cache waiting on it (e.g. indexing the
  * reported blocks) run on this thread before the call returns. Errors: INVALID_ARGUMENT for a null
- * completion or a code outside the enum. */
+ * completion or a code outside the enum; FAILED_PRECONDITION for a completion the cache fires (a
+ * ticket's, a layer's, a resume's, a CUDA event's): only one from kvtier_completion_create is the
+ * caller's to fire. */
 kvtier_status_code kvtier_completion_complete(const kvtier_completion* completion,
                                               kvtier_status_code code, const char* message,
                                               bool* fired, kvtier_error* error);

@@ -32,6 +32,9 @@ class Completion {
 
   // Fires with `status`. Returns false (and changes nothing) if it had already fired: the first
   // outcome wins. Callbacks registered with OnDone run on this thread, after waiters are woken.
+  // Only the operation's owner fires it: a completion a KvCache hands out (a ticket's, a layer's,
+  // Resume's) is the cache's to fire, and firing it early ends its waits with blocks still
+  // pending (the C ABI refuses it; here it is the caller's error, not checked).
   bool Complete(absl::Status status) const;
 
   bool done() const;

@@ -18,7 +18,8 @@ The C++ API of include/kvtier/ (kv_cache.h is the contract) in Python form::
         cache.report_written(1, len(prompt))
     cache.release(1, stop_reason=kvtier.StopReason.TOOL_USE, expected_idle_s=9.0)
 
-Conventions: sequence ids are ints; tokens are any 1-D int32-convertible sequence; durations
+Conventions: sequence ids are ints; tokens are any 1-D sequence of integers that fit int32
+(floats and larger values raise `kvtier.InvalidArgumentError`, never a lossy cast); durations
 are float seconds (`*_s`); per-tier lists are indexed by `int(kvtier.Tier.X)`. A failed call
 raises `kvtier.Error` (subclass per absl status code: `kvtier.NotFoundError`, ...) with `code`,
 `code_name` and `message`.

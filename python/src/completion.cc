@@ -32,7 +32,9 @@ void BindCompletion(py::module_& m) {
           },
           py::arg("code") = 0, py::arg("message") = "",
           "Fires with an absl status code (0: OK, the message then dropped) and message. False if "
-          "it had already fired. Raises InvalidArgumentError for a code outside 0-16.")
+          "it had already fired. Raises InvalidArgumentError for a code outside 0-16. Only for a "
+          "completion you made (Completion()): one the cache hands out (a ticket's, a layer's, "
+          "resume's) is the cache's to fire, and firing it ends its waits with blocks pending.")
       .def_property_readonly("done", &Completion::done)
       .def_property_readonly("ok", [](const Completion& c) { return c.done() && c.status().ok(); })
       .def_property_readonly(

@@ -1,6 +1,7 @@
 // kvtier.KvCache and kvtier.ResidencyTicket (kv_cache.h) in Python form. Sequence ids are
-// ints (uint64), tokens any 1-D int32-convertible sequence (a list, a numpy array: int32 arrays
-// are read in place), durations float seconds, deadlines a timeout in seconds from the call.
+// ints (uint64), tokens any 1-D sequence of integers that fit int32 (a list, a numpy array of an
+// integer dtype: int32 arrays are read in place; floats and values past int32 raise
+// InvalidArgumentError), durations float seconds, deadlines a timeout in seconds from the call.
 // Every call releases the GIL while the cache runs. Errors raise the kvtier.Error subclass of
 // the status code kv_cache.h documents for the call.
 #include "kvtier/kv_cache.h"
@@ -9,6 +10,7 @@
 #include <pybind11/stl.h>
 
 #include <array>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,12 +26,39 @@ namespace {
 
 using Tokens = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
 
-absl::Span<const int32_t> TokenSpan(const Tokens& tokens) {
-  if (tokens.ndim() != 1) {
-    throw StatusError(absl::InvalidArgumentError("tokens must be one-dimensional, got " +
-                                                 std::to_string(tokens.ndim()) + " dimensions"));
+// Token ids as int32, into `ids` (which holds them while the span is read). An integer array or
+// sequence whose values all fit int32; anything else is InvalidArgumentError, never a lossy cast
+// (a float truncated, 2**32 + 5 wrapped to 5): two prompts made equal by a cast would share KV.
+absl::Span<const int32_t> TokenSpan(const py::object& tokens, Tokens& ids) {
+  const py::array a = py::array::ensure(tokens);
+  if (!a) {
+    throw StatusError(absl::InvalidArgumentError(
+        "tokens must be a one-dimensional array or sequence of integer token ids"));
   }
-  return absl::MakeConstSpan(tokens.data(), static_cast<size_t>(tokens.size()));
+  if (a.ndim() != 1) {
+    throw StatusError(absl::InvalidArgumentError("tokens must be one-dimensional, got " +
+                                                 std::to_string(a.ndim()) + " dimensions"));
+  }
+  if (a.size() > 0) {
+    const char kind = a.dtype().kind();
+    if (kind != 'i' && kind != 'u') {
+      throw StatusError(absl::InvalidArgumentError("tokens must be integer token ids, got dtype " +
+                                                   std::string(py::str(a.dtype()))));
+    }
+    if (a.itemsize() > 4 || (kind == 'u' && a.itemsize() == 4)) {
+      const py::object lo = a.attr("min")();
+      const py::object hi = a.attr("max")();
+      if (lo < py::int_(std::numeric_limits<int32_t>::min()) ||
+          hi > py::int_(std::numeric_limits<int32_t>::max())) {
+        throw StatusError(absl::InvalidArgumentError("token ids must fit int32, got values from " +
+                                                     std::string(py::str(lo)) + " to " +
+                                                     std::string(py::str(hi))));
+      }
+    }
+  }
+  ids = Tokens::ensure(a);
+  if (!ids) throw py::error_already_set();
+  return absl::MakeConstSpan(ids.data(), static_cast<size_t>(ids.size()));
 }
 
 // The identity extras (and, for CreateSequence, the retention and session) of a sequence.
@@ -285,15 +314,17 @@ void BindKvCache(py::module_& m) {
           "counts as readmitted_blocks, not hits.")
       .def(
           "attach_prefix",
-          [](const PyKvCache& c, uint64_t id, const Tokens& prompt) {
-            const auto span = TokenSpan(prompt);
+          [](const PyKvCache& c, uint64_t id, const py::object& prompt) {
+            Tokens ids;
+            const auto span = TokenSpan(prompt, ids);
             return Unwrap(Unlocked([&] { return Cache(c).AttachPrefix(SequenceId(id), span); }));
           },
           py::arg("id"), py::arg("prompt"))
       .def(
           "append",
-          [](const PyKvCache& c, uint64_t id, const Tokens& tokens, RoomWait wait) {
-            const auto span = TokenSpan(tokens);
+          [](const PyKvCache& c, uint64_t id, const py::object& tokens, RoomWait wait) {
+            Tokens ids;
+            const auto span = TokenSpan(tokens, ids);
             return Unwrap(Unlocked([&] { return Cache(c).Append(SequenceId(id), span, wait); }));
           },
           py::arg("id"), py::arg("tokens"), py::kw_only(), py::arg("wait") = RoomWait::kWait,
@@ -424,17 +455,19 @@ void BindKvCache(py::module_& m) {
           py::arg("id"), "Ends a pause; the Completion fires once the blocks are back in HBM.")
       .def(
           "prefetch",
-          [](const PyKvCache& c, const Tokens& tokens, OptAdapter a, OptSalt s, Items mm) {
-            const auto span = TokenSpan(tokens);
+          [](const PyKvCache& c, const py::object& tokens, OptAdapter a, OptSalt s, Items mm) {
+            Tokens ids;
+            const auto span = TokenSpan(tokens, ids);
             const SequenceOptions o = Identity(std::move(a), std::move(s), std::move(mm));
             return Unwrap(Unlocked([&] { return Cache(c).Prefetch(span, o); }));
           },
           py::arg("tokens"), KVTIER_PY_IDENTITY_ARGS)
       .def(
           "retain_prefix",
-          [](const PyKvCache& c, const Tokens& tokens, double priority, double ttl_s, OptAdapter a,
-             OptSalt s, Items mm) {
-            const auto span = TokenSpan(tokens);
+          [](const PyKvCache& c, const py::object& tokens, double priority, double ttl_s,
+             OptAdapter a, OptSalt s, Items mm) {
+            Tokens ids;
+            const auto span = TokenSpan(tokens, ids);
             const SequenceOptions o = Identity(std::move(a), std::move(s), std::move(mm));
             const absl::Duration ttl = SecondsToDuration(ttl_s);
             return Unwrap(Unlocked([&] { return Cache(c).RetainPrefix(span, priority, ttl, o); }));
@@ -442,9 +475,10 @@ void BindKvCache(py::module_& m) {
           py::arg("tokens"), py::arg("priority"), py::arg("ttl_s"), KVTIER_PY_IDENTITY_ARGS)
       .def(
           "invalidate_prefix",
-          [](const PyKvCache& c, const Tokens& tokens, int64_t from_token, OptAdapter a, OptSalt s,
-             Items mm) {
-            const auto span = TokenSpan(tokens);
+          [](const PyKvCache& c, const py::object& tokens, int64_t from_token, OptAdapter a,
+             OptSalt s, Items mm) {
+            Tokens ids;
+            const auto span = TokenSpan(tokens, ids);
             const SequenceOptions o = Identity(std::move(a), std::move(s), std::move(mm));
             return Unwrap(Unlocked([&] { return Cache(c).InvalidatePrefix(span, from_token, o); }));
           },
@@ -494,16 +528,18 @@ void BindKvCache(py::module_& m) {
       // ---- Lookups, stats, events
       .def(
           "lookup",
-          [](const PyKvCache& c, const Tokens& tokens, OptAdapter a, OptSalt s, Items mm) {
-            const auto span = TokenSpan(tokens);
+          [](const PyKvCache& c, const py::object& tokens, OptAdapter a, OptSalt s, Items mm) {
+            Tokens ids;
+            const auto span = TokenSpan(tokens, ids);
             const SequenceOptions o = Identity(std::move(a), std::move(s), std::move(mm));
             return Unwrap(Unlocked([&] { return Cache(c).Lookup(span, o); }));
           },
           py::arg("tokens"), KVTIER_PY_IDENTITY_ARGS)
       .def(
           "hash_prompt",
-          [](const PyKvCache& c, const Tokens& tokens, OptAdapter a, OptSalt s, Items mm) {
-            const auto span = TokenSpan(tokens);
+          [](const PyKvCache& c, const py::object& tokens, OptAdapter a, OptSalt s, Items mm) {
+            Tokens ids;
+            const auto span = TokenSpan(tokens, ids);
             const SequenceOptions o = Identity(std::move(a), std::move(s), std::move(mm));
             return Unwrap(Unlocked([&] { return Cache(c).HashPrompt(span, o); }));
           },

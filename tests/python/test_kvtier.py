@@ -133,6 +133,35 @@ def test_attach_finds_the_written_prefix():
     assert cache.lookup(second, adapter=kvtier.AdapterIdentity("lora", 1)).matched_tokens == 0
 
 
+def test_token_ids_are_never_cast_lossily():
+    # Found by review: tokens were cast to int32 unsafely, so 2**32 + t matched t's blocks and
+    # 1.7 matched 1: two different prompts shared KV.
+    cache = make_cache()
+    prompt = tokens(40)
+    serve(cache, 1, prompt)
+    assert cache.lookup(prompt.astype(np.int64)).matched_tokens == 32
+    assert cache.lookup(list(int(t) for t in prompt)).matched_tokens == 32
+    wrapped = prompt.astype(np.int64)
+    wrapped[0] += 2**32
+    with pytest.raises(kvtier.InvalidArgumentError, match="fit int32"):
+        cache.lookup(wrapped)
+    with pytest.raises(kvtier.InvalidArgumentError, match="fit int32"):
+        cache.lookup([int(t) for t in wrapped])
+    with pytest.raises(kvtier.InvalidArgumentError, match="fit int32"):
+        cache.lookup(np.array([3_000_000_000], dtype=np.uint32))
+    with pytest.raises(kvtier.InvalidArgumentError, match="integer token ids"):
+        cache.lookup(prompt.astype(np.float64) + 0.5)
+    with pytest.raises(kvtier.InvalidArgumentError, match="integer token ids"):
+        cache.lookup(["a", "b"])
+    with pytest.raises(kvtier.InvalidArgumentError, match="one-dimensional"):
+        cache.lookup(prompt.reshape(4, 10))
+    assert cache.lookup([]).matched_tokens == 0
+    cache.create_sequence(2)
+    with pytest.raises(kvtier.InvalidArgumentError):
+        cache.append(2, wrapped)
+    assert cache.get_sequence(2).num_tokens == 0
+
+
 def test_events_name_the_blocks_adapter():
     cache = make_cache()
     serve(cache, 1, tokens(40), adapter=kvtier.AdapterIdentity("lora-sql", 3))

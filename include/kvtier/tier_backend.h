@@ -139,7 +139,8 @@ class TierBackend {
   // Copies the block in `slot` into `dst` (block_bytes bytes) if `slot` holds `key`.
   // Completion errors: kInvalidArgument as for WriteBlock; kNotFound if the slot holds no
   // complete block; kDataLoss if it holds another key or fails its checksum (a corrupt block:
-  // `dst` must then be ignored); kDeadlineExceeded as for WriteBlock.
+  // `dst` must then be ignored); kDeadlineExceeded as for WriteBlock. A failed read makes the
+  // slot a miss only while it still records `key`: a block a write put there meanwhile stays.
   virtual Completion ReadBlock(SlotId slot, const BlockKey& key, absl::Span<std::byte> dst,
                                const BlockIoOptions& options = {}) = 0;
 

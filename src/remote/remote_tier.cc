@@ -603,7 +603,10 @@ std::vector<Completion> RemoteTier::ReadBlocks(absl::Span<const BlockRead> reads
             impl->corrupt_reads.fetch_add(1);
             impl->NoteCorrupt(key);
           }
-          if (absl::IsNotFound(s) || absl::IsDataLoss(s)) impl->contents->Invalidate(slot);
+          // Keyed: a write of another block into the slot meanwhile stays recorded.
+          if (absl::IsNotFound(s) || absl::IsDataLoss(s)) {
+            (void)impl->contents->InvalidateIfHolds(slot, key);
+          }
           return s;
         };
       });

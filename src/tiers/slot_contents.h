@@ -27,6 +27,16 @@ class SlotContents {
     MutexLock lock(&mu_);
     entries_[slot.value()].valid = false;
   }
+  // Invalidates `slot` only while it still records `key`: a read of `key` that failed must not
+  // unrecord a newer block a write put in the slot meanwhile (that read was stale, not the slot).
+  // Returns whether it did.
+  bool InvalidateIfHolds(SlotId slot, const BlockKey& key) {
+    MutexLock lock(&mu_);
+    Entry& e = entries_[slot.value()];
+    if (!e.valid || e.key != key) return false;
+    e.valid = false;
+    return true;
+  }
   void Set(SlotId slot, const BlockKey& key) {
     MutexLock lock(&mu_);
     entries_[slot.value()] = Entry{key, true};

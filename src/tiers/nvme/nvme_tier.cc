@@ -344,11 +344,15 @@ struct NvmeTier::Impl {
         }
         if (why.empty()) {
           std::memcpy(dst.data(), buf + kHeaderBytes, dst.size());
-        } else {
-          corrupt_reads.fetch_add(1);
-          contents->Invalidate(slot);  // a corrupt slot is a miss from now on
+        } else if (contents->InvalidateIfHolds(slot, key)) {
+          corrupt_reads.fetch_add(1);  // a corrupt slot is a miss from now on
           status = absl::DataLossError(
               absl::StrCat(info.name, ": slot ", slot.value(), " is corrupt: ", why));
+        } else {
+          // A write replaced the block while this read ran: not corruption, and the new block
+          // the slot records stays readable.
+          status = absl::DataLossError(absl::StrCat(info.name, ": slot ", slot.value(),
+                                                    " was rewritten during the read: ", why));
         }
       }
       ReleaseStaging(index);

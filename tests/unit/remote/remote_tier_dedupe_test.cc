@@ -352,6 +352,66 @@ INSTANTIATE_TEST_SUITE_P(
                             }}),
     [](const ::testing::TestParamInfo<Store>& p) { return p.param.name; });
 
+// A store whose reads answer kNotFound when the test says (a value another worker deleted, read
+// by a request that was slow to get its answer).
+class HeldGetStore final : public Transport {
+ public:
+  std::string name() const override { return "held-get"; }
+  std::vector<Completion> Put(absl::Span<const TransportPut> items, absl::Time deadline) override {
+    return inner_.Put(items, deadline);
+  }
+  std::vector<Completion> Get(absl::Span<const TransportGet> items, absl::Time) override {
+    internal::MutexLock lock(&mu_);
+    std::vector<Completion> out(items.size());
+    held_.insert(held_.end(), out.begin(), out.end());
+    return out;
+  }
+  std::vector<Completion> Exists(absl::Span<const std::string> keys, absl::Time deadline) override {
+    return inner_.Exists(keys, deadline);
+  }
+  std::vector<Completion> Delete(absl::Span<const std::string> keys, absl::Time deadline) override {
+    return inner_.Delete(keys, deadline);
+  }
+  void AnswerGetsNotFound() {
+    std::vector<Completion> held;
+    {
+      internal::MutexLock lock(&mu_);
+      held.swap(held_);
+    }
+    for (Completion& c : held) c.Complete(absl::NotFoundError("held-get: gone"));
+  }
+
+ private:
+  InProcessTransport inner_;
+  internal::Mutex mu_;
+  std::vector<Completion> held_ ABSL_GUARDED_BY(mu_);
+};
+
+// Found by review (the NVMe tier's twin): a read that found its block gone unrecorded the slot
+// even when a write had put another block there meanwhile, so that block, written OK, read as
+// a miss.
+TEST(RemoteTierReadTest, AStaleReadDoesNotUnrecordANewerWrite) {
+  auto store = std::make_shared<HeldGetStore>();
+  auto ns = CacheNamespace::Create(Geometry(), {.model_id = "m", .weights_fingerprint = "w"});
+  ASSERT_TRUE(ns.ok());
+  auto made = RemoteTier::Create(*ns, {.transport = store, .capacity_blocks = 2});
+  KVTIER_ASSERT_OK(made.status());
+  std::unique_ptr<RemoteTier> tier = *std::move(made);
+  const BlockKey old_key{51, 52}, new_key{53, 54};
+  const std::vector<std::byte> block = testing::RandomBytes(Geometry().bytes_per_block(), 11);
+  KVTIER_ASSERT_OK(tier->WriteBlock(SlotId(0), old_key, block).Wait());
+  std::vector<std::byte> out(block.size());
+  const Completion stale = tier->ReadBlock(SlotId(0), old_key, absl::MakeSpan(out));
+  KVTIER_ASSERT_OK(tier->WriteBlock(SlotId(0), new_key, block).Wait());
+  store->AnswerGetsNotFound();
+  EXPECT_THAT(stale.Wait(), testing::IsError(absl::StatusCode::kNotFound, ""));
+  // The newer block is still the slot's: its read goes to the store (held), not a miss at once.
+  const Completion again = tier->ReadBlock(SlotId(0), new_key, absl::MakeSpan(out));
+  EXPECT_FALSE(again.done()) << "the newer block was unrecorded: " << again.status();
+  store->AnswerGetsNotFound();
+  (void)again.Wait();
+}
+
 TEST(TransportIfAbsentTest, DirectoryAndInProcessRefuseToReplace) {
   testing::TempDir dir;
   auto directory = DirectoryTransport::Create({.root = dir.File("store")});

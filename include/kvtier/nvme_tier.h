@@ -55,10 +55,11 @@ class NvmeTier final : public TierBackend {
   static int64_t SlotBytes(const KvGeometry& geometry);
 
   // Opens (or creates and preallocates) the file and scans every slot header.
-  // Errors: kInvalidArgument for an empty path, a budget below one slot, a bad queue depth or
-  // thread count; kResourceExhausted if the file system cannot preallocate the file (ENOSPC,
-  // EFBIG); kUnavailable if the file cannot be opened with O_DIRECT, a block device is too small,
-  // or kIoUring was asked for and io_uring cannot be set up here.
+  // Errors: kInvalidArgument for an empty path, a budget below one slot or above
+  // BlockAllocator::kMaxCapacityBlocks slots (checked before the file is touched), a bad queue
+  // depth or thread count; kResourceExhausted if the file system cannot preallocate the file
+  // (ENOSPC, EFBIG); kUnavailable if the file cannot be opened with O_DIRECT, a block device is too
+  // small, or kIoUring was asked for and io_uring cannot be set up here.
   static absl::StatusOr<std::unique_ptr<NvmeTier>> Create(const KvGeometry& geometry,
                                                           const NvmeTierOptions& options);
   // Waits for every operation in flight; those still queued for a staging buffer fail with

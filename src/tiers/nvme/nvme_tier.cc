@@ -376,6 +376,13 @@ absl::StatusOr<std::unique_ptr<NvmeTier>> NvmeTier::Create(const KvGeometry& geo
                                                    options.capacity_bytes,
                                                    " holds no slot of ", slot_bytes, " bytes"));
   }
+  // Before the file is preallocated and every header read: a budget the allocator refuses
+  // would otherwise fail only after terabytes of both.
+  if (blocks > BlockAllocator::kMaxCapacityBlocks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "NvmeTier: capacity_bytes = ", options.capacity_bytes, " is ", blocks, " slots of ",
+        slot_bytes, " bytes, more than ", BlockAllocator::kMaxCapacityBlocks, " (BlockAllocator)"));
+  }
   if (options.queue_depth < 1 || options.queue_depth > 4096) {
     return absl::InvalidArgumentError(absl::StrCat("NvmeTier: queue_depth = ", options.queue_depth,
                                                    " is outside [1, 4096]"));

@@ -199,6 +199,13 @@ TEST_P(NvmeTierTest, CreateErrorsNameTheProblem) {
   EXPECT_THAT(NvmeTier::Create(Geometry(), {.path = dir_.File("no/such/dir/f"),
                                             .capacity_bytes = slot}),
               IsError(StatusCode::kUnavailable, "cannot open"));
+  // Found by review: a budget past the allocator's slots was refused only after the file was
+  // preallocated (on a large enough disk, terabytes) and every header read.
+  EXPECT_THAT(NvmeTier::Create(Geometry(),
+                               {.path = path_,
+                                .capacity_bytes = (BlockAllocator::kMaxCapacityBlocks + 1) * slot,
+                                .engine = GetParam()}),
+              IsError(StatusCode::kInvalidArgument, "BlockAllocator"));
 }
 
 TEST_P(NvmeTierTest, FileSystemTooSmallToPreallocateIsResourceExhausted) {

@@ -61,7 +61,9 @@ def _pool_tensor(self, layer=None, plane=None):
         # torch keeps the holder alive with the tensor; the holder keeps the pool (and so the
         # cache that owns the device memory), as every other view does.
         holder.pool = self
-        tensor = torch.as_tensor(holder, device="cuda")
+        # No device argument: torch takes the pointer's own device; "cuda" (the current device)
+        # would copy a pool on another GPU instead of viewing it.
+        tensor = torch.as_tensor(holder)
         return tensor.view(torch.bfloat16) if self.geometry.dtype == KvDtype.BF16 else tensor
     if layer is None:
         if plane is not None:

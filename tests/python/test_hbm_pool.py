@@ -189,6 +189,7 @@ def test_a_cuda_views_holder_keeps_its_pool_alive(monkeypatch):
 
     def as_tensor(obj, device=None):
         given["holder"] = obj
+        given["device"] = device
         return torch.zeros(1, dtype=torch.uint8)
 
     monkeypatch.setattr(torch, "as_tensor", as_tensor)
@@ -196,3 +197,6 @@ def test_a_cuda_views_holder_keeps_its_pool_alive(monkeypatch):
                                           dtype=kvtier.KvDtype.FP16, tokens_per_block=4))
     kvtier.HbmPool.tensor(pool, 0)
     assert any(r is pool for r in gc.get_referents(vars(given["holder"])))
+    # Found by a later review: device="cuda" names the current device, and torch copies a pool
+    # on another GPU there (writes then miss the pool). Without it torch reads the pointer's.
+    assert given["device"] is None

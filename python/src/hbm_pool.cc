@@ -177,6 +177,11 @@ void BindHbmPool(py::module_& m) {
             // The same shapes as layer(l) (plane -1) and k(l) / v(l), as a
             // __cuda_array_interface__ (version 3) dict: torch.as_tensor takes an object
             // carrying it without a copy.
+            if (plane < -1 || plane > 1) {
+              throw StatusError(
+                  absl::InvalidArgumentError("HbmPool: plane " + std::to_string(plane) +
+                                             " is not -1 (the whole layer), 0 (K) or 1 (V)"));
+            }
             if (plane >= p.geometry.kv_planes()) {
               throw StatusError(
                   absl::FailedPreconditionError("HbmPool: MLA stores no separate V plane"));
@@ -202,8 +207,10 @@ void BindHbmPool(py::module_& m) {
           },
           py::arg("layer"), py::arg("plane") = -1,
           "Layer l ([num_blocks][P][B][H][D], plane -1) or its K / V plane ([num_blocks][B][H][D]) "
-          "as a __cuda_array_interface__ dict (byte strides; bf16 as uint16 bits). For a CUDA "
-          "pool; on the emulated one the addresses are host memory.")
+          "as a __cuda_array_interface__ dict (byte strides; bf16 as int16 bits, typestr '<i2'). "
+          "For a CUDA pool; on the emulated one the addresses are host memory. "
+          "InvalidArgumentError for a plane other than -1, 0, 1; FailedPreconditionError for "
+          "plane 1 of an MLA pool.")
       .def_property_readonly("geometry", [](const PyHbmPool& p) { return p.geometry; })
       .def_property_readonly("num_blocks", [](const PyHbmPool& p) { return p.num_blocks; })
       .def_property_readonly("nbytes", &TotalBytes)

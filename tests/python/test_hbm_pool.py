@@ -170,6 +170,17 @@ def test_torch_tensors_share_the_pool():
     assert (bf16.v(1)[0] == 0x3FC0).all()  # 1.5 in bfloat16 bits
 
 
+def test_cuda_array_interface_checks_its_plane():
+    # Found by review: plane -5 was taken as the whole layer, and plane 2 of an MHA pool raised
+    # FailedPreconditionError about MLA.
+    pool = make_cache(kvtier.HbmLayout.LAYER_FIRST).hbm_pool
+    assert pool.cuda_array_interface(0, -1)["shape"] == pool.layer(0).shape
+    assert pool.cuda_array_interface(0, 1)["shape"] == pool.v(0).shape
+    for plane in (-5, 2):
+        with pytest.raises(kvtier.InvalidArgumentError, match="plane"):
+            pool.cuda_array_interface(0, plane)
+
+
 def test_a_cuda_views_holder_keeps_its_pool_alive(monkeypatch):
     # Found in review: tensor() of a CUDA pool built the tensor from a holder that referenced only
     # the interface dict, so the cache (owner of the device memory) could go first. Checked

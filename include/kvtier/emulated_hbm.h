@@ -55,7 +55,9 @@ class EmulatedHbm final : public InMemorySlotTier {
   // kResourceExhausted if the pool it would allocate exceeds available memory.
   static absl::StatusOr<std::unique_ptr<EmulatedHbm>> Create(const KvGeometry& geometry,
                                                              const EmulatedHbmOptions& options);
-  ~EmulatedHbm() override;  // runs every queued operation, then stops the workers
+  // Runs every queued operation, then stops the workers. Must not run inside a completion
+  // callback of this tier's own operations (it joins the worker that runs them).
+  ~EmulatedHbm() override;
 
   Completion WriteBlock(SlotId slot, const BlockKey& key, absl::Span<const std::byte> src,
                         const BlockIoOptions& options = {}) override;

@@ -63,7 +63,8 @@ class NvmeTier final : public TierBackend {
   static absl::StatusOr<std::unique_ptr<NvmeTier>> Create(const KvGeometry& geometry,
                                                           const NvmeTierOptions& options);
   // Waits for every operation in flight; those still queued for a staging buffer fail with
-  // kUnavailable.
+  // kUnavailable. Must not run inside a completion callback of this tier's own operations (it
+  // joins the thread that runs them).
   ~NvmeTier() override;
 
   const TierInfo& info() const override;

@@ -11,7 +11,8 @@
 // after. Exists and Delete (one system call each) have a thread of their own besides, so a probe
 // never waits behind values being written. Past 4096 items or max_queued_bytes of copied values
 // waiting for a worker (every worker stuck in a mount that does not answer), a call's items fail
-// at once with kUnavailable; a value larger than that bound is still taken when nothing waits.
+// at once with kUnavailable; a value larger than that bound is still taken when no other value
+// waits.
 // Values are files of mode 0600 and a root it creates is 0700: frames are not encrypted, and KV
 // reveals the prompts it came from. A read takes only a regular file (no symlink, FIFO or device)
 // of at most TransportGet::max_bytes.
@@ -63,7 +64,7 @@ struct DirectoryTransportOptions {
   // values move at once, and as many hung calls stop the transport.
   int io_threads = 4;
   // Bytes of copied Put values that may wait for a worker, > 0; past them a Put fails at once
-  // (kUnavailable) unless nothing waits (one value of any size is taken then).
+  // (kUnavailable) unless no other value waits (one value of any size is taken then).
   int64_t max_queued_bytes = int64_t{1} << 30;
 };
 

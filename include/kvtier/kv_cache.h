@@ -347,8 +347,9 @@ struct EnsureResidentOptions {
 
 enum class BlockResidency : uint8_t {
   kResident = 0,  // in HBM, pinned by the ticket
-  // Being onboarded: kAsync before the completion fires, or a block whose copy into HBM had
-  // started at the deadline (EnsureResident); its slot holds only the layers ready.
+  // Being onboarded: kAsync before the completion fires, or a block of which some layer had
+  // landed, or that a stream waited on, at the deadline (EnsureResident); its slot holds only
+  // the layers ready.
   kPending = 1,
   kNotResident = 2,  // could not be made resident: recompute it
 };

@@ -47,7 +47,8 @@ def _pool_tensor(self, layer=None, plane=None):
 
     layer=None: the whole pool, array()'s shape. layer=l: layer(l)'s [num_blocks][P][B][H][D].
     plane=0 or 1 with a layer: k(l) or v(l), [num_blocks][B][H][D]. bf16 pools come back as
-    torch.bfloat16 (numpy holds their bits as uint16); fp8 pools as uint8.
+    torch.bfloat16 (numpy holds their bits as uint16); fp8 pools as uint8. A CUDA pool is viewed
+    one layer at a time, on the current CUDA device (torch refuses a pool on another one).
     """
     import torch  # only this helper needs torch
 
@@ -61,9 +62,10 @@ def _pool_tensor(self, layer=None, plane=None):
         # torch keeps the holder alive with the tensor; the holder keeps the pool (and so the
         # cache that owns the device memory), as every other view does.
         holder.pool = self
-        # No device argument: torch takes the pointer's own device; "cuda" (the current device)
-        # would copy a pool on another GPU instead of viewing it.
-        tensor = torch.as_tensor(holder)
+        # device="cuda" is what makes it a view: without a device torch returns a CPU copy of a
+        # CUDA array interface object (pytorch/pytorch#54139); a pool on a GPU other than the
+        # current one is refused by torch (RuntimeError), not copied.
+        tensor = torch.as_tensor(holder, device="cuda")
         return tensor.view(torch.bfloat16) if self.geometry.dtype == KvDtype.BF16 else tensor
     if layer is None:
         if plane is not None:

@@ -39,25 +39,23 @@ absl::Span<const int32_t> TokenSpan(const py::object& tokens, Tokens& ids) {
     throw StatusError(absl::InvalidArgumentError("tokens must be one-dimensional, got " +
                                                  std::to_string(a.ndim()) + " dimensions"));
   }
-  if (a.size() > 0) {
-    const char kind = a.dtype().kind();
-    if (kind != 'i' && kind != 'u') {
-      throw StatusError(absl::InvalidArgumentError("tokens must be integer token ids, got dtype " +
-                                                   std::string(py::str(a.dtype()))));
-    }
-    if (a.itemsize() > 4 || (kind == 'u' && a.itemsize() == 4)) {
-      const py::object lo = a.attr("min")();
-      const py::object hi = a.attr("max")();
-      if (lo < py::int_(std::numeric_limits<int32_t>::min()) ||
-          hi > py::int_(std::numeric_limits<int32_t>::max())) {
-        throw StatusError(absl::InvalidArgumentError("token ids must fit int32, got values from " +
-                                                     std::string(py::str(lo)) + " to " +
-                                                     std::string(py::str(hi))));
-      }
+  if (a.size() == 0) return {};  // no token to read, whatever the dtype ([] is float64)
+  const char kind = a.dtype().kind();
+  if (kind != 'i' && kind != 'u') {
+    throw StatusError(absl::InvalidArgumentError("tokens must be integer token ids, got dtype " +
+                                                 std::string(py::str(a.dtype()))));
+  }
+  if (a.itemsize() > 4 || (kind == 'u' && a.itemsize() == 4)) {
+    const py::object lo = a.attr("min")();
+    const py::object hi = a.attr("max")();
+    if (lo < py::int_(std::numeric_limits<int32_t>::min()) ||
+        hi > py::int_(std::numeric_limits<int32_t>::max())) {
+      throw StatusError(absl::InvalidArgumentError("token ids must fit int32, got values from " +
+                                                   std::string(py::str(lo)) + " to " +
+                                                   std::string(py::str(hi))));
     }
   }
-  ids = Tokens::ensure(a);
-  if (!ids) throw py::error_already_set();
+  ids = Tokens(a);  // an integer cast that cannot lose a value now; throws with numpy's error
   return absl::MakeConstSpan(ids.data(), static_cast<size_t>(ids.size()));
 }
 

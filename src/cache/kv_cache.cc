@@ -302,10 +302,12 @@ absl::StatusOr<HintOutcome> KvCache::Release(SequenceId id, const ReleaseHints& 
   // A value past the enum (a newer caller's) reaches no policy: one may index a table by it.
   if (const int stop = static_cast<int>(hints.stop_reason); stop >= kNumStopReasons) {
     taken.stop_reason = StopReason::kUnknown;
+    const bool idle_rejected = outcome.result == HintOutcome::Result::kRejected;
     outcome.result = HintOutcome::Result::kRejected;
-    outcome.reason = absl::StrCat("stop_reason ", stop,
-                                  " is not a StopReason: released as unknown (the other hints are "
-                                  "taken where they apply)");
+    outcome.reason =
+        absl::StrCat("stop_reason ", stop, " is not a StopReason: released as unknown",
+                     idle_rejected ? absl::StrCat("; ", outcome.reason)
+                                   : std::string(" (the other hints are taken where they apply)"));
   }
   Impl::CacheLock lock(I);
   KVTIER_ASSIGN_OR_RETURN(Impl::Sequence * seq, I.FindSeq(id));

@@ -208,6 +208,6 @@ def test_a_cuda_views_holder_keeps_its_pool_alive(monkeypatch):
                                           dtype=kvtier.KvDtype.FP16, tokens_per_block=4))
     kvtier.HbmPool.tensor(pool, 0)
     assert any(r is pool for r in gc.get_referents(vars(given["holder"])))
-    # Found by a later review: device="cuda" names the current device, and torch copies a pool
-    # on another GPU there (writes then miss the pool). Without it torch reads the pointer's.
-    assert given["device"] is None
+    # A view, not a copy: without a device torch.as_tensor returns a CPU copy of a CUDA array
+    # interface object (pytorch/pytorch#54139). (A review of a073852, which dropped it.)
+    assert given["device"] == "cuda"

@@ -199,8 +199,9 @@ typedef enum kvtier_residency_mode {
 
 typedef enum kvtier_block_residency {
   KVTIER_BLOCK_RESIDENT = 0, /* in HBM, pinned by the ticket */
-  /* being onboarded: ASYNC before the ticket completes, or a block whose copy into HBM had
-   * started at the deadline (it lands later; read its slot only for the layers ready) */
+  /* being onboarded: ASYNC before the ticket completes, or a block of which some layer had
+   * landed, or that a stream waited on, at the deadline (it lands later; read its slot only for
+   * the layers ready) */
   KVTIER_BLOCK_PENDING = 1,
   KVTIER_BLOCK_NOT_RESIDENT = 2 /* could not be made resident: recompute it (slot -1) */
 } kvtier_block_residency;
@@ -701,8 +702,8 @@ void kvtier_residency_options_init(kvtier_residency_options* options);
 
 /* Makes blocks [begin_token / B, ceil(end_token / B)) of the sequence resident in HBM and pins
  * them; *out receives a new ticket handle. Blocks not resident by the deadline are reported
- * NOT_RESIDENT with slot -1, never missing, except a block whose copy into HBM has started by then
- * (a layer landed, or a stream waits on it): it stays PENDING until it lands or fails, and on a
+ * NOT_RESIDENT with slot -1, never missing, except a block of which some layer has landed by then,
+ * or that a stream waits on: it stays PENDING until it lands or fails, and on a
  * layer-wise HBM tier already has its slot, readable only for the layers ready
  * (kvtier_ticket_wait_layer; KvCache::EnsureResident in kvtier/kv_cache.h). WAIT blocks until
  * done or the deadline. `options` may be NULL (WAIT, no deadline). Errors: NOT_FOUND /
@@ -778,7 +779,8 @@ kvtier_status_code kvtier_ticket_device_pool(const kvtier_ticket* ticket, kvtier
  * OK when every block is resident, UNAVAILABLE naming the first that is not; or
  * DEADLINE_EXCEEDED if the timeout passed first (the onboarding goes on). A WAIT or BEST_EFFORT
  * ticket has completed on return from kvtier_ensure_resident, unless a WAIT's deadline passed
- * with a block's copy into HBM started (that block is PENDING until it lands or fails). */
+ * with some layer of a block landed or a stream waiting on it (that block is PENDING until it
+ * lands or fails). */
 kvtier_status_code kvtier_ticket_wait(const kvtier_ticket* ticket, int64_t timeout_ns,
                                       kvtier_error* error);
 /* A new handle on the ticket's completion, which the caller destroys. */

@@ -222,6 +222,14 @@ TEST_F(PolicyCallsTest, AReleaseReachesThePolicyWithTheHintsTaken) {
   KVTIER_ASSERT_OK(o.status());
   EXPECT_EQ(o->result, HintOutcome::Result::kRejected);
   EXPECT_THAT(Take(), Contains("Release session=9 stop=unknown idle=2s"));
+  // With a bad estimate too, the answer names both.
+  RunWritten(5, /*session=*/10, Iota(2 * kB, 900));
+  o = cache_->Release(SequenceId(5), {.stop_reason = static_cast<StopReason>(200),
+                                      .expected_idle = absl::Seconds(-1)});
+  KVTIER_ASSERT_OK(o.status());
+  EXPECT_EQ(o->result, HintOutcome::Result::kRejected);
+  EXPECT_THAT(o->reason, ::testing::AllOf(::testing::HasSubstr("stop_reason 200"),
+                                          ::testing::HasSubstr("expected_idle")));
 }
 
 // Found by review: a request released after a later request of its session had let go (two
